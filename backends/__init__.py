@@ -1,0 +1,1 @@
+"""Lamina's execution backends and the `lamina-run` driver."""

@@ -1,0 +1,82 @@
+"""Comparing two runs' outputs: tolerances by element type, and a per-output report.
+
+Tolerances (|a - b| <= atol + rtol * |b|, NaN only where the reference has NaN at the same place,
+same infinities) are set by the output's element type. They are for rewrites that reorder float
+math (fusion, sharded reductions); rewrites that only move data must match exactly and their tests
+compare with `exact=True`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TOLERANCES: dict[str, tuple[float, float]] = {
+    # dtype: (rtol, atol)
+    "f64": (1e-10, 1e-12),
+    "f32": (2e-5, 2e-6),
+    "f16": (1e-2, 1e-3),
+    "bf16": (2e-2, 1e-2),
+    "i1": (0.0, 0.0),
+    "i32": (0.0, 0.0),
+    "i64": (0.0, 0.0),
+}
+
+
+@dataclass
+class OutputDiff:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float
+    atol: float
+    ok: bool
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
+                "rtol": self.rtol, "atol": self.atol, "ok": self.ok}
+
+    def line(self) -> str:
+        status = "ok" if self.ok else "MISMATCH"
+        text = (f"{self.name}: {status} shape {list(self.shape)} {self.dtype} max abs err "
+                f"{self.max_abs_err:.3g} max rel err {self.max_rel_err:.3g} (rtol {self.rtol:g}, "
+                f"atol {self.atol:g})")
+        return text + (f": {self.reason}" if self.reason else "")
+
+
+def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray,
+            exact: bool = False) -> OutputDiff:
+    rtol, atol = (0.0, 0.0) if exact else TOLERANCES[dtype]
+    shape = tuple(ref.shape)
+    if got.shape != ref.shape:
+        return OutputDiff(name, shape, dtype, float("inf"), float("inf"), rtol, atol, False,
+                          f"shape {list(got.shape)} differs from reference {list(ref.shape)}")
+    if got.dtype.kind in "biu" or ref.dtype.kind in "biu":
+        bad = int(np.count_nonzero(got != ref))
+        err = float(bad > 0)
+        return OutputDiff(name, shape, dtype, err, err, rtol, atol, bad == 0,
+                          f"{bad} elements differ" if bad else "")
+    g = got.astype(np.float64)
+    r = ref.astype(np.float64)
+    nan_g, nan_r = np.isnan(g), np.isnan(r)
+    if not np.array_equal(nan_g, nan_r):
+        n = int(np.count_nonzero(nan_g != nan_r))
+        return OutputDiff(name, shape, dtype, float("nan"), float("nan"), rtol, atol, False,
+                          f"NaN in {n} places where the reference has none (or vice versa)")
+    finite = ~nan_r & np.isfinite(r) & np.isfinite(g)
+    inf_mismatch = int(np.count_nonzero((~finite & ~nan_r) & (g != r)))
+    with np.errstate(all="ignore"):
+        diff = np.abs(g[finite] - r[finite])
+        rel = diff / np.maximum(np.abs(r[finite]), np.finfo(np.float64).tiny)
+        max_abs = float(diff.max()) if diff.size else 0.0
+        max_rel = float(rel.max()) if rel.size else 0.0
+        within = bool(np.all(diff <= atol + rtol * np.abs(r[finite])))
+    ok = within and inf_mismatch == 0
+    reason = "" if ok else (f"{inf_mismatch} infinities differ" if inf_mismatch else
+                            "error exceeds tolerance")
+    return OutputDiff(name, shape, dtype, max_abs, max_rel, rtol, atol, ok, reason)

@@ -1,0 +1,155 @@
+"""The NumPy interpreter's core: run a function's ops in order, each by its op-table kernel.
+
+Unlike xDSL's stock region runner, which keeps every SSA value alive until the function returns,
+this runner computes each value's last use once, up front, and drops the value right after it, so
+a long chain of ops on large tensors holds only what is live (see `peak_live_bytes` in its stats).
+
+Ops outside the op table (fused regions, collectives, moves, added by later layers) register a
+runner with `register_op_runner`; the op table stays the only place that knows per-op semantics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from lamina.backends.interface import RunResult, arg_names, find_entry
+from lamina.ir.diagnostics import error_at
+from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage
+from lamina.ir.lamina import LaminaOp, tensor_info
+from lamina.ir.semantics import Call
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Operation, SSAValue
+
+OpRunner = Callable[[Operation, list[np.ndarray | None], "RunStats"], list[np.ndarray]]
+_RUNNERS: dict[type[Operation], OpRunner] = {}
+
+
+def register_op_runner(op_type: type[Operation], runner: OpRunner) -> None:
+    """Make ops of `op_type` (matched exactly) runnable; used by layers above the kernels."""
+    _RUNNERS[op_type] = runner
+
+
+@dataclass
+class RunStats:
+    ops_executed: int = 0
+    kernels: int = 0
+    flops: float = 0.0
+    bytes_accessed: int = 0
+    peak_live_bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ops_executed": self.ops_executed,
+            "kernels": self.kernels,
+            "flops": self.flops,
+            "bytes_accessed": self.bytes_accessed,
+            "peak_live_bytes": self.peak_live_bytes,
+            **self.extra,
+        }
+
+
+def device_nbytes(a: np.ndarray, dtype: str) -> int:
+    return int(a.size) * ITEMSIZE[dtype]
+
+
+def make_call(op: LaminaOp) -> Call:
+    return Call(op.attr_values(), op.operand_infos(), tensor_info(op.results[0].type))
+
+
+def run_table_op(op: LaminaOp, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
+    """Run one op-table op on whole arrays."""
+    call = make_call(op)
+    info = op.info
+    out = info.kernel(args, call)
+    if out.shape != call.result.shape:
+        raise error_at(op, f"{op.name}: kernel produced shape {out.shape}, type says "
+                       f"{call.result.shape} (interpreter bug)")
+    if info.launches_kernel:
+        stats.kernels += 1
+        stats.flops += info.flops(call.operands, call.result, call.attrs)
+        stats.bytes_accessed += sum(device_nbytes(a, t.dtype) for a, t in
+                                    zip(args, call.operands, strict=True)
+                                    if a is not None and t is not None)
+        stats.bytes_accessed += device_nbytes(out, call.result.dtype)
+    return [out]
+
+
+def check_inputs(func: FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Inputs converted to the arguments' storage dtypes; LaminaError on count/shape/kind mismatch."""
+    names = arg_names(func)
+    types = func.function_type.inputs.data
+    if len(inputs) != len(types):
+        raise error_at(func, f"@{func.sym_name.data} takes {len(types)} arguments, got "
+                       f"{len(inputs)} inputs")
+    out: list[np.ndarray] = []
+    for name, t, a in zip(names, types, inputs, strict=True):
+        info = tensor_info(t)
+        a = np.asarray(a)
+        if tuple(a.shape) != info.shape:
+            raise error_at(func, f"input '{name}' has shape {tuple(a.shape)}, argument type "
+                           f"is {t}")
+        want = STORAGE[info.dtype]
+        if a.dtype != want and not np.can_cast(a.dtype, want, casting="same_kind"):
+            raise error_at(func, f"input '{name}' has dtype {a.dtype}, argument type is {t}")
+        out.append(to_storage(a, info.dtype) if a.dtype != want or info.dtype == "bf16" else a)
+    return out
+
+
+def last_uses(ops: Sequence[Operation]) -> dict[SSAValue, int]:
+    """For each value used in `ops` (top level), the index of the op that uses it last."""
+    last: dict[SSAValue, int] = {}
+    for i, op in enumerate(ops):
+        for v in op.operands:
+            last[v] = i
+    return last
+
+
+def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
+                 stats: RunStats | None = None) -> RunResult:
+    """Run `func` on `inputs`, freeing each intermediate after its last use."""
+    stats = stats or RunStats()
+    args = check_inputs(func, inputs)
+    block = func.body.block
+    env: dict[SSAValue, np.ndarray] = dict(zip(block.args, args, strict=True))
+    live = sum(a.nbytes for a in args)
+    stats.peak_live_bytes = max(stats.peak_live_bytes, live)
+    ops = list(block.ops)
+    last = last_uses(ops)
+    with np.errstate(all="ignore"):
+        for i, op in enumerate(ops):
+            if isinstance(op, ReturnOp):
+                return RunResult([env[v] for v in op.operands], stats.as_dict())
+            operands = [None if v is None else env[v] for v in
+                        (op.operand_slots() if isinstance(op, LaminaOp) else op.operands)]
+            if isinstance(op, LaminaOp):
+                results = run_table_op(op, operands, stats)
+            elif (runner := _RUNNERS.get(type(op))) is not None:
+                results = runner(op, operands, stats)
+            else:
+                raise error_at(op, f"the NumPy backend cannot run '{op.name}'")
+            stats.ops_executed += 1
+            for r, a in zip(op.results, results, strict=True):
+                if r in last:
+                    env[r] = a
+                    live += a.nbytes
+            stats.peak_live_bytes = max(stats.peak_live_bytes, live)
+            for v in set(op.operands):
+                if last.get(v) == i:
+                    dropped = env.pop(v)
+                    live -= dropped.nbytes
+    raise error_at(func, f"@{func.sym_name.data} has no func.return")
+
+
+class NumpyBackend:
+    """The reference backend: every op by its NumPy kernel, whole arrays, one device."""
+
+    name = "numpy"
+
+    def run(self, module: ModuleOp, entry: str | None,
+            inputs: Sequence[np.ndarray]) -> RunResult:
+        return run_function(find_entry(module, entry), inputs)

@@ -1,0 +1,132 @@
+"""`lamina-run`: run a function of a Lamina program with the NumPy interpreter.
+
+    lamina-run FILE [-p PIPELINE] [--entry NAME] [--inputs IN.npz] [--seed N]
+               [--outputs OUT.npz] [--check] [--stats-json PATH] [--print-outputs]
+
+Without `--inputs`, inputs are drawn from the argument types and `--seed`. With `--check` the
+program runs twice on the same inputs, as parsed and after the pipeline, and every output is
+compared (tolerances by element type, see `lamina.backends.compare`); exit 1 with a per-output
+report when they disagree. `--stats-json` writes `ops_executed`, `kernels`, `flops`,
+`bytes_accessed`, `peak_live_bytes` and `outputs` (name, shape, dtype, and the errors under
+`--check`); with `--check` it also has `reference` (the same counters for the program as parsed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from lamina.backends.compare import compare
+from lamina.backends.inputs import (
+    load_inputs,
+    random_inputs,
+    save_npz_atomic,
+    write_text_atomic,
+)
+from lamina.backends.interface import find_entry, output_names
+from lamina.backends.numpy.runner import NumpyBackend
+from lamina.ir.diagnostics import LaminaError, report
+from lamina.ir.dtypes import tensor_dtype
+from lamina.ir.source import load, make_context
+from lamina.passes.pipeline import build_pipeline, run_pipeline
+from xdsl.dialects.builtin import ModuleOp
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # exit 1, one line, like every other error
+        raise LaminaError(f"{self.prog}: {message}")
+
+
+def arg_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lamina-run", description="Run a Lamina program with the NumPy interpreter.")
+    p.add_argument("file", help="program (.mlir); '-' reads stdin")
+    p.add_argument("-p", "--passes", default="", help="pass pipeline to apply before running")
+    p.add_argument("--entry", default=None, help="function to run (default: the only one)")
+    p.add_argument("--inputs", default=None, help=".npz with one array per argument")
+    p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--outputs", default=None, help="write the results to this .npz")
+    p.add_argument("--check", action="store_true",
+                   help="also run the program as parsed and compare every output")
+    p.add_argument("--stats-json", default=None, help="write run statistics as JSON ('-': stdout)")
+    p.add_argument("--print-outputs", action="store_true", help="print a summary of each output")
+    p.add_argument("--explain", action="store_true", help="Lamina passes explain their decisions")
+    return p
+
+
+def summarize(name: str, a: np.ndarray, dtype: str) -> str:
+    if a.dtype.kind == "f" and a.size:
+        with np.errstate(all="ignore"):
+            return (f"{name}: {dtype}{list(a.shape)} mean {float(np.mean(a)):.6g} std "
+                    f"{float(np.std(a)):.6g} min {float(np.min(a)):.6g} max {float(np.max(a)):.6g}"
+                    f" zeros {int(np.count_nonzero(a == 0))}")
+    return f"{name}: {dtype}{list(a.shape)} nonzero {int(np.count_nonzero(a))}"
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = arg_parser().parse_args(argv)
+    ctx = make_context()
+    module: ModuleOp = load(args.file, ctx)
+    reference = module.clone() if args.check else None
+    passes = build_pipeline(args.passes, explain=args.explain)
+    run_pipeline(ctx, module, passes)
+
+    func = find_entry(module, args.entry)
+    entry = func.sym_name.data
+    inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
+    backend = NumpyBackend()
+    result = backend.run(module, entry, inputs)
+    names = output_names(func)
+    dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]
+
+    stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
+    outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
+               for n, a, d in zip(names, result.outputs, dtypes, strict=True)]
+    failed = False
+    report_lines: list[str] = []
+    if reference is not None:
+        ref = backend.run(reference, entry, inputs)
+        stats["reference"] = ref.stats
+        for out, n, a, r, d in zip(outputs, names, result.outputs, ref.outputs, dtypes,
+                                   strict=True):
+            diff = compare(n, d, a, r)
+            out.update(diff.as_dict())
+            report_lines.append(diff.line())
+            failed |= not diff.ok
+    stats["outputs"] = outputs
+
+    if args.print_outputs:
+        for n, a, d in zip(names, result.outputs, dtypes, strict=True):
+            print(summarize(n, a, d))
+    for line in report_lines:
+        print(("check " if not failed else "check FAILED ") + line)
+    if args.stats_json:
+        write_text_atomic(args.stats_json, json.dumps(stats, indent=2) + "\n")
+    if args.outputs and not failed:
+        save_npz_atomic(args.outputs, dict(zip(names, result.outputs, strict=True)))
+    if failed:
+        print(f"lamina-run: error: outputs after '{args.passes}' differ from the program as "
+              "parsed", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return run(argv)
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
+        if isinstance(e, SystemExit):
+            return e.code if isinstance(e.code, int) else 0
+        if os.environ.get("LAMINA_TRACEBACK") and not isinstance(e, LaminaError):
+            raise
+        return report(e)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

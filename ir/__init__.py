@@ -1,0 +1,1 @@
+"""Lamina's IR: the `lamina` dialect, its op table, shape rules, NumPy semantics and diagnostics."""

@@ -1,0 +1,1 @@
+"""Lamina's passes and the `lamina-opt` driver."""
