@@ -20,6 +20,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 from lamina.ir.dtypes import element_name, to_storage
 from lamina.ir.optable import OPS, AttrKind, AttrSpec, OpInfo
+from lamina.ir.placement import MeshOp, PlaceAttr, placement_problem
 from lamina.ir.shapes import ShapeError, TensorInfo, TensorLiteral
 from xdsl.dialects.builtin import (
     AnyTensorType,
@@ -192,7 +193,7 @@ class LaminaOp(IRDLOperation):
     def verify_(self) -> None:
         name = self.name
         for v in (*self.operands, *self.results):
-            if (problem := _type_problem(v.type)) is not None:
+            if (problem := _type_problem(v.type) or placement_problem(v.type, self)) is not None:
                 raise VerifyException(f"{name}: {problem}")
         for spec in self.info.attrs:
             attr = self.properties.get(spec.name)
@@ -377,4 +378,4 @@ def is_lamina(op: Operation) -> bool:
     return isinstance(op, LaminaOp)
 
 
-Lamina = Dialect("lamina", list(OP_CLASSES.values()), [])
+Lamina = Dialect("lamina", [*OP_CLASSES.values(), MeshOp], [PlaceAttr])

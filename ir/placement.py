@@ -1,0 +1,288 @@
+"""Placement in the type: device meshes and the `#lamina.place` tensor encoding.
+
+A mesh is declared once at module level, with named axes and their sizes:
+
+    lamina.mesh @m [data = 2, model = 4]
+
+A tensor value states where it lives in its type's encoding:
+
+    tensor<2048x1024xf32, #lamina.place<@m, [[data], []], partial = sum[model], tier = hbm>>
+
+- the list has one entry per tensor dimension: the mesh axes that split that dimension, major to
+  minor (`[data, model]` splits a dimension over both, data-major); axes named nowhere replicate;
+- `partial = sum[axes]` (or `max[...]`) says the value on each device is a pending sum (max) over
+  those axes: the true value is the reduction of the per-device values, not yet performed;
+- `tier = sram|hbm|host|nvme` is the memory tier the value lives in;
+- `#lamina.place<tier = host>` places an unsharded value in a tier; a type without an encoding is
+  "not yet placed". The syntax follows MLIR's `mesh`/`shard` sharding attributes and Shardy, with
+  mesh axes named as in Shardy.
+
+The rules a placement must satisfy against its mesh (checked by `placement_problem`): the mesh
+exists, one split list per dimension, every axis exists and appears at most once across splits and
+`partial`, and every split dimension divides evenly by the product of its axes' sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    NoneAttr,
+    StringAttr,
+    SymbolNameConstraint,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, ParametrizedAttribute
+from xdsl.irdl import IRDLOperation, irdl_attr_definition, irdl_op_definition, prop_def, traits_def
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.traits import SymbolOpInterface, SymbolTable
+from xdsl.utils.exceptions import VerifyException
+
+TIERS = ("sram", "hbm", "host", "nvme")
+COMPUTE_TIERS = ("sram", "hbm")
+PARTIAL_KINDS = ("sum", "max")
+
+
+@irdl_op_definition
+class MeshOp(IRDLOperation):
+    """`lamina.mesh @m [data = 2, model = 4]`: a named device mesh with named axes."""
+
+    name = "lamina.mesh"
+
+    sym_name = prop_def(SymbolNameConstraint())
+    axes = prop_def(ArrayAttr[StringAttr])
+    shape = prop_def(DenseArrayBase)
+
+    traits = traits_def(SymbolOpInterface())
+
+    def __init__(self, name: str, axes: Sequence[tuple[str, int]]):
+        super().__init__(properties={
+            "sym_name": StringAttr(name),
+            "axes": ArrayAttr([StringAttr(a) for a, _ in axes]),
+            "shape": DenseArrayBase.from_list(i64, [n for _, n in axes]),
+        })
+
+    @property
+    def axis_sizes(self) -> dict[str, int]:
+        return dict(zip((a.data for a in self.axes.data), self.shape.get_values(), strict=True))
+
+    @property
+    def num_devices(self) -> int:
+        n = 1
+        for s in self.shape.get_values():
+            n *= int(s)
+        return n
+
+    def verify_(self) -> None:
+        names = [a.data for a in self.axes.data]
+        sizes = list(self.shape.get_values())
+        if not names:
+            raise VerifyException("lamina.mesh: a mesh needs at least one axis")
+        if len(names) != len(sizes):
+            raise VerifyException("lamina.mesh: one size per axis")
+        if len(set(names)) != len(names):
+            raise VerifyException(f"lamina.mesh: axis names repeat: {names}")
+        for a, s in zip(names, sizes, strict=True):
+            if s < 1:
+                raise VerifyException(f"lamina.mesh: axis '{a}' has size {s}, must be >= 1")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" @{self.sym_name.data} [")
+        printer.print_list(self.axis_sizes.items(),
+                           lambda kv: printer.print_string(f"{kv[0]} = {kv[1]}"))
+        printer.print_string("]")
+
+    @classmethod
+    def parse(cls, parser: Parser) -> MeshOp:
+        name = parser.parse_symbol_name().data
+
+        def axis() -> tuple[str, int]:
+            a = parser.parse_identifier("mesh axis name")
+            parser.parse_punctuation("=")
+            return a, parser.parse_integer(allow_boolean=False, allow_negative=False)
+
+        axes = parser.parse_comma_separated_list(Parser.Delimiter.SQUARE, axis)
+        return cls(name, axes)
+
+
+@irdl_attr_definition
+class PlaceAttr(ParametrizedAttribute):
+    """`#lamina.place<@mesh, [[axes of dim 0], ...], partial = sum[axes], tier = hbm>`."""
+
+    name = "lamina.place"
+
+    mesh: StringAttr               # "" when the value is not on a mesh (tier only)
+    dims: ArrayAttr[ArrayAttr[StringAttr]]
+    partial: ArrayAttr[StringAttr]
+    partial_kind: StringAttr       # "sum" or "max"
+    tier: StringAttr               # "" when no tier is stated
+
+    @staticmethod
+    def make(mesh: str | None, dims: Sequence[Sequence[str]], partial: Sequence[str] = (),
+             partial_kind: str = "sum", tier: str | None = None) -> PlaceAttr:
+        return PlaceAttr(
+            StringAttr(mesh or ""),
+            ArrayAttr([ArrayAttr([StringAttr(a) for a in d]) for d in dims]),
+            ArrayAttr([StringAttr(a) for a in partial]),
+            StringAttr(partial_kind),
+            StringAttr(tier or ""),
+        )
+
+    @property
+    def mesh_name(self) -> str | None:
+        return self.mesh.data or None
+
+    @property
+    def splits(self) -> list[list[str]]:
+        return [[a.data for a in d.data] for d in self.dims.data]
+
+    @property
+    def partial_axes(self) -> list[str]:
+        return [a.data for a in self.partial.data]
+
+    @property
+    def tier_name(self) -> str | None:
+        return self.tier.data or None
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        parser.parse_punctuation("<")
+        mesh, dims, partial, kind, tier = "", [], [], "sum", ""
+
+        def names() -> list[str]:
+            return parser.parse_comma_separated_list(
+                Parser.Delimiter.SQUARE, lambda: parser.parse_identifier("mesh axis name"))
+
+        if (sym := parser.parse_optional_symbol_name()) is not None:
+            mesh = sym.data
+            parser.parse_punctuation(",")
+            dims = parser.parse_comma_separated_list(Parser.Delimiter.SQUARE, names)
+            while parser.parse_optional_punctuation(","):
+                key = parser.parse_identifier("'partial' or 'tier'")
+                parser.parse_punctuation("=")
+                if key == "partial":
+                    kind = parser.parse_identifier("partial kind (sum or max)")
+                    if kind not in PARTIAL_KINDS:
+                        parser.raise_error(f"partial kind must be sum or max, got '{kind}'")
+                    partial = names()
+                elif key == "tier":
+                    tier = _parse_tier(parser)
+                else:
+                    parser.raise_error(f"unknown placement field '{key}' (expected partial or tier)")
+        else:
+            parser.parse_keyword("tier")
+            parser.parse_punctuation("=")
+            tier = _parse_tier(parser)
+        parser.parse_punctuation(">")
+        return PlaceAttr.make(mesh, dims, partial, kind, tier).parameters
+
+    def print_parameters(self, printer: Printer) -> None:
+        fields: list[str] = []
+        if self.mesh_name is not None:
+            fields.append(f"@{self.mesh_name}")
+            fields.append("[" + ", ".join("[" + ", ".join(d) + "]" for d in self.splits) + "]")
+            if self.partial_axes:
+                fields.append(f"partial = {self.partial_kind.data}[{', '.join(self.partial_axes)}]")
+        if self.tier_name is not None:
+            fields.append(f"tier = {self.tier_name}")
+        printer.print_string("<" + ", ".join(fields) + ">")
+
+
+def _parse_tier(parser: AttrParser) -> str:
+    tier = parser.parse_identifier("memory tier")
+    if tier not in TIERS:
+        parser.raise_error(f"unknown memory tier '{tier}' (tiers: {', '.join(TIERS)})")
+    return tier
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A placement resolved against its mesh: plain Python, for passes and the SPMD interpreter."""
+
+    mesh: str
+    axis_sizes: dict[str, int]
+    splits: tuple[tuple[str, ...], ...]
+    partial: tuple[str, ...]
+    partial_kind: str
+
+    def shards(self, dim: int) -> int:
+        n = 1
+        for a in self.splits[dim]:
+            n *= self.axis_sizes[a]
+        return n
+
+    def local_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
+        return tuple(d // self.shards(i) for i, d in enumerate(shape))
+
+
+def place_of(t: Attribute) -> PlaceAttr | None:
+    if isinstance(t, TensorType) and isinstance(t.encoding, PlaceAttr):
+        return t.encoding
+    return None
+
+
+def find_mesh(anchor: Operation, name: str) -> MeshOp | None:
+    found = SymbolTable.lookup_symbol(anchor, name)
+    return found if isinstance(found, MeshOp) else None
+
+
+def placement_problem(t: Attribute, anchor: Operation) -> str | None:
+    """Why the placement in tensor type `t` is invalid (looked up from `anchor`), or None."""
+    place = place_of(t)
+    if place is None:
+        if isinstance(t, TensorType) and not isinstance(t.encoding, NoneAttr):
+            return f"unsupported tensor encoding {t.encoding} (use #lamina.place<...>)"
+        return None
+    if place.partial_kind.data not in PARTIAL_KINDS:
+        return f"partial kind must be sum or max, got '{place.partial_kind.data}'"
+    if place.tier_name is not None and place.tier_name not in TIERS:
+        return f"unknown memory tier '{place.tier_name}'"
+    if place.mesh_name is None:
+        return None
+    mesh = find_mesh(anchor, place.mesh_name)
+    if mesh is None:
+        return f"placement refers to unknown mesh @{place.mesh_name}"
+    assert isinstance(t, TensorType)
+    shape = tuple(t.get_shape())
+    splits = place.splits
+    if len(splits) != len(shape):
+        return (f"placement has {len(splits)} dimension entries for a rank-{len(shape)} tensor "
+                f"{t}")
+    sizes = mesh.axis_sizes
+    seen: set[str] = set()
+    for axis in [a for d in splits for a in d] + place.partial_axes:
+        if axis not in sizes:
+            return f"mesh @{place.mesh_name} has no axis '{axis}' (axes: {', '.join(sizes)})"
+        if axis in seen:
+            return f"mesh axis '{axis}' is used more than once in placement {place}"
+        seen.add(axis)
+    for d, axes in enumerate(splits):
+        n = 1
+        for a in axes:
+            n *= sizes[a]
+        if shape[d] % n:
+            return (f"dimension {d} of size {shape[d]} does not split evenly over "
+                    f"{' x '.join(axes)} ({n} shards)")
+    return None
+
+
+def resolve(t: Attribute, anchor: Operation) -> Placement | None:
+    """The `Placement` of a (verified) placed tensor type, or None if it is not on a mesh."""
+    place = place_of(t)
+    if place is None or place.mesh_name is None:
+        return None
+    mesh = find_mesh(anchor, place.mesh_name)
+    assert mesh is not None, "resolve() on an unverified placement"
+    return Placement(place.mesh_name, mesh.axis_sizes, tuple(tuple(d) for d in place.splits),
+                     tuple(place.partial_axes), place.partial_kind.data)
+
+
+def tier_of(t: Attribute) -> str | None:
+    place = place_of(t)
+    return place.tier_name if place is not None else None
+
