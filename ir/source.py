@@ -13,13 +13,16 @@ import sys
 
 from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error
 from lamina.ir.lamina import Lamina
+from lamina.ir.placement import placement_problem
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
 from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
-from xdsl.dialects.func import Func
-from xdsl.ir import Operation
+from xdsl.dialects.func import Func, FuncOp
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.parser import Parser
+from xdsl.parser.core import UnresolvedOperand
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
+from xdsl.utils.lexer import Span
 
 
 def make_context() -> Context:
@@ -40,6 +43,7 @@ class LocatedParser(Parser):
                  line_offset: int = 0) -> None:
         super().__init__(ctx, text, name)
         self.line_offset = line_offset
+        self.first_forward_use: dict[str, Span] = {}
 
     def parse_operation(self) -> Operation:
         start = self._current_token.span
@@ -49,6 +53,36 @@ class LocatedParser(Parser):
             op.location = FileLineColLoc(StringAttr(name), IntAttr(line + self.line_offset),
                                          IntAttr(col))
         return op
+
+    def resolve_operand(self, operand: UnresolvedOperand, type):  # type: ignore[override]
+        # Remember where a not-yet-defined value is first used, so "used but not defined"
+        # points at that use rather than at the end of the input.
+        name = operand.operand_name
+        if name not in self.ssa_values and name not in self.first_forward_use:
+            self.first_forward_use[name] = operand.span
+        return super().resolve_operand(operand, type)
+
+    def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        try:
+            return super().parse_module(allow_implicit_module)
+        except ParseError as e:
+            pending = [self.first_forward_use[n] for n in self.forward_ssa_references
+                       if n in self.first_forward_use]
+            if not e.msg.startswith("values used but not defined") or not pending:
+                raise
+            names = ", ".join("%" + n for n in self.forward_ssa_references)
+            raise ParseError(min(pending, key=lambda s: s.start),
+                             f"values used but not defined: [{names}]") from None
+
+    def _get_op_by_name(self, name: str):  # type: ignore[override]
+        # xDSL reports an unknown op at the token after its name; point at the name itself.
+        try:
+            return super()._get_op_by_name(name)
+        except ParseError as e:
+            start = self.lexer.input.content.rfind(name, 0, self._current_token.span.start)
+            if start < 0:
+                raise
+            raise ParseError(Span(start, start + len(name), self.lexer.input), e.msg) from None
 
 
 def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = None,
@@ -64,14 +98,48 @@ def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = N
 
 def verify(module: Operation) -> None:
     """Verify every op, innermost first; the first failure raises `LaminaError` at its op."""
+    positions: dict[Block, dict[Operation, int]] = {}
     for op in module.walk(reverse=False):
         try:
             op.verify(verify_nested_ops=False)
+            if isinstance(op, FuncOp):
+                for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
+                    if (problem := placement_problem(t, op)) is not None:
+                        raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
         except (VerifyException, DiagnosticException) as e:
             message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             if not message.startswith(op.name):
                 message = f"{op.name}: {message}"
             raise error_at(op, message) from None
+        for i, v in enumerate(op.operands):
+            if not _dominates(v, op, positions):
+                raise error_at(op, f"{op.name}: operand #{i} does not dominate this use")
+
+
+def _dominates(value: SSAValue, user: Operation, positions: dict[Block, dict[Operation, int]]) -> bool:
+    """Whether `value` is visible at `user`: defined earlier in `user`'s block or an enclosing one
+    (xDSL's verifier does not check this; Lamina regions are single-block SSA)."""
+    if isinstance(value, BlockArgument):
+        block, definer = value.block, None
+    elif isinstance(value, OpResult):
+        block, definer = value.op.parent_block(), value.op
+    else:
+        return True
+    if block is None:
+        return False
+    anchor: Operation | None = user
+    while anchor is not None and anchor.parent_block() is not block:
+        anchor = anchor.parent_op()
+    if anchor is None:
+        return False
+    if definer is None:
+        return True
+    if definer is anchor:
+        return False
+    index = positions.get(block)
+    if index is None:
+        index = positions[block] = {o: k for k, o in enumerate(block.ops)}
+    return index[definer] < index[anchor]
 
 
 def load(path: str, ctx: Context | None = None) -> ModuleOp:
