@@ -30,7 +30,7 @@ from lamina.backends.inputs import (
 )
 from lamina.backends.interface import find_entry, output_names
 from lamina.backends.numpy.runner import NumpyBackend
-from lamina.ir.diagnostics import LaminaError, report
+from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
 from lamina.passes.pipeline import build_pipeline, run_pipeline
@@ -39,7 +39,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # exit 1, one line, like every other error
-        raise LaminaError(f"{self.prog}: {message}")
+        raise UsageError(self.prog, message)
 
 
 def arg_parser() -> argparse.ArgumentParser:

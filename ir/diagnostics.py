@@ -46,6 +46,17 @@ class LaminaError(Exception):
         return self.render()
 
 
+class UsageError(LaminaError):
+    """A bad command line, reported the way argparse words it: `prog: error: message`."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+    def render(self) -> str:
+        return f"{self.prog}: error: {self.message}"
+
+
 def op_loc(op: Operation | None) -> SourceLoc | None:
     """The source position recorded for `op` (or its nearest located ancestor) while parsing."""
     while op is not None:

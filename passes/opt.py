@@ -16,9 +16,10 @@ import argparse
 import io
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from lamina.backends.inputs import write_text_atomic
-from lamina.ir.diagnostics import LaminaError, report
+from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from lamina.passes.registry import available_passes
@@ -42,6 +43,10 @@ class LaminaOptMain(xDSLOptMain):
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
+        # xDSLOptMain builds its parser itself; make its usage errors one-line diagnostics
+        # (`lamina-opt: error: ...`, exit 1) instead of argparse's usage block and exit 2.
+        arg_parser.prog = "lamina-opt"
+        arg_parser.error = _usage_error  # type: ignore[method-assign]
         arg_parser.add_argument("--explain", action="store_true",
                                 help="every Lamina pass explains its decisions on stderr")
 
@@ -87,6 +92,10 @@ class LaminaOptMain(xDSLOptMain):
         printer.print_op(module)
         buf.write("\n")
         return buf.getvalue()
+
+
+def _usage_error(message: str) -> NoReturn:
+    raise UsageError("lamina-opt", message)
 
 
 def read_source(name: str) -> str:
