@@ -44,6 +44,10 @@ def load_inputs(path: str, func: FuncOp) -> list[np.ndarray]:
     """Arrays for `func`'s arguments from an `.npz`, keyed by argument name (`x` for `%x`) or
     by position (`arg0`, `arg1`, ...)."""
     try:
+        # np.load also accepts .npy and pickle files (and says "pickled data" for any other
+        # bytes); an inputs file must be an .npz archive.
+        if os.path.isfile(path) and not zipfile.is_zipfile(path):
+            raise LaminaError(f"cannot read inputs '{path}': not an .npz archive")
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except FileNotFoundError:
@@ -67,10 +71,29 @@ def load_inputs(path: str, func: FuncOp) -> list[np.ndarray]:
     return out
 
 
+def _temp_beside(path: str, suffix: str) -> tuple[int, str]:
+    """A temporary file in `path`'s directory (so the final rename is atomic)."""
+    if os.path.isdir(path):
+        raise LaminaError(f"cannot write '{path}': Is a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".lamina-", suffix=suffix,
+                                   dir=os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        raise LaminaError(f"cannot write '{path}': {e.strerror}") from None
+    # mkstemp makes the file 0600; give it the mode a plain open() would (or the old file's).
+    try:
+        mode = os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    os.fchmod(fd, mode)
+    return fd, tmp
+
+
 def save_npz_atomic(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write `arrays` to `path` only once the whole file is written (temp file + rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".lamina-", suffix=".npz", dir=directory)
+    fd, tmp = _temp_beside(path, ".npz")
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -89,8 +112,7 @@ def write_text_atomic(path: str, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".lamina-", dir=directory)
+    fd, tmp = _temp_beside(path, "")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
