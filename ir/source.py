@@ -23,6 +23,7 @@ from xdsl.parser import Parser
 from xdsl.parser.core import UnresolvedOperand
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
+from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 
 def make_context() -> Context:
@@ -63,6 +64,10 @@ class LocatedParser(Parser):
         return super().resolve_operand(operand, type)
 
     def parse_module(self, allow_implicit_module: bool = True) -> ModuleOp:
+        if allow_implicit_module and self._current_token.kind == MLIRTokenKind.EOF:
+            # Empty input (or only comments, e.g. after a trailing `// -----`) is an empty
+            # module, as in mlir-opt; xDSL says "Could not parse entire input!".
+            return ModuleOp([])
         try:
             return super().parse_module(allow_implicit_module)
         except ParseError as e:
