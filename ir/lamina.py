@@ -20,7 +20,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 from lamina.ir.dtypes import element_name, to_storage
 from lamina.ir.optable import OPS, AttrKind, AttrSpec, OpInfo
-from lamina.ir.placement import MeshOp, PlaceAttr, placement_problem
+from lamina.ir.placement import MeshOp, PlaceAttr, placement_problem, sharding_problem
 from lamina.ir.shapes import ShapeError, TensorInfo, TensorLiteral
 from xdsl.dialects.builtin import (
     AnyTensorType,
@@ -212,6 +212,11 @@ class LaminaOp(IRDLOperation):
             raise VerifyException(
                 f"{name}: result type {declared} does not match the expected {expected}"
             )
+        slots = self.operand_slots()
+        problem = sharding_problem(self, self.info, [None if v is None else v.type for v in slots],
+                                   self.attr_values(), self.operand_infos(), declared)
+        if problem is not None:
+            raise VerifyException(problem if problem.startswith(name) else f"{name}: {problem}")
 
     # -- custom syntax --
     def print(self, printer: Printer) -> None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lamina.ir.optable import OpInfo
+from lamina.ir.sharding import ShardingError, Spec, infer
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
@@ -280,6 +282,37 @@ def resolve(t: Attribute, anchor: Operation) -> Placement | None:
     assert mesh is not None, "resolve() on an unverified placement"
     return Placement(place.mesh_name, mesh.axis_sizes, tuple(tuple(d) for d in place.splits),
                      tuple(place.partial_axes), place.partial_kind.data)
+
+
+def spec_of(t: Attribute) -> Spec | None:
+    """The mesh-free `Spec` of a tensor type placed on a mesh, or None."""
+    place = place_of(t)
+    if place is None or place.mesh_name is None:
+        return None
+    return Spec(tuple(tuple(d) for d in place.splits), tuple(place.partial_axes),
+                place.partial_kind.data)
+
+
+def sharding_problem(op: Operation, info: OpInfo, operand_types: Sequence[Attribute | None],
+                     attrs: dict, operand_infos: Sequence, result_info) -> str | None:
+    """Why a fully placed op breaks its sharding rule, or None (also None when not fully placed)."""
+    result_type = op.results[0].type
+    types = [t for t in operand_types if t is not None] + [result_type]
+    meshes = {p.mesh_name if p is not None else None for p in map(place_of, types)}
+    if None in meshes:
+        return None  # not (yet) fully placed: nothing to check
+    if len(meshes) > 1:
+        return f"operands and result are placed on different meshes: {sorted(meshes)}"
+    specs = [None if t is None else spec_of(t) for t in operand_types]
+    try:
+        expected = infer(info, operand_infos, specs, attrs, result_info)
+    except ShardingError as e:
+        return str(e)
+    got = spec_of(result_type)
+    if got != expected:
+        return f"result placement {got} does not follow the {info.sharding.value} rule, " \
+               f"which gives {expected}"
+    return None
 
 
 def tier_of(t: Attribute) -> str | None:
