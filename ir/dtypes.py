@@ -88,7 +88,7 @@ def round_bf16(a: np.ndarray) -> np.ndarray:
 
     NaN stays NaN; infinities stay infinite; values beyond bf16's range round to infinity.
     """
-    a32 = np.ascontiguousarray(a, dtype=np.float32)
+    a32 = np.asarray(a, dtype=np.float32, order="C")  # not ascontiguousarray: it makes rank 0 rank 1
     bits = a32.view(np.uint32)
     nan = np.isnan(a32)
     lsb = (bits >> np.uint32(16)) & np.uint32(1)
