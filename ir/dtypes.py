@@ -92,10 +92,10 @@ def round_bf16(a: np.ndarray) -> np.ndarray:
     bits = a32.view(np.uint32)
     nan = np.isnan(a32)
     lsb = (bits >> np.uint32(16)) & np.uint32(1)
-    rounded = (bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000)
+    rounded = np.asarray((bits + np.uint32(0x7FFF) + lsb) & np.uint32(0xFFFF0000))  # 0-d stays array
     out = rounded.view(np.float32)
     if nan.any():
-        out = np.where(nan, np.float32(np.nan), out)
+        out = np.asarray(np.where(nan, np.float32(np.nan), out))
     return out
 
 
