@@ -1,0 +1,32 @@
+"""Test setup: `tests/` on sys.path (so tests import `strategies.programs`) and Hypothesis profiles.
+
+Profiles (pick with the environment variable HYPOTHESIS_PROFILE, default "ci"):
+  ci        deadline=None, too_slow suppressed, max_examples=100
+  thorough  the same with max_examples=2000
+  dev       max_examples=20 (quick local iteration)
+
+Tests that need fewer or more examples than a normal test should scale with the profile instead of
+hard-coding a count: `@settings(max_examples=scaled(0.3))` with
+`from strategies import scaled` (30 under ci, 600 under thorough).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                     HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=100, **_COMMON)
+settings.register_profile("thorough", max_examples=2000, **_COMMON)
+settings.register_profile("dev", max_examples=20, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+from strategies import scaled  # noqa: E402,F401  (re-exported for tests)

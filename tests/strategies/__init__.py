@@ -1,0 +1,13 @@
+"""Reusable test-data generators for Lamina (see `strategies.programs`)."""
+
+from __future__ import annotations
+
+
+def scaled(factor: float, minimum: int = 5) -> int:
+    """`factor` times the active Hypothesis profile's max_examples (at least `minimum`).
+
+    Use as `@settings(max_examples=scaled(0.3))` so example counts follow HYPOTHESIS_PROFILE.
+    """
+    from hypothesis import settings
+
+    return max(minimum, int(settings.default.max_examples * factor))

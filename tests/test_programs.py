@@ -1,0 +1,180 @@
+"""Tests of the program generator itself (`strategies.programs`).
+
+Generated programs must parse and verify, print and re-parse to identical text in the custom and
+the generic form, and run on the NumPy interpreter with finite outputs; every family must really
+occur; `random_program_text` must make large valid programs quickly.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from io import StringIO
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.runner import run_function
+from lamina.ir.lamina import LaminaOp
+from lamina.ir.optable import OPS
+from lamina.ir.source import parse_text, verify
+from strategies import scaled
+from strategies.programs import (
+    ALL_FAMILIES,
+    FLOATS,
+    GeneratedProgram,
+    programs,
+    random_program,
+    random_program_text,
+)
+from xdsl.printer import Printer
+
+
+def _print(module, generic: bool = False) -> str:
+    out = StringIO()
+    Printer(stream=out, print_generic_format=generic).print_op(module)
+    return out.getvalue()
+
+
+def check_program(p: GeneratedProgram) -> None:
+    module = parse_text(p.text)
+    verify(module)
+    func = find_entry(module, "main")
+    n = sum(isinstance(op, LaminaOp) for op in func.body.block.ops)
+    assert n == p.n_ops
+    assert [(tuple(t.get_shape()), str(t.element_type)) for t in func.function_type.inputs.data] \
+        == [(s, d) for s, d in p.arg_types]
+    # custom form round trip
+    printed = _print(module)
+    again = parse_text(printed)
+    verify(again)
+    assert _print(again) == printed
+    # generic form round trip
+    generic = _print(module, generic=True)
+    from_generic = parse_text(generic)
+    verify(from_generic)
+    assert _print(from_generic) == printed
+    # runs with finite outputs
+    assert len(p.inputs) == len(p.arg_types)
+    for a, (shape, _) in zip(p.inputs, p.arg_types, strict=True):
+        assert a.shape == shape
+        if a.dtype.kind == "f":
+            assert np.isfinite(a).all()
+    res = run_function(func, p.inputs)
+    assert len(res.outputs) == len(func.function_type.outputs.data)
+    for o in res.outputs:
+        if o.dtype.kind == "f":
+            assert np.isfinite(o).all(), p.text
+
+
+@given(programs())
+def test_default_programs_are_valid(p: GeneratedProgram) -> None:
+    check_program(p)
+
+
+@settings(max_examples=scaled(0.5))
+@given(programs(dtypes=FLOATS, max_ops=20))
+def test_mixed_dtype_programs_are_valid(p: GeneratedProgram) -> None:
+    check_program(p)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+@settings(max_examples=scaled(0.2))
+@given(data=st.data())
+def test_single_family_programs_are_valid(family: str, data) -> None:
+    dtypes = data.draw(st.sampled_from(
+        [("f32",), ("f16",), ("bf16",), ("f64",), FLOATS]))
+    p = data.draw(programs(families=(family,), dtypes=dtypes, max_ops=8))
+    check_program(p)
+
+
+@settings(max_examples=scaled(0.2))
+@given(programs(max_rank=1, max_dim=2, max_outputs=1, min_ops=3, max_ops=6))
+def test_small_shape_programs_are_valid(p: GeneratedProgram) -> None:
+    check_program(p)
+    assert p.text.count("func.return") == 1
+
+
+@settings(max_examples=scaled(0.1))
+@given(programs(max_rank=0))
+def test_rank0_programs_are_valid(p: GeneratedProgram) -> None:
+    check_program(p)
+
+
+def test_results_include_last_value() -> None:
+    for seed in range(20):
+        text = random_program_text(seed, 10)
+        lines = text.splitlines()
+        last_name = lines[-3].split("=")[0].strip()
+        ret = lines[-2]
+        names = ret.split(":")[0].replace("func.return", "").split(",")
+        assert last_name in [n.strip() for n in names]
+        assert 1 <= len(names) <= 3
+
+
+# each family's characteristic ops/features, as they appear in the text
+FAMILY_MARKERS = {
+    "elementwise": [r"lamina\.(neg|abs|exp|log|tanh|sigmoid|relu|gelu|erf|sqrt|rsqrt|reciprocal) ",
+                    r"lamina\.cast "],
+    "broadcast": [r"lamina\.(add|sub|mul|div|max|min|pow) %\w+, %\w+ : \(tensor<(\d+x)*\w+>, "
+                  r"tensor<(\d+x)*\w+>\)", r"lamina\.broadcast_in_dim "],
+    "reduction": [r"lamina\.reduce_sum .*keepdims = true", r"lamina\.reduce_mean ",
+                  r"lamina\.reduce_max .*keepdims = false"],
+    "composite": [r"lamina\.layernorm %\w+ scale %\w+ bias", r"lamina\.layernorm %\w+ \{",
+                  r"lamina\.rmsnorm %\w+ scale", r"lamina\.rmsnorm %\w+ [:{]",
+                  r"lamina\.softmax "],
+    "matmul": [r"lamina\.matmul %\w+, %\w+ : \(tensor<\d+x\d+x\d+x"],
+    "layout": [r"lamina\.transpose ", r"lamina\.reshape ", r"lamina\.slice .*strides",
+               r"lamina\.slice ", r"lamina\.concat %\w+, %\w+"],
+    "dropout": [r"lamina\.dropout %\w+ seed %", r"lamina\.dropout %\w+ \{rate = [^}]*seed ="],
+    "constant": [r"lamina\.constant dense<\[", r"lamina\.constant dense<[-\d]"],
+    "select": [r"lamina\.select ", r"lamina\.(eq|ne|lt|le|gt|ge) %\w+, %\w+ : .*i(32|64|1)>"],
+}
+
+
+def test_every_family_occurs_over_fixed_seeds() -> None:
+    texts = [random_program_text(seed, 25, dtypes=FLOATS) for seed in range(60)]
+    for family in ALL_FAMILIES:
+        only = [random_program_text(seed, 12, families=(family,)) for seed in range(40)]
+        for marker in FAMILY_MARKERS[family]:
+            assert any(re.search(marker, t) for t in texts + only), (family, marker)
+    # all ops of the table appear, and args of rank 0 / operand broadcasting of rank 0 occur
+    allt = "\n".join(texts)
+    for name in OPS:
+        assert f"lamina.{name} " in allt, name
+    assert re.search(r"tensor<(f16|bf16|f32|f64)>", allt)
+    # values are used several times (DAG, not a chain)
+    uses = re.findall(r"(%\d+)[,\s]", "\n".join(line.split("=", 1)[-1]
+                                                  for line in texts[0].splitlines()))
+    assert max(uses.count(u) for u in set(uses)) >= 2
+
+
+def test_random_programs_run_finite_over_seeds() -> None:
+    for seed in range(30):
+        check_program(random_program(seed, 30, dtypes=FLOATS))
+
+
+def test_random_program_text_is_deterministic() -> None:
+    assert random_program_text(5, 100) == random_program_text(5, 100)
+    assert random_program_text(5, 100) != random_program_text(6, 100)
+
+
+def test_large_random_program_parses_and_verifies() -> None:
+    text = random_program_text(1, 2000, dtypes=FLOATS)
+    module = parse_text(text)
+    verify(module)
+    func = find_entry(module, None)
+    assert sum(isinstance(op, LaminaOp) for op in func.body.block.ops) == 2000
+
+
+def test_generation_is_fast_and_linear() -> None:
+    t0 = time.perf_counter()
+    random_program_text(3, 5000)
+    t1 = time.perf_counter()
+    text = random_program_text(3, 20000)
+    t2 = time.perf_counter()
+    assert text.count(" = lamina.") == 20000
+    assert t2 - t1 < 8.0
+    assert (t2 - t1) < 8 * (t1 - t0) + 0.5   # ~4x the ops: no quadratic blow-up
