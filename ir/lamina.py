@@ -19,6 +19,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 from lamina.ir.dtypes import element_name, to_storage
+from lamina.ir.fused import FusedOp, YieldOp
 from lamina.ir.optable import OPS, AttrKind, AttrSpec, OpInfo
 from lamina.ir.placement import MeshOp, PlaceAttr, placement_problem, sharding_problem
 from lamina.ir.shapes import ShapeError, TensorInfo, TensorLiteral
@@ -383,4 +384,4 @@ def is_lamina(op: Operation) -> bool:
     return isinstance(op, LaminaOp)
 
 
-Lamina = Dialect("lamina", [*OP_CLASSES.values(), MeshOp], [PlaceAttr])
+Lamina = Dialect("lamina", [*OP_CLASSES.values(), MeshOp, FusedOp, YieldOp], [PlaceAttr])

@@ -31,4 +31,5 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "canonicalize": _canonicalize,
         "cse": _cse,
         "dce": _dce,
+        "fuse-elementwise": lambda: __import__("lamina.passes.fuse_elementwise", fromlist=["_"]).FuseElementwise,
     }

@@ -1,0 +1,541 @@
+"""`fuse-elementwise`: group op-table ops into `lamina.fused` kernels.
+
+    -p 'fuse-elementwise{max-group-size=256 reduction-fusion=true explain=false}'
+
+Everything the pass knows about an op comes from the op table (`OpInfo.fusion`, its attribute specs
+and sharding rule); the pass keeps no list of op names.
+
+How groups are formed
+---------------------
+One walk over each function's ops in program (topological) order. Each op that may fuse starts as
+its own group and then tries to merge, operand by operand, with the groups of its producers
+(union-find; each merge is O(1) plus the checks below). Afterwards every group of two or more ops
+becomes one `lamina.fused` op, and the function body is re-ordered topologically once. No pattern
+is re-run to a fixpoint, so the pass is near-linear in the number of ops.
+
+Legality rule (when op `c` may join the group G of a producer `p`)
+-----------------------------------------------------------------
+1. Fusible classes. ELEMENTWISE and BROADCAST ops always may; a REDUCTION may only with
+   `reduction-fusion=true` and only if it is *row-wise*: it reduces a suffix of its input's dims
+   (reduce_* whose `axes` are the trailing k dims; composites whose `axis` starts the trailing
+   dims, i.e. they need every dim from `axis` on whole). OPAQUE (matmul), LAYOUT (transpose,
+   reshape, slice, concat) and ops outside the op table are boundaries: never fused, never crossed.
+   SOURCE ops (constants) are not group members; each group that uses a constant gets its own copy
+   inside its body (the only duplication the pass does; a constant costs no kernel), and the
+   original is erased when nothing else uses it.
+2. One iteration space per group. A group without reductions is a "loop" group over one domain D
+   (the shape every member produces). A group with reductions is a "row_reduction" group over
+   rows L and reduced dims T (every reduction in it has input shape L+T and reduces exactly T);
+   its members produce L+T ("full"), L+[1..1] ("row scalars", keepdims) or L ("row vectors").
+   Consumers use a row value only where the row index lines up: elementwise ops combine full and
+   row-scalar values, or row vectors with row vectors; a row vector reaches the full domain only
+   through broadcast_in_dim with broadcast_dimensions = 0..len(L)-1. A loop group over D joins a
+   row group when D is one of its three forms. So a prologue (elementwise ops before the
+   reduction on the same rows) and an epilogue (elementwise ops after it, on the reduced rows or
+   the row results) fuse with the reduction: layernorm(x) * g + b -> gelu -> dropout is one op.
+3. Broadcast prologues. An elementwise/broadcast op whose result is smaller than the group's
+   domain but broadcasts into it (a mask [T,T] used by [H,T,T] scores, a bias computed from
+   [D] vectors) may join when all its in-group operands are such ops too; it is computed once per
+   kernel, not per tile, so no work is repeated.
+4. Same placement. All operand and result types of the ops in a group carry the same
+   TensorType encoding (placement / memory tier); an op whose own types disagree stays alone.
+5. No cycles. Merging must not create a path that leaves the group and comes back
+   (G -> outside op -> c). Checked by a backward search from c's (and, when two groups merge, both
+   groups') outside producers, cut off at the group's first op position, bounded in effort
+   (when the bound is hit the merge is refused, which is always safe).
+6. Size. A group holds at most `max-group-size` ops (constants not counted).
+
+A fused op is left out when its group has a single op (fusion would save nothing), so running the
+pass twice changes nothing: `lamina.fused` ops are boundaries for the second run.
+
+With `explain=true` (or the driver's `--explain`) the pass reports every fusion and every kept
+boundary, one line each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lamina.ir.fused import FusedOp, YieldOp, make_body
+from lamina.ir.lamina import LaminaOp
+from lamina.ir.optable import Fusion, Sharding
+from lamina.passes.explain import ExplainLog, LaminaPass
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+_SEARCH_LIMIT = 4096
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def _encoding(t: Attribute) -> Attribute | None:
+    enc = getattr(t, "encoding", None)
+    return None if enc is None or type(enc).__name__ == "NoneAttr" else enc
+
+
+def _broadcasts_into(s: tuple[int, ...], d: tuple[int, ...]) -> bool:
+    if len(s) > len(d):
+        return False
+    return all(a == 1 or a == b for a, b in zip(reversed(s), reversed(d), strict=False))
+
+
+def row_split(op: LaminaOp) -> int | None:
+    """k when `op` is a row-wise reduction over its input's trailing k dims, else None."""
+    info = op.info
+    x = op.operand_slots()[0]
+    if x is None:
+        return None
+    rank = len(_shape(x))
+    attrs = op.attr_values()
+    if info.sharding == Sharding.REDUCTION and "axes" in attrs:
+        axes = sorted({a % rank for a in attrs["axes"]}) if rank else []
+        k = len(axes)
+        return k if axes == list(range(rank - k, rank)) else None
+    if "axis" in attrs:
+        if rank == 0:
+            return None
+        return rank - attrs["axis"] % rank
+    return None
+
+
+@dataclass
+class _Space:
+    """A group's iteration space: loop over `full`, or rows `lead` x reduced `trail`."""
+
+    lead: tuple[int, ...]
+    trail: tuple[int, ...] | None  # None: a loop group (lead is the whole domain)
+
+    @property
+    def rows(self) -> bool:
+        return self.trail is not None
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        return self.lead + (self.trail or ())
+
+    def form(self, s: tuple[int, ...]) -> str | None:
+        if self.trail is None:
+            return "full" if s == self.lead else None
+        if s == self.lead + self.trail:
+            return "full"
+        if s == self.lead + (1,) * len(self.trail):
+            return "rowscalar"
+        if s == self.lead:
+            return "rowvec"
+        return None
+
+    def __str__(self) -> str:
+        if self.trail is None:
+            return "loop over " + "x".join(map(str, self.lead))
+        return ("rows " + "x".join(map(str, self.lead)) + " reducing " +
+                "x".join(map(str, self.trail)))
+
+
+def _join(a: _Space, b: _Space) -> _Space | None:
+    if not a.rows and not b.rows:
+        return a if a.lead == b.lead else None
+    if a.rows and b.rows:
+        return a if (a.lead, a.trail) == (b.lead, b.trail) else None
+    r, lp = (a, b) if a.rows else (b, a)
+    return r if r.form(lp.lead) is not None else None
+
+
+@dataclass
+class _Group:
+    root: int
+    space: _Space
+    size: int
+    first: int           # position of the earliest member
+    encoding: Attribute | None
+
+
+class _Namer:
+    """Value names as in the source (`%x`), numbers in definition order otherwise."""
+
+    def __init__(self, func: FuncOp):
+        self.names: dict[SSAValue, str] = {}
+        n = 0
+        for a in func.body.block.args:
+            if a.name_hint is None:
+                self.names[a] = str(n)
+                n += 1
+        for op in func.body.block.ops:
+            for r in op.results:
+                if r.name_hint is None:
+                    self.names[r] = str(n)
+                    n += 1
+
+    def __call__(self, v: SSAValue) -> str:
+        return "%" + (v.name_hint if v.name_hint is not None else self.names.get(v, "?"))
+
+    def op(self, op: Operation) -> str:
+        if op.results:
+            return f"{self(op.results[0])} = {op.name}"
+        return op.name
+
+
+@dataclass(frozen=True)
+class FuseElementwise(LaminaPass):
+    """Fuse elementwise ops (and row-wise reductions with their prologue and epilogue)."""
+
+    name: ClassVar[str] = "fuse-elementwise"
+    max_group_size: int = 256
+    reduction_fusion: bool = True
+
+    def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
+        for op in list(module.walk()):
+            if isinstance(op, FuncOp) and op.body.blocks:
+                _FuncFusion(self, op, log).run()
+
+
+class _FuncFusion:
+    def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None):
+        self.opts = opts
+        self.func = func
+        self.log = log
+        self.block: Block = func.body.block
+        self.ops: list[Operation] = list(self.block.ops)
+        self.pos: dict[Operation, int] = {op: i for i, op in enumerate(self.ops)}
+        self.parent: list[int] = list(range(len(self.ops)))
+        self.groups: dict[int, _Group] = {}
+        self.hoisted: set[Operation] = set()
+        self.space_of: dict[Operation, _Space] = {}
+        self.name = _Namer(func) if log is not None else None
+
+    # -- union-find --
+    def find(self, i: int) -> int:
+        root = i
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[i] != root:
+            self.parent[i], i = root, self.parent[i]
+        return root
+
+    def group_of(self, op: Operation | None) -> _Group | None:
+        if op is None or op not in self.space_of:
+            return None
+        return self.groups.get(self.find(self.pos[op]))
+
+    def explain(self, op: Operation, msg: str) -> None:
+        if self.log is not None:
+            self.log.add(op, msg)
+
+    # -- classification --
+    def kind(self, op: Operation) -> tuple[str, str]:
+        """('fuse', '') / ('source', '') / ('boundary', reason)."""
+        if not isinstance(op, LaminaOp):
+            return "boundary", "is not an op-table op"
+        f = op.info.fusion
+        if f == Fusion.SOURCE:
+            return "source", ""
+        if f in (Fusion.ELEMENTWISE, Fusion.BROADCAST):
+            return "fuse", ""
+        if f == Fusion.REDUCTION:
+            if not self.opts.reduction_fusion:
+                return "boundary", "is a reduction and reduction-fusion=false"
+            if row_split(op) is None:
+                return "boundary", "is a reduction over non-trailing dims"
+            return "fuse", ""
+        if f == Fusion.OPAQUE:
+            return "boundary", "is opaque"
+        if f == Fusion.LAYOUT:
+            return "boundary", "is a layout op"
+        return "boundary", f"is {f.value}"
+
+    def own_space(self, op: LaminaOp) -> _Space:
+        if op.info.fusion == Fusion.REDUCTION:
+            k = row_split(op)
+            assert k is not None
+            s = _shape(op.operand_slots()[0])  # type: ignore[arg-type]
+            return _Space(s[: len(s) - k], s[len(s) - k:])
+        return _Space(_shape(op.results[0]), None)
+
+    def encoding_of(self, op: Operation) -> tuple[bool, Attribute | None]:
+        encs = {_encoding(v.type) for v in (*op.operands, *op.results)}
+        if len(encs) > 1:
+            return False, None
+        return True, next(iter(encs), None)
+
+    # -- the walk --
+    def run(self) -> None:
+        for op in self.ops:
+            kind, reason = self.kind(op)
+            if kind != "fuse":
+                continue
+            assert isinstance(op, LaminaOp)
+            ok, enc = self.encoding_of(op)
+            i = self.pos[op]
+            if not ok:
+                self.explain(op, f"not fused: {self.nm(op)} mixes placements/tiers in its types")
+                continue
+            space = self.own_space(op)
+            self.space_of[op] = space
+            self.groups[i] = _Group(i, space, 1, i, enc)
+            seen: set[int] = set()
+            for v in op.operands:
+                prod = v.owner if isinstance(v.owner, Operation) else None
+                if prod is None:
+                    continue
+                pk, preason = self.kind(prod)
+                if pk == "boundary":
+                    if prod.parent_block() is self.block:
+                        self.explain(op, f"not fused: {self.nm(prod)} {preason}")
+                    continue
+                if pk == "source":
+                    continue
+                g = self.group_of(prod)
+                if g is None:
+                    continue
+                mine = self.groups[self.find(i)]
+                if g.root == mine.root or g.root in seen:
+                    continue
+                seen.add(g.root)
+                why = self.try_merge(op, mine, g)
+                if why is None:
+                    self.explain(op, f"fused {self.nm(op)} with {self.nm(prod)} "
+                                     f"({self.groups[self.find(i)].space})")
+                else:
+                    self.explain(op, f"not fused with {self.nm(prod)}: {why}")
+        self.build()
+
+    def nm(self, op: Operation) -> str:
+        return self.name.op(op) if self.name is not None else op.name
+
+    def try_merge(self, op: LaminaOp, mine: _Group, other: _Group) -> str | None:
+        """Merge `other` (a producer's group) into `mine` (op's group), or say why not."""
+        if mine.encoding != other.encoding:
+            return "different placement/tier encodings"
+        if mine.size + other.size > self.opts.max_group_size:
+            return f"group would exceed max-group-size={self.opts.max_group_size}"
+        in_other = [v for v in op.operands
+                    if isinstance(v.owner, Operation) and v.owner in self.space_of
+                    and self.find(self.pos[v.owner]) == other.root]
+        space = _join(mine.space, other.space)
+        hoist_other = hoist_mine = False
+        if space is not None:
+            why = self.edges_ok(op, in_other, space)
+            if why is not None:
+                return why
+        else:
+            # broadcast prologue: the smaller group is computed once per kernel
+            full_m, full_o = mine.space.full, other.space.full
+            if (not other.space.rows and _broadcasts_into(full_o, full_m)
+                    and op.info.fusion == Fusion.ELEMENTWISE):
+                space, hoist_other = mine.space, True
+            elif (not mine.space.rows and mine.size == 1 and _broadcasts_into(full_m, full_o)
+                  and all(v.owner in self.hoisted for v in in_other)):
+                space, hoist_mine = other.space, True
+            else:
+                return f"different iteration spaces ({other.space} vs {mine.space})"
+        through = self.cycle(op, mine, other)
+        if through is not None:
+            return f"would create a cycle through {self.nm(through).split(' = ')[0]}"
+        # commit
+        if hoist_other:
+            self.mark_hoisted(other.root)
+        if hoist_mine:
+            self.mark_hoisted(mine.root)
+        keep, drop = (mine, other) if mine.root < other.root else (other, mine)
+        self.parent[drop.root] = keep.root
+        del self.groups[drop.root]
+        keep.space = space
+        keep.size = mine.size + other.size
+        keep.first = min(mine.first, other.first)
+        return None
+
+    def mark_hoisted(self, root: int) -> None:
+        for j in range(self.groups[root].first, len(self.ops)):
+            o = self.ops[j]
+            if o in self.space_of and self.find(j) == root:
+                self.hoisted.add(o)
+
+    def edges_ok(self, op: LaminaOp, internal: list[SSAValue], space: _Space) -> str | None:
+        out_form = space.form(_shape(op.results[0])) if op.info.fusion != Fusion.REDUCTION \
+            else "full"
+        for v in internal:
+            if v.owner in self.hoisted:
+                if op.info.fusion == Fusion.ELEMENTWISE:
+                    continue
+                return f"{self.name(v) if self.name else 'operand'} is computed once per kernel"
+            s = _shape(v)
+            f = space.form(s)
+            if op.info.fusion == Fusion.REDUCTION:
+                if f != "full":
+                    return "reduction input does not cover the group's rows"
+                continue
+            if out_form is None or f is None:
+                return f"{'x'.join(map(str, s)) or 'scalar'} does not fit {space}"
+            if op.info.fusion == Fusion.BROADCAST:
+                dims = list(op.attr_values().get("broadcast_dimensions", ()))
+                ok = (s == _shape(op.results[0]) and dims == list(range(len(s)))) or \
+                    (f == "rowvec" and space.rows and dims == list(range(len(space.lead)))) or \
+                    (f == "rowscalar" and out_form == "full" and dims == list(range(len(s))))
+                if not ok:
+                    return "broadcast_in_dim does not keep the rows in place"
+                continue
+            if (f == "rowvec") != (out_form == "rowvec"):
+                return "a row vector would broadcast along the reduced dims"
+        return None
+
+    def cycle(self, op: LaminaOp, mine: _Group, other: _Group) -> Operation | None:
+        """An outside op on a path other -> outside -> (mine or op), or mine -> outside -> other."""
+        roots = {mine.root, other.root}
+        lo = min(mine.first, other.first)
+        starts: list[Operation] = []
+        members = [op] if mine.size == 1 else self.members_after(lo, mine.root)
+        if other.size > 1 or mine.size > 1:
+            members += self.members_after(lo, other.root)
+        for m in members:
+            for v in m.operands:
+                p = v.owner
+                if isinstance(p, Operation) and p in self.pos and not self.in_roots(p, roots):
+                    starts.append(p)
+        seen: set[Operation] = set()
+        budget = _SEARCH_LIMIT
+        for s in starts:
+            stack = [s]
+            while stack:
+                u = stack.pop()
+                if u in seen or self.pos[u] < lo:
+                    continue
+                seen.add(u)
+                budget -= 1
+                if budget < 0:
+                    return s
+                for v in u.operands:
+                    p = v.owner
+                    if not isinstance(p, Operation) or p not in self.pos:
+                        continue
+                    if self.in_roots(p, roots):
+                        return s
+                    stack.append(p)
+        return None
+
+    def in_roots(self, p: Operation, roots: set[int]) -> bool:
+        return p in self.space_of and self.find(self.pos[p]) in roots
+
+    def members_after(self, lo: int, root: int) -> list[Operation]:
+        return [self.ops[j] for j in range(lo, len(self.ops))
+                if self.ops[j] in self.space_of and self.find(j) == root]
+
+    # -- building --
+    def build(self) -> None:
+        by_root: dict[int, list[Operation]] = {}
+        for op in self.ops:
+            if op in self.space_of:
+                by_root.setdefault(self.find(self.pos[op]), []).append(op)
+        fused_groups = {r: ms for r, ms in by_root.items() if len(ms) > 1}
+        if not fused_groups:
+            return
+        node: dict[Operation, int] = {}
+        for op in self.ops:
+            r = self.find(self.pos[op]) if op in self.space_of else -1
+            node[op] = r if r in fused_groups else -(self.pos[op] + 2)
+        # contracted graph, scheduled topologically, earliest original position first
+        import heapq
+
+        first: dict[int, int] = {}
+        for op in self.ops:
+            first.setdefault(node[op], self.pos[op])
+        succs: dict[int, set[int]] = {n: set() for n in first}
+        indeg: dict[int, int] = dict.fromkeys(first, 0)
+        term = self.block.last_op
+        for op in self.ops:
+            b = node[op]
+            for v in op.operands:
+                p = v.owner
+                if isinstance(p, Operation) and p in node:
+                    a = node[p]
+                    if a != b and b not in succs[a]:
+                        succs[a].add(b)
+                        indeg[b] += 1
+        heap = [(first[n], n) for n, d in indeg.items() if d == 0]
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            _, n = heapq.heappop(heap)
+            order.append(n)
+            for s in succs[n]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(heap, (first[s], s))
+        assert len(order) == len(first), "fuse-elementwise: cycle in the contracted graph"
+        new_ops: dict[int, Operation] = {}
+        for r, members in fused_groups.items():
+            new_ops[r] = self.make_fused(members)
+        for op in self.ops:
+            if op.parent is self.block:
+                op.detach()
+        for n in order:
+            if n >= 0:
+                self.block.add_op(new_ops[n])
+            else:
+                op = self.ops[-n - 2]
+                if op.parent is None and (node[op] < 0):
+                    self.block.add_op(op)
+        # the terminator must stay last
+        if term is not None and term.parent is self.block and self.block.last_op is not term:
+            term.detach()
+            self.block.add_op(term)
+        # constants no longer used by anyone
+        for op in self.ops:
+            if op.parent is self.block and op in self.pos and self.kind(op)[0] == "source" \
+                    and all(not r.uses for r in op.results):
+                op.detach()
+                op.erase()
+
+    def make_fused(self, members: list[Operation]) -> FusedOp:
+        mset = set(members)
+        inputs: list[SSAValue] = []
+        seen_in: set[SSAValue] = set()
+        consts: dict[Operation, list[SSAValue]] = {}
+        for m in members:
+            for v in m.operands:
+                p = v.owner
+                if isinstance(p, Operation) and p in mset:
+                    continue
+                if isinstance(p, Operation) and self.kind(p)[0] == "source" and p in self.pos:
+                    consts.setdefault(p, [])
+                    continue
+                if v not in seen_in:
+                    seen_in.add(v)
+                    inputs.append(v)
+        outputs: list[SSAValue] = []
+        for m in members:
+            for r in m.results:
+                if any(u.operation not in mset for u in r.uses):
+                    outputs.append(r)
+        region, body = make_body([v.type for v in inputs])
+        for a, v in zip(body.args, inputs, strict=True):
+            a.name_hint = v.name_hint
+            v.replace_uses_with_if(a, lambda u, ms=mset: u.operation in ms)
+        for c in consts:
+            clone = c.clone()
+            body.add_op(clone)
+            for old, new in zip(c.results, clone.results, strict=True):
+                old.replace_uses_with_if(new, lambda u, ms=mset: u.operation in ms)
+        for m in members:
+            m.detach()
+            body.add_op(m)
+        body.add_op(YieldOp(outputs))
+        kind = "row_reduction" if any(
+            isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION for m in members) \
+            else "loop"
+        fused = FusedOp(kind, inputs, [r.type for r in outputs], region)
+        fused.location = members[0].location
+        yield_op = body.last_op
+        for old, new in zip(outputs, fused.results, strict=True):
+            new.name_hint = old.name_hint
+            old.replace_uses_with_if(new, lambda u, y=yield_op: u.operation is not y
+                                     and u.operation.parent_op() is not fused)
+        if self.log is not None:
+            self.log.add(fused, f"group of {len(members)} ops -> lamina.fused \"{kind}\" with "
+                         f"{len(inputs)} inputs, {len(outputs)} outputs")
+        return fused
