@@ -1,1 +1,3 @@
 """The NumPy interpreter backend."""
+
+from lamina.backends.numpy import fused as _fused  # noqa: E402,F401  (registers lamina.fused)

@@ -1,0 +1,395 @@
+"""Running a `lamina.fused` op the way a fused kernel runs: tile by tile, the whole body per tile.
+
+The group's iteration space is split into rows L (all leading dims, flattened) and a tail T:
+- "row_reduction" groups: T are the dims their reductions reduce, so every tile holds whole rows;
+- "loop" groups: T is the shortest tail such that every input is either constant along the rows
+  or has the rows' full extent (so broadcast inputs like a bias [4096] are never materialized).
+
+Per tile, every body op runs on tile-sized arrays, preallocated once and reused for every tile:
+op-table ufunc formulas run in place (`out=`), everything else through the op's table kernel on
+the tile (reductions see their axes renumbered to the tile). Ops that do not vary along the rows
+(broadcasts of inputs, masks built from constants, ...) run once per kernel on whole arrays, and
+inputs are sliced per tile (a [rows, 1] value takes its rows; a [T] value is used whole).
+
+Position-dependent ops (dropout) receive the tile's place in the global tensor (`Call.block`), so
+masks are the global ones bit for bit; dropout's fast path draws bits with `rng.bits_for_range` for
+the tile's contiguous global index range. The optional in-place fast paths below are keyed on the
+op table's own kernel/formula objects and mirror their arithmetic order exactly; any op without one
+runs its table kernel, so correctness never depends on them.
+
+Statistics: one fused op is one kernel; its bytes are its inputs' plus its results' bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from lamina.backends.numpy.runner import RunStats, device_nbytes, register_op_runner
+from lamina.ir import rng
+from lamina.ir import semantics as sem
+from lamina.ir.dtypes import STORAGE
+from lamina.ir.fused import FusedOp
+from lamina.ir.lamina import LaminaOp, tensor_info
+from lamina.ir.optable import Fusion, Sharding
+from lamina.ir.semantics import Block, Call
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation, SSAValue
+
+# Target bytes of one tile-sized buffer (the whole body's live tiles should stay in L2).
+TILE_BYTES = 64 * 1024
+_NATIVE = {"f32": np.float32, "f64": np.float64}
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def _prod(s: tuple[int, ...]) -> int:
+    return math.prod(s)
+
+
+def _row_split(op: LaminaOp) -> int:
+    x = op.operand_slots()[0]
+    assert x is not None
+    rank = len(_shape(x))
+    attrs = op.attr_values()
+    if op.info.sharding == Sharding.REDUCTION and "axes" in attrs:
+        return len({a % rank for a in attrs["axes"]})
+    return rank - attrs["axis"] % rank
+
+
+@dataclass
+class _Step:
+    op: LaminaOp
+    tail: tuple[int, ...]                 # tile shape after the row dim
+    call: Call
+    sources: list[tuple[str, Any]]        # ("tile", value) / ("inv", array) / ("rows", 2d array)
+    fast: Callable[..., None] | None = None
+    buf: np.ndarray | None = None
+    out2d: np.ndarray | None = None       # the global result, when the value leaves the group
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _domain(op: LaminaOp) -> tuple[int, ...]:
+    if op.info.fusion == Fusion.REDUCTION:
+        x = op.operand_slots()[0]
+        assert x is not None
+        return _shape(x)
+    return _shape(op.results[0])
+
+
+def _reduction_attrs(op: LaminaOp, k: int) -> dict[str, Any]:
+    attrs = dict(op.attr_values())
+    if "axes" in attrs:
+        attrs["axes"] = tuple(range(1, k + 1))
+    if "axis" in attrs:
+        attrs["axis"] = 1
+    return attrs
+
+
+def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
+    assert isinstance(op, FusedOp)
+    block = op.body.block
+    body = [o for o in block.ops if o is not op.yield_op]
+    env: dict[SSAValue, np.ndarray] = {}
+    for a, x in zip(block.args, args, strict=True):
+        assert x is not None
+        env[a] = x
+
+    # the iteration space
+    reductions = [o for o in body if isinstance(o, LaminaOp) and o.info.fusion == Fusion.REDUCTION]
+    if reductions:
+        d = _domain(reductions[0])
+        k = _row_split(reductions[0])
+        lead, tail = d[: len(d) - k], d[len(d) - k:]
+    else:
+        d = np.broadcast_shapes(*(_shape(o.results[0]) for o in body))
+        n = len(d)
+        k = n
+        for cand in range(n + 1):
+            ok = True
+            for a in block.args:
+                s = (1,) * (n - len(_shape(a))) + _shape(a)
+                if len(s) != n:
+                    ok = False
+                    break
+                ls = s[: n - cand]
+                if not (all(x == 1 for x in ls) or ls == d[: n - cand]):
+                    ok = False
+                    break
+            if ok:
+                k = cand
+                break
+        lead, tail = tuple(d[: n - k]), tuple(d[n - k:])
+    nl = len(lead)
+    rows = _prod(lead)
+    forms = {lead + tail: "full", lead + (1,) * len(tail): "rowscalar", lead: "rowvec"}
+
+    def tail_of(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        f = forms.get(shape)
+        if f is None:
+            return None
+        return shape[nl:]
+
+    results_out = list(op.yield_op.values)
+    leaving = set(results_out)
+    tiled: set[SSAValue] = set()
+    steps: list[_Step] = []
+    whole_ops: list[LaminaOp] = []
+    with np.errstate(all="ignore"):
+        for o in body:
+            assert isinstance(o, LaminaOp)
+            slots = o.operand_slots()
+            any_tiled = any(v is not None and v in tiled for v in slots)
+            dom = _domain(o)
+            is_red = o.info.fusion == Fusion.REDUCTION
+            t = tail_of(dom)
+            if rows > 1 and t is not None and (is_red or any_tiled or (
+                    forms[dom] == "full" and o.info.fusion != Fusion.BROADCAST)):
+                tiled.add(o.results[0])
+                steps.append(_Step(o, _shape(o.results[0])[nl:], Call({}, [], tensor_info(
+                    o.results[0].type)), []))
+            else:
+                # whole: runs once per kernel
+                call = Call(o.attr_values(), o.operand_infos(), tensor_info(o.results[0].type))
+                env[o.results[0]] = o.info.kernel([None if v is None else env[v] for v in slots],
+                                                  call)
+                whole_ops.append(o)
+                steps.append(_Step(o, (), call, [("whole", None)]))
+
+        tile_rows = _choose_rows(rows, [s for s in steps if s.sources != [("whole", None)]])
+        # prepare the tiled steps
+        for st in steps:
+            if st.sources == [("whole", None)]:
+                continue
+            o = st.op
+            dom = _domain(o)
+            dom_tail = dom[nl:]
+            srcs: list[tuple[str, Any]] = []
+            for v in o.operand_slots():
+                if v is None:
+                    srcs.append(("none", None))
+                elif v in tiled:
+                    srcs.append(("tile", v))
+                else:
+                    w = env[v]
+                    if o.info.fusion == Fusion.BROADCAST:
+                        srcs.append(("whole", w))
+                        continue
+                    b = np.broadcast_to(w, (1,) * (len(dom) - w.ndim) + w.shape
+                                        if w.ndim <= len(dom) else w.shape)
+                    b = np.broadcast_to(b, dom)
+                    if all(s == 0 for s in b.strides[:nl]):
+                        srcs.append(("inv", b[(0,) * nl + (Ellipsis,)]))
+                    else:
+                        srcs.append(("rows", b.reshape((rows,) + dom_tail)))
+            st.sources = srcs
+            infos = o.operand_infos()
+            attrs = _reduction_attrs(o, len(tail)) if o.info.fusion == Fusion.REDUCTION \
+                else o.attr_values()
+            st.call = Call(attrs, infos, tensor_info(o.results[0].type))
+            st.fast = _fast_path(o, infos, st.call)
+            res = o.results[0]
+            dt = STORAGE[st.call.result.dtype]
+            if res in leaving:
+                st.out2d = np.empty((rows,) + st.tail, dtype=dt)
+            st.buf = np.empty((tile_rows,) + st.tail, dtype=dt)
+
+        # the tile loop
+        if any(st.sources != [("whole", None)] for st in steps):
+            tenv: dict[SSAValue, np.ndarray] = {}
+            r0 = 0
+            while r0 < rows:
+                r1 = min(rows, r0 + tile_rows)
+                tr = r1 - r0
+                for st in steps:
+                    if st.sources == [("whole", None)]:
+                        continue
+                    o = st.op
+                    xs: list[np.ndarray | None] = []
+                    for kind, src in st.sources:
+                        if kind == "tile":
+                            xs.append(tenv[src])
+                        elif kind == "rows":
+                            xs.append(src[r0:r1])
+                        elif kind == "none":
+                            xs.append(None)
+                        else:
+                            xs.append(src)
+                    out = st.out2d[r0:r1] if st.out2d is not None else st.buf[:tr]
+                    if st.fast is not None:
+                        st.fast(xs, out, r0, tr)
+                    else:
+                        out[...] = _generic(o, st, xs, r0, tr, rows, nl)
+                    tenv[o.results[0]] = out
+                r0 = r1
+
+    # results
+    outs: list[np.ndarray] = []
+    for v in results_out:
+        if v in tiled:
+            st = next(s for s in steps if s.op.results[0] is v)
+            assert st.out2d is not None
+            outs.append(st.out2d.reshape(_shape(v)))
+        else:
+            outs.append(env[v])
+    stats.kernels += 1
+    stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
+                                for a, v in zip(args, op.inputs, strict=True) if a is not None)
+    stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
+                                for a, v in zip(outs, op.outputs, strict=True))
+    for o in body:
+        if isinstance(o, LaminaOp):
+            stats.flops += o.info.flops(o.operand_infos(), tensor_info(o.results[0].type),
+                                        o.attr_values())
+    stats.extra["fused_ops_executed"] = stats.extra.get("fused_ops_executed", 0) + len(body)
+    return outs
+
+
+def _choose_rows(rows: int, steps: list[_Step]) -> int:
+    widest = max((_prod(st.op.results[0].type.get_shape()) // max(rows, 1)  # type: ignore
+                  for st in steps), default=1)
+    per_row = max(1, widest) * 4
+    return max(1, min(rows, TILE_BYTES // per_row))
+
+
+def _generic(o: LaminaOp, st: _Step, xs: list[np.ndarray | None], r0: int, tr: int,
+             rows: int, nl: int) -> np.ndarray:
+    call = st.call
+    tile_shape = (tr,) + st.tail
+    if o.info.fusion != Fusion.REDUCTION:
+        if o.info.fusion == Fusion.BROADCAST:
+            x = xs[0]
+            assert x is not None
+            if x.ndim == 1 and len(tile_shape) > 1 and x.shape[0] == tr:  # a row vector
+                x = x.reshape((tr,) + (1,) * (len(tile_shape) - 1))
+            return np.broadcast_to(x, tile_shape)
+        # position-dependent kernels see where the tile sits in the global tensor
+        if xs and xs[0] is not None and _shape(o.operand_slots()[0]) == _shape(o.results[0]):  # type: ignore[arg-type]
+            xs = [np.broadcast_to(xs[0], tile_shape)] + xs[1:]
+        call = Call(call.attrs, call.operands, call.result,
+                    Block((rows,) + st.tail, (r0,) + (0,) * len(st.tail)))
+    return o.info.kernel(xs, call)
+
+
+# ---- optional in-place versions of table kernels (f32 / f64 only, same arithmetic order) -------
+
+def _fast_path(o: LaminaOp, infos: list, call: Call) -> Callable[..., None] | None:
+    info = o.info
+    dts = {t.dtype for t in infos if t is not None}
+    res = call.result.dtype
+    if len(dts) != 1:
+        return None
+    (dt,) = dts
+    if dt not in _NATIVE:
+        return None
+    ew = info.ew
+    if isinstance(ew, np.ufunc) and info.fusion == Fusion.ELEMENTWISE and (res == dt or
+                                                                           res == "i1"):
+        def ufunc(xs: list, out: np.ndarray, r0: int, tr: int, fn: np.ufunc = ew) -> None:
+            fn(*xs, out=out)
+
+        return ufunc
+    if info.kernel is sem.dropout_kernel and res == dt and all(t is None for t in infos[1:]) \
+            and call.attrs.get("seed") is not None:
+        return _dropout_fast(call, np.dtype(_NATIVE[dt]))
+    if ew is sem.UNARY.get("gelu") and res == dt and call.attrs.get("approximate") == "tanh":
+        return _gelu_tanh_fast(np.dtype(_NATIVE[dt]))
+    if info.kernel is sem.layernorm_kernel and res == dt:
+        return _layernorm_fast(call, np.dtype(_NATIVE[dt]))
+    return None
+
+
+def _dropout_fast(call: Call, dtype: np.dtype) -> Callable[..., None]:
+    seed = int(call.attrs["seed"])
+    rate = float(call.attrs["rate"])
+    thr = np.uint32(rng.threshold(rate))
+    scale = dtype.type(1.0 / (1.0 - rate))
+    zero = dtype.type(0)
+    scratch: dict[str, np.ndarray] = {}
+
+    def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
+        x = xs[0]
+        np.multiply(x, scale, out=out)
+        if rate <= 0:
+            return
+        inner = out.size // max(tr, 1)
+        bits = rng.bits_for_range(seed, r0 * inner, out.size).reshape(out.shape)
+        drop = scratch.get("drop")
+        if drop is None or drop.size < out.size:
+            drop = scratch["drop"] = np.empty(out.size, dtype=bool)
+        d = drop[: out.size].reshape(out.shape)
+        np.less(bits, thr, out=d)
+        np.copyto(out, zero, where=d)
+
+    return run
+
+
+def _gelu_tanh_fast(dtype: np.dtype) -> Callable[..., None]:
+    c = dtype.type
+    k0, k1 = c(math.sqrt(2.0 / math.pi)), c(0.044715)
+    half, one = c(0.5), c(1.0)
+    scratch: dict[str, np.ndarray] = {}
+
+    def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
+        x = np.broadcast_to(xs[0], out.shape)
+        t = scratch.get("t")
+        if t is None or t.size < out.size:
+            t = scratch["t"] = np.empty(out.size, dtype=dtype)
+        t = t[: out.size].reshape(out.shape)
+        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x))), left to right
+        np.multiply(k1, x, out=t)
+        np.multiply(t, x, out=t)
+        np.multiply(t, x, out=t)
+        np.add(x, t, out=t)
+        np.multiply(k0, t, out=t)
+        np.tanh(t, out=t)
+        np.add(one, t, out=t)
+        np.multiply(half, x, out=out)
+        np.multiply(out, t, out=out)
+
+    return run
+
+
+def _layernorm_fast(call: Call, dtype: np.dtype) -> Callable[..., None]:
+    eps = dtype.type(call.attrs["eps"])
+    scratch: dict[str, np.ndarray] = {}
+
+    def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
+        x, scale, bias = (list(xs) + [None, None])[:3]
+        axes = tuple(range(1, out.ndim))
+        n = _prod(out.shape[1:])
+        stat_shape = (out.shape[0],) + (1,) * (out.ndim - 1)
+        m = scratch.get("m")
+        if m is None or m.shape[0] < out.shape[0]:
+            m = scratch["m"] = np.empty(stat_shape, dtype=dtype)
+            scratch["v"] = np.empty(stat_shape, dtype=dtype)
+            scratch["c"] = np.empty(out.shape, dtype=dtype)
+        m = m[: out.shape[0]]
+        v = scratch["v"][: out.shape[0]]
+        c = scratch["c"][: out.shape[0]]
+        # mean = x.mean(axes, keepdims); c = x - mean; var = (c*c).mean; y = c / sqrt(var + eps)
+        np.add.reduce(x, axis=axes, keepdims=True, out=m)
+        np.true_divide(m, n, out=m)
+        np.subtract(x, m, out=c)
+        np.multiply(c, c, out=out)
+        np.add.reduce(out, axis=axes, keepdims=True, out=v)
+        np.true_divide(v, n, out=v)
+        np.add(v, eps, out=v)
+        np.sqrt(v, out=v)
+        np.divide(c, v, out=out)
+        if scale is not None:
+            np.multiply(out, scale, out=out)
+        if bias is not None:
+            np.add(out, bias, out=out)
+
+    return run
+
+
+register_op_runner(FusedOp, run_fused)
