@@ -30,6 +30,18 @@ func.func @layernorm_multi_axis(%x: tensor<2x3x4xbf16>, %g: tensor<3x4xbf16>, %b
 // CHECK-NEXT:  func.return %0 : tensor<2x3x4xbf16>
 // CHECK-NEXT:  }
 
+// rank-1 operand: scale, bias and result share one type, so the single-type form is used
+func.func @layernorm_rank1(%x: tensor<8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %0 = lamina.layernorm %x scale %g bias %b : tensor<8xf32>
+  %1 = lamina.rmsnorm %x scale %g {eps = 1.000000e-06 : f64} : tensor<8xf32>
+  func.return %0, %1 : tensor<8xf32>, tensor<8xf32>
+}
+// CHECK-LABEL: func.func @layernorm_rank1(%x: tensor<8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+// CHECK-NEXT:  %0 = lamina.layernorm %x scale %g bias %b : tensor<8xf32>
+// CHECK-NEXT:  %1 = lamina.rmsnorm %x scale %g {eps = 1.000000e-06 : f64} : tensor<8xf32>
+// CHECK-NEXT:  func.return %0, %1 : tensor<8xf32>, tensor<8xf32>
+// CHECK-NEXT:  }
+
 func.func @layernorm_keyword_order(%x: tensor<4x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
   %0 = lamina.layernorm %x bias %b scale %g : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
   func.return %0 : tensor<4x8xf32>
