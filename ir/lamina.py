@@ -196,6 +196,12 @@ class LaminaOp(IRDLOperation):
         for v in (*self.operands, *self.results):
             if (problem := _type_problem(v.type) or placement_problem(v.type, self)) is not None:
                 raise VerifyException(f"{name}: {problem}")
+        known = {a.name for a in self.info.attrs}
+        for key in (*self.properties, *self.attributes):
+            if key not in known and key != SEGMENTS and "." not in key:
+                raise VerifyException(
+                    f"{name} has no attribute '{key}' (it takes: {', '.join(sorted(known)) or 'none'}; "
+                    "other attributes must be dialect-prefixed, e.g. 'mytool.tag')")
         for spec in self.info.attrs:
             attr = self.properties.get(spec.name)
             if attr is None:
@@ -260,9 +266,11 @@ class LaminaOp(IRDLOperation):
     def parse(cls, parser: Parser) -> LaminaOp:
         info = cls.INFO
         if info.name == "constant":
+            start = parser.pos
             value = parser.parse_attribute()
             if not isinstance(value, DenseIntOrFPElementsAttr):
-                parser.raise_error(f"lamina.constant expects a dense<...> literal, got {value}")
+                parser.raise_error(f"lamina.constant expects a dense<...> literal, got {value}",
+                                   at_position=start, end_position=parser.pos)
             return cls.build(properties={"value": value}, result_types=[value.get_type()])
         pos = parser.pos
         positional: list[UnresolvedOperand] = []
@@ -323,11 +331,13 @@ class LaminaOp(IRDLOperation):
                 groups.append(next(it))
         known = {a.name for a in info.attrs}
         props = {k: v for k, v in attrs.items() if k in known}
-        extra = {k: v for k, v in attrs.items() if k not in known}
-        for k in extra:
-            parser.raise_error(f"{info.full_name} has no attribute '{k}' (it takes: "
-                               f"{', '.join(sorted(known)) or 'none'})", at_position=pos)
-        return cls.build(operands=groups, properties=props, result_types=[result])
+        discardable = {k: v for k, v in attrs.items() if k not in known}
+        for k in discardable:
+            if "." not in k:
+                parser.raise_error(f"{info.full_name} has no attribute '{k}' (it takes: "
+                                   f"{', '.join(sorted(known)) or 'none'})", at_position=pos)
+        return cls.build(operands=groups, properties=props, attributes=discardable,
+                         result_types=[result])
 
 
 def _make_op(info: OpInfo) -> type[LaminaOp]:

@@ -165,7 +165,7 @@ def normalization(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorIn
     if x.rank == 0:
         raise ShapeError("operand must have rank >= 1")
     axis = _axis(attrs["axis"], x.rank)
-    if attrs["eps"] < 0:
+    if not attrs["eps"] >= 0:  # also rejects NaN
         raise ShapeError(f"eps must be >= 0, got {attrs['eps']}")
     norm_shape = x.shape[axis:]
     for name, t in zip(("scale", "bias"), ops[1:], strict=False):

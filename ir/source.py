@@ -8,7 +8,9 @@ clones and rewrites keep), and `verify` runs each op's verifier itself to know w
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import re
 import sys
 
 from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error
@@ -45,15 +47,26 @@ class LocatedParser(Parser):
         super().__init__(ctx, text, name)
         self.line_offset = line_offset
         self.first_forward_use: dict[str, Span] = {}
+        self._line_starts: list[int] | None = None
 
     def parse_operation(self) -> Operation:
-        start = self._current_token.span
+        start = self._current_token.span.start
         op = super().parse_operation()
         if isinstance(op.location, UnknownLoc):
-            name, line, col = start.get_location()
-            op.location = FileLineColLoc(StringAttr(name), IntAttr(line + self.line_offset),
-                                         IntAttr(col))
+            line, col = self._line_col(start)
+            op.location = FileLineColLoc(StringAttr(self.lexer.input.name),
+                                         IntAttr(line + self.line_offset), IntAttr(col))
         return op
+
+    def _line_col(self, pos: int) -> tuple[int, int]:
+        # `Span.get_location` counts the newlines from the start of the input on every call,
+        # which made parsing quadratic in the program size; index the line starts once.
+        if self._line_starts is None:
+            content = self.lexer.input.content
+            newline = "\n" if isinstance(content, str) else b"\n"
+            self._line_starts = [0, *(m.end() for m in re.finditer(newline, content))]
+        line = bisect.bisect_right(self._line_starts, pos)
+        return line, pos - self._line_starts[line - 1] + 1
 
     def resolve_operand(self, operand: UnresolvedOperand, type):  # type: ignore[override]
         # Remember where a not-yet-defined value is first used, so "used but not defined"
@@ -112,7 +125,9 @@ def verify(module: Operation) -> None:
                     if (problem := placement_problem(t, op)) is not None:
                         raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
         except (VerifyException, DiagnosticException) as e:
-            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            # xDSL puts the reason on the lines after "operand 'x' ... does not verify:"
+            message = " ".join(line.strip() for line in str(e).strip().splitlines()) \
+                or type(e).__name__
             if not message.startswith(op.name):
                 message = f"{op.name}: {message}"
             raise error_at(op, message) from None

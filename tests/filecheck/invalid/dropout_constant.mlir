@@ -82,10 +82,9 @@ func.func @dropout_result(%x: tensor<4xf32>) -> tensor<4xf16> {
 
 // -----
 
-// a constant's value must be a dense literal. Both errors are reported at the token after the
-// literal (the next line), not at the literal itself: see the report on lamina.constant's parser.
+// a constant's value must be a dense literal; the error points at the literal.
 func.func @constant_not_dense() -> tensor<f32> {
-  // CHECK: {{.*}}dropout_constant.mlir:[[# @LINE + 2]]:3: error: lamina.constant expects a dense<...> literal, got 1.000000e+00 : f32
+  // CHECK: {{.*}}dropout_constant.mlir:[[# @LINE + 1]]:24: error: lamina.constant expects a dense<...> literal, got 1.000000e+00 : f32
   %0 = lamina.constant 1.000000e+00 : f32
   func.return %0 : tensor<f32>
 }
