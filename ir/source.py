@@ -125,7 +125,9 @@ def verify(module: Operation) -> None:
                     if (problem := placement_problem(t, op)) is not None:
                         raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
         except (VerifyException, DiagnosticException) as e:
-            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            # xDSL puts the reason on the lines after "operand 'x' ... does not verify:"
+            message = " ".join(line.strip() for line in str(e).strip().splitlines()) \
+                or type(e).__name__
             if not message.startswith(op.name):
                 message = f"{op.name}: {message}"
             raise error_at(op, message) from None
