@@ -151,7 +151,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
             is_red = o.info.fusion == Fusion.REDUCTION
             t = tail_of(dom)
             if rows > 1 and t is not None and (is_red or any_tiled or (
-                    forms[dom] == "full" and o.info.fusion != Fusion.BROADCAST)):
+                    forms[dom] == "full" and o.info.fusion == Fusion.ELEMENTWISE)):
                 tiled.add(o.results[0])
                 steps.append(_Step(o, _shape(o.results[0])[nl:], Call({}, [], tensor_info(
                     o.results[0].type)), []))
@@ -179,7 +179,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
                     srcs.append(("tile", v))
                 else:
                     w = env[v]
-                    if o.info.fusion == Fusion.BROADCAST:
+                    if o.info.fusion == Fusion.BROADCAST or w.ndim == 0:
                         srcs.append(("whole", w))
                         continue
                     b = np.broadcast_to(w, (1,) * (len(dom) - w.ndim) + w.shape

@@ -1,0 +1,247 @@
+"""fuse-elementwise: the pass (legality, explain, idempotence) and fused execution (tiled == unfused)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from strategies import scaled
+from strategies.programs import programs
+
+import lamina.backends.numpy.fused as fused_exec
+from lamina.backends.compare import compare
+from lamina.backends.inputs import random_inputs
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.runner import run_function
+from lamina.ir.dtypes import tensor_dtype
+from lamina.ir.fused import FUSION_KINDS, FusedOp
+from lamina.ir.lamina import LaminaOp
+from lamina.ir.source import make_context, parse_text, verify
+from lamina.passes.explain import ExplainLog
+from lamina.passes.fuse_elementwise import FuseElementwise
+from lamina.passes.pipeline import build_pipeline, run_pipeline
+
+SEED = """
+func.func @f(%x: tensor<16x64xf32>, %gamma: tensor<64xf32>, %beta: tensor<64xf32>) -> tensor<16x64xf32> {
+  %ln = lamina.layernorm %x {axis = -1 : i64, eps = 1.000000e-05 : f64} : tensor<16x64xf32>
+  %scaled = lamina.mul %ln, %gamma : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  %shifted = lamina.add %scaled, %beta : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  %act = lamina.gelu %shifted {approximate = "tanh"} : tensor<16x64xf32>
+  %y = lamina.dropout %act {rate = 1.000000e-01 : f64, seed = 42 : i64} : tensor<16x64xf32>
+  func.return %y : tensor<16x64xf32>
+}
+"""
+
+CYCLE = """
+func.func @f(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %a = lamina.exp %x : tensor<8x8xf32>
+  %m = lamina.matmul %a, %w : tensor<8x8xf32>
+  %b = lamina.add %a, %m : tensor<8x8xf32>
+  func.return %b : tensor<8x8xf32>
+}
+"""
+
+MULTI = """
+func.func @f(%x: tensor<8x16xf32>, %y: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>) {
+  %a = lamina.exp %x : tensor<8x16xf32>
+  %b = lamina.mul %a, %y : tensor<8x16xf32>
+  %c = lamina.tanh %a : tensor<8x16xf32>
+  %d = lamina.add %b, %c : tensor<8x16xf32>
+  %e = lamina.neg %d : tensor<8x16xf32>
+  func.return %a, %e : tensor<8x16xf32>, tensor<8x16xf32>
+}
+"""
+
+
+def parse(text: str):
+    ctx = make_context()
+    m = parse_text(text, "t.mlir", ctx)
+    verify(m)
+    return ctx, m
+
+
+def fuse(text: str, spec: str = "fuse-elementwise"):
+    ctx, m = parse(text)
+    run_pipeline(ctx, m, build_pipeline(spec))
+    return m
+
+
+def fused_ops(m) -> list[FusedOp]:
+    return [op for op in m.walk() if isinstance(op, FusedOp)]
+
+
+def run(m, inputs, entry=None):
+    return run_function(find_entry(m, entry), inputs)
+
+
+@pytest.fixture
+def tiny_tiles(monkeypatch):
+    """Tiles of one or two rows, so small programs exercise the tile loop and its slicing."""
+    monkeypatch.setattr(fused_exec, "TILE_BYTES", 64)
+
+
+def check_same(text: str, spec: str = "fuse-elementwise", seed: int = 0):
+    ctx, ref = parse(text)
+    m = fuse(text, spec)
+    func = find_entry(ref, None)
+    inputs = random_inputs(func, seed)
+    a = run(ref, inputs)
+    b = run(m, inputs)
+    for i, (x, y, t) in enumerate(zip(b.outputs, a.outputs, func.function_type.outputs.data,
+                                      strict=True)):
+        d = compare(f"out{i}", tensor_dtype(t), x, y)
+        assert d.ok, d.line()
+    return a, b, m
+
+
+def test_seed_example_is_one_kernel(tiny_tiles):
+    a, b, m = check_same(SEED)
+    (f,) = fused_ops(m)
+    assert f.fusion_kind == "row_reduction"
+    assert len(list(f.body.block.ops)) == 6
+    assert a.stats["kernels"] == 5 and b.stats["kernels"] == 1
+    assert np.array_equal(a.outputs[0], b.outputs[0])  # same arithmetic order: bit for bit
+
+
+def test_fused_ir_round_trips_and_keeps_locations():
+    m = fuse(SEED)
+    text = str(m)
+    ctx, m2 = parse(text)
+    assert str(m2) == text
+    (f,) = fused_ops(m)
+    inner = [op for op in f.body.block.ops if isinstance(op, LaminaOp)]
+    assert [op.location.line.data for op in inner] == [3, 4, 5, 6, 7]
+
+
+def test_reduction_fusion_off_gives_more_kernels():
+    _, on, _ = check_same(SEED)
+    _, off, m = check_same(SEED, "fuse-elementwise{reduction-fusion=false}")
+    assert off.stats["kernels"] == 2 > on.stats["kernels"] == 1
+    (f,) = fused_ops(m)
+    assert f.fusion_kind == "loop"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_max_group_size(n):
+    m = fuse(MULTI, f"fuse-elementwise{{max-group-size={n}}}")
+    for f in fused_ops(m):
+        assert len([o for o in f.body.block.ops if isinstance(o, LaminaOp)]) <= n
+    check_same(MULTI, f"fuse-elementwise{{max-group-size={n}}}")
+
+
+def test_multi_output_and_diamond(tiny_tiles):
+    _, b, m = check_same(MULTI)
+    (f,) = fused_ops(m)
+    assert len(f.outputs) == 2 and b.stats["kernels"] == 1
+
+
+def test_no_cycle_through_matmul():
+    ctx, m = parse(CYCLE)
+    log = ExplainLog("fuse-elementwise")
+    FuseElementwise().run(ctx, m, log)
+    verify(m)
+    assert fused_ops(m) == []  # exp and add may not fuse: add uses exp both directly and via matmul
+    assert any("would create a cycle through %m" in line for line in log.lines), log.lines
+    assert any("not fused: %m = lamina.matmul is opaque" in line for line in log.lines)
+    check_same(CYCLE)
+
+
+def test_explain_lines_carry_locations():
+    ctx, m = parse(SEED)
+    log = ExplainLog("fuse-elementwise")
+    FuseElementwise().run(ctx, m, log)
+    assert "[fuse-elementwise] t.mlir:4:3: fused %scaled = lamina.mul with %ln = " \
+           "lamina.layernorm (rows 16 reducing 64)" in log.lines
+    assert any('lamina.fused "row_reduction"' in line for line in log.lines)
+
+
+def test_encoding_boundary():
+    text = """
+lamina.mesh @m [d = 2]
+func.func @f(%x: tensor<8x4xf32, #lamina.place<tier = hbm>>, %y: tensor<8x4xf32>) -> tensor<8x4xf32> {
+  %a = lamina.exp %x : tensor<8x4xf32, #lamina.place<tier = hbm>>
+  %b = lamina.cast %a : (tensor<8x4xf32, #lamina.place<tier = hbm>>) -> tensor<8x4xf32>
+  %c = lamina.exp %y : tensor<8x4xf32>
+  %d = lamina.add %b, %c : tensor<8x4xf32>
+  func.return %d : tensor<8x4xf32>
+}
+"""
+    try:
+        m = fuse(text)
+    except Exception as e:  # placement syntax not available in this checkout
+        pytest.skip(f"placement encodings unavailable: {e}")
+    for f in fused_ops(m):
+        encs = {str(getattr(v.type, "encoding", None)) for o in f.body.block.ops
+                for v in (*o.operands, *o.results)}
+        assert len(encs) == 1
+
+
+def test_verifier_rejects_opaque_body():
+    bad = """
+func.func @f(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %r = lamina.fused "loop" (%a = %x) : (tensor<4x4xf32>) -> tensor<4x4xf32> {
+    %m = lamina.matmul %a, %a : tensor<4x4xf32>
+    lamina.yield %m : tensor<4x4xf32>
+  }
+  func.return %r : tensor<4x4xf32>
+}
+"""
+    ctx = make_context()
+    m = parse_text(bad, "bad.mlir", ctx)
+    with pytest.raises(Exception, match="opaque"):
+        verify(m)
+
+
+def test_large_tiles_match_whole_array(monkeypatch):
+    """Enough rows for several real tiles (default tile size), exact against the unfused run."""
+    text = SEED.replace("16x64", "300x256").replace("64xf32", "256xf32")
+    monkeypatch.setattr(fused_exec, "TILE_BYTES", 16 * 1024)
+    a, b, _ = check_same(text)
+    assert np.array_equal(a.outputs[0], b.outputs[0])
+
+
+# ---- the property test -------------------------------------------------------------------------
+
+def _body_ok(f: FusedOp) -> bool:
+    allowed = FUSION_KINDS[f.fusion_kind]
+    return all(isinstance(o, LaminaOp) and o.info.fusion in allowed
+               for o in f.body.block.ops if o is not f.yield_op)
+
+
+def _property(prog, spec: str) -> None:
+    ctx, ref = parse(prog.text)
+    _, m = parse(prog.text)
+    run_pipeline(ctx, m, build_pipeline(spec))
+    verify(m)
+    text = str(m)
+    for f in fused_ops(m):
+        assert _body_ok(f), text
+    # idempotent
+    run_pipeline(ctx, m, build_pipeline(spec))
+    assert str(m) == text
+    # same results as the unfused program
+    a = run(ref, prog.inputs)
+    b = run(m, prog.inputs)
+    func = find_entry(ref, None)
+    for i, (x, y, t) in enumerate(zip(b.outputs, a.outputs, func.function_type.outputs.data,
+                                      strict=True)):
+        d = compare(f"out{i}", tensor_dtype(t), x, y)
+        assert d.ok, d.line() + "\n" + prog.text + "\n" + text
+    assert b.stats["kernels"] <= a.stats["kernels"]
+
+
+@settings(max_examples=scaled(8))
+@given(programs(min_ops=2, max_ops=14, dtypes=("f32", "f64", "f16", "bf16")))
+def test_property_random_programs(prog):
+    old = fused_exec.TILE_BYTES
+    fused_exec.TILE_BYTES = 64   # one or two rows per tile: slicing and tile loops are exercised
+    try:
+        _property(prog, "fuse-elementwise")
+    finally:
+        fused_exec.TILE_BYTES = old
+
+
+@settings(max_examples=scaled(2))
+@given(programs(min_ops=2, max_ops=14), )
+def test_property_options(prog):
+    _property(prog, "fuse-elementwise{max-group-size=3 reduction-fusion=false}")
