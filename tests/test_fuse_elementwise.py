@@ -230,7 +230,7 @@ def _property(prog, spec: str) -> None:
     assert b.stats["kernels"] <= a.stats["kernels"]
 
 
-@settings(max_examples=scaled(8))
+@settings(max_examples=scaled(15))
 @given(programs(min_ops=2, max_ops=14, dtypes=("f32", "f64", "f16", "bf16")))
 def test_property_random_programs(prog):
     old = fused_exec.TILE_BYTES
@@ -241,7 +241,7 @@ def test_property_random_programs(prog):
         fused_exec.TILE_BYTES = old
 
 
-@settings(max_examples=scaled(2))
+@settings(max_examples=scaled(5))
 @given(programs(min_ops=2, max_ops=14), )
 def test_property_options(prog):
     _property(prog, "fuse-elementwise{max-group-size=3 reduction-fusion=false}")
