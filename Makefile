@@ -15,8 +15,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	@echo "== 1. Parse and verify the seed example, then fuse LayerNorm + GeLU + Dropout (decisions on stderr)"
+	$(BIN)/lamina-opt samples/layernorm_gelu_dropout.mlir -p fuse-elementwise --explain
+	@echo "== 2. Run the small function and summarize its output"
 	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout_small --seed 0 --print-outputs
-	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout --seed 0 --stats-json /dev/stdout
+	@echo "== 3. Run f32[8192,4096] as written and after fusion on the same inputs; compare; stats (kernels after vs reference)"
+	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout --seed 0 -p fuse-elementwise --check --stats-json -
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
@@ -27,6 +31,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_foundation.py
+	$(BIN)/python benchmarks/bench_fusion.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build
