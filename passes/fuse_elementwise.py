@@ -154,6 +154,7 @@ class _Group:
     size: int
     first: int           # position of the earliest member
     encoding: Attribute | None
+    members: list[Operation]
 
 
 class _Namer:
@@ -277,7 +278,7 @@ class _FuncFusion:
                 continue
             space = self.own_space(op)
             self.space_of[op] = space
-            self.groups[i] = _Group(i, space, 1, i, enc)
+            self.groups[i] = _Group(i, space, 1, i, enc, [op])
             seen: set[int] = set()
             for v in op.operands:
                 prod = v.owner if isinstance(v.owner, Operation) else None
@@ -348,13 +349,13 @@ class _FuncFusion:
         keep.space = space
         keep.size = mine.size + other.size
         keep.first = min(mine.first, other.first)
+        small, big = sorted((mine.members, other.members), key=len)
+        big.extend(small)
+        keep.members = big
         return None
 
     def mark_hoisted(self, root: int) -> None:
-        for j in range(self.groups[root].first, len(self.ops)):
-            o = self.ops[j]
-            if o in self.space_of and self.find(j) == root:
-                self.hoisted.add(o)
+        self.hoisted.update(self.groups[root].members)
 
     def edges_ok(self, op: LaminaOp, internal: list[SSAValue], space: _Space) -> str | None:
         out_form = space.form(_shape(op.results[0])) if op.info.fusion != Fusion.REDUCTION \
@@ -385,45 +386,62 @@ class _FuncFusion:
         return None
 
     def cycle(self, op: LaminaOp, mine: _Group, other: _Group) -> Operation | None:
-        """An outside op on a path other -> outside -> (mine or op), or mine -> outside -> other."""
+        """An outside op on a path other -> outside -> (mine or op), or mine -> outside -> other.
+
+        The search runs on the contracted graph: reaching any member of another group reaches
+        the whole group (it becomes one op), so all its members' operands are followed.
+        """
         roots = {mine.root, other.root}
         lo = min(mine.first, other.first)
-        starts: list[Operation] = []
-        members = [op] if mine.size == 1 else self.members_after(lo, mine.root)
+        members = [op] if mine.size == 1 else list(mine.members)
         if other.size > 1 or mine.size > 1:
-            members += self.members_after(lo, other.root)
+            members += other.members
+        starts: list[Operation] = []
         for m in members:
             for v in m.operands:
                 p = v.owner
                 if isinstance(p, Operation) and p in self.pos and not self.in_roots(p, roots):
                     starts.append(p)
         seen: set[Operation] = set()
+        seen_groups: set[int] = set()
         budget = _SEARCH_LIMIT
         for s in starts:
             stack = [s]
             while stack:
                 u = stack.pop()
-                if u in seen or self.pos[u] < lo:
+                if u in seen:
                     continue
                 seen.add(u)
                 budget -= 1
                 if budget < 0:
                     return s
-                for v in u.operands:
-                    p = v.owner
-                    if not isinstance(p, Operation) or p not in self.pos:
+                expand = [u]
+                if u in self.space_of:
+                    g = self.find(self.pos[u])
+                    grp = self.groups[g]
+                    if grp.size > 1:
+                        if g in seen_groups:
+                            continue
+                        seen_groups.add(g)
+                        expand = grp.members
+                        budget -= len(expand)
+                    elif self.pos[u] < lo:
                         continue
-                    if self.in_roots(p, roots):
-                        return s
-                    stack.append(p)
+                elif self.pos[u] < lo:
+                    continue
+                for w in expand:
+                    for v in w.operands:
+                        p = v.owner
+                        if not isinstance(p, Operation) or p not in self.pos:
+                            continue
+                        if self.in_roots(p, roots):
+                            return s
+                        if p not in seen and (p in self.space_of or self.pos[p] >= lo):
+                            stack.append(p)
         return None
 
     def in_roots(self, p: Operation, roots: set[int]) -> bool:
         return p in self.space_of and self.find(self.pos[p]) in roots
-
-    def members_after(self, lo: int, root: int) -> list[Operation]:
-        return [self.ops[j] for j in range(lo, len(self.ops))
-                if self.ops[j] in self.space_of and self.find(j) == root]
 
     # -- building --
     def build(self) -> None:

@@ -245,3 +245,12 @@ def test_property_random_programs(prog):
 @given(programs(min_ops=2, max_ops=14), )
 def test_property_options(prog):
     _property(prog, "fuse-elementwise{max-group-size=3 reduction-fusion=false}")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_larger_generated_programs(seed):
+    """60-op programs (longer-range DAGs than the Hypothesis ones): valid, acyclic, same results."""
+    from strategies.programs import random_program
+
+    prog = random_program(seed + 65, 60)
+    _property(prog, "fuse-elementwise")
