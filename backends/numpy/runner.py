@@ -109,20 +109,45 @@ def last_uses(ops: Sequence[Operation]) -> dict[SSAValue, int]:
     return last
 
 
+class ExecutionObserver:
+    """Hooks through which a layer above the kernels (tier/lifetime accounting, tracing) watches a
+    run without the runner knowing about it. Every method is a no-op here; subclasses override
+    what they need. Device-local sizes are the observer's business (it can read placements from
+    the values' types); `index` is the op's position in the function body."""
+
+    def on_start(self, func: FuncOp, args: Sequence[SSAValue]) -> None: ...
+
+    def on_op(self, op: Operation, index: int) -> None:
+        """Called before `op` runs; its operands are live."""
+
+    def on_result(self, value: SSAValue, index: int) -> None:
+        """Called when `value` (a result of the op at `index`) becomes live."""
+
+    def on_free(self, value: SSAValue, index: int) -> None:
+        """Called when `value` is dropped after its last use at op `index`."""
+
+    def on_return(self, index: int) -> None: ...
+
+
 def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
-                 stats: RunStats | None = None) -> RunResult:
+                 stats: RunStats | None = None,
+                 observer: ExecutionObserver | None = None) -> RunResult:
     """Run `func` on `inputs`, freeing each intermediate after its last use."""
     stats = stats or RunStats()
+    obs = observer or ExecutionObserver()
     args = check_inputs(func, inputs)
     block = func.body.block
     env: dict[SSAValue, np.ndarray] = dict(zip(block.args, args, strict=True))
+    obs.on_start(func, block.args)
     live = sum(a.nbytes for a in args)
     stats.peak_live_bytes = max(stats.peak_live_bytes, live)
     ops = list(block.ops)
     last = last_uses(ops)
     with np.errstate(all="ignore"):
         for i, op in enumerate(ops):
+            obs.on_op(op, i)
             if isinstance(op, ReturnOp):
+                obs.on_return(i)
                 return RunResult([env[v] for v in op.operands], stats.as_dict())
             operands = [None if v is None else env[v] for v in
                         (op.operand_slots() if isinstance(op, LaminaOp) else op.operands)]
@@ -134,14 +159,18 @@ def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
                 raise error_at(op, f"the NumPy backend cannot run '{op.name}'")
             stats.ops_executed += 1
             for r, a in zip(op.results, results, strict=True):
+                obs.on_result(r, i)
                 if r in last:
                     env[r] = a
                     live += a.nbytes
+                else:
+                    obs.on_free(r, i)
             stats.peak_live_bytes = max(stats.peak_live_bytes, live)
             for v in set(op.operands):
                 if last.get(v) == i:
                     dropped = env.pop(v)
                     live -= dropped.nbytes
+                    obs.on_free(v, i)
     raise error_at(func, f"@{func.sym_name.data} has no func.return")
 
 
