@@ -2,12 +2,16 @@
 
     lamina-run FILE [-p PIPELINE] [--entry NAME] [--inputs IN.npz] [--seed N]
                [--outputs OUT.npz] [--check] [--stats-json PATH] [--print-outputs]
+               [--target NAME|FILE.toml] [--memory-plot OUT.png]
 
 Without `--inputs`, inputs are drawn from the argument types and `--seed`. With `--check` the
 program runs twice on the same inputs, as parsed and after the pipeline, and every output is
 compared (tolerances by element type, see `lamina.backends.compare`); exit 1 with a per-output
-report when they disagree. `--stats-json` writes `ops_executed`, `kernels`, `flops`,
-`bytes_accessed`, `peak_live_bytes` and `outputs` (name, shape, dtype, and the errors under
+report when they disagree. Every run is checked execution (`lamina.backends.numpy.memory`): a use
+after `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the op;
+with `--target` so is a tier's capacity overflow (naming what was live). `--stats-json` writes `ops_executed`, `kernels`, `flops`,
+`bytes_accessed`, `peak_live_bytes`, `peak_bytes` (per memory tier, per device), `moved_bytes`
+(per tier pair, e.g. "hbm->host") and `outputs` (name, shape, dtype, and the errors under
 `--check`); with `--check` it also has `reference` (the same counters for the program as parsed).
 """
 
@@ -29,10 +33,12 @@ from lamina.backends.inputs import (
     write_text_atomic,
 )
 from lamina.backends.interface import find_entry, output_names
-from lamina.backends.numpy.runner import NumpyBackend
+from lamina.backends.numpy.memory import MemoryChecker, plot_memory
+from lamina.backends.numpy.runner import NumpyBackend, run_function
 from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
+from lamina.ir.target import load_target
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from xdsl.dialects.builtin import ModuleOp
 
@@ -55,6 +61,10 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats-json", default=None, help="write run statistics as JSON ('-': stdout)")
     p.add_argument("--print-outputs", action="store_true", help="print a summary of each output")
     p.add_argument("--explain", action="store_true", help="Lamina passes explain their decisions")
+    p.add_argument("--target", default=None,
+                   help="check memory-tier capacities against this target (name or .toml)")
+    p.add_argument("--memory-plot", default=None, metavar="OUT.png",
+                   help="draw bytes per tier per device over program points (needs matplotlib)")
     return p
 
 
@@ -79,11 +89,17 @@ def run(argv: Sequence[str] | None = None) -> int:
     entry = func.sym_name.data
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     backend = NumpyBackend()
-    result = backend.run(module, entry, inputs)
+    target = load_target(args.target) if args.target else None
+    checker = MemoryChecker(target)
+    result = run_function(func, inputs, observer=checker)
     names = output_names(func)
     dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]
 
-    stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
+    stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats,
+                             **checker.stats()}
+    if args.memory_plot:
+        plot_memory(checker, args.memory_plot, f"@{entry} on target "
+                    f"'{target.name if target else 'none'}'")
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
                for n, a, d in zip(names, result.outputs, dtypes, strict=True)]
     failed = False

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import numpy as np
+from lamina.ir import memory as _memory
 from lamina.ir.dtypes import element_name, to_storage
 from lamina.ir.fused import FusedOp, YieldOp
 from lamina.ir.optable import OPS, AttrKind, AttrSpec, OpInfo
@@ -196,6 +197,8 @@ class LaminaOp(IRDLOperation):
         for v in (*self.operands, *self.results):
             if (problem := _type_problem(v.type) or placement_problem(v.type, self)) is not None:
                 raise VerifyException(f"{name}: {problem}")
+        if (problem := _memory.tier_problem(self)) is not None:
+            raise VerifyException(problem)
         known = {a.name for a in self.info.attrs}
         for key in (*self.properties, *self.attributes):
             if key not in known and key != SEGMENTS and "." not in key:
@@ -394,4 +397,7 @@ def is_lamina(op: Operation) -> bool:
     return isinstance(op, LaminaOp)
 
 
-Lamina = Dialect("lamina", [*OP_CLASSES.values(), MeshOp, FusedOp, YieldOp], [PlaceAttr])
+from lamina.ir.collectives import COLLECTIVES as _COLLECTIVES  # noqa: E402
+
+Lamina = Dialect("lamina", [*OP_CLASSES.values(), MeshOp, FusedOp, YieldOp, *_memory.MEMORY_OPS,
+                            *_COLLECTIVES], [PlaceAttr])
