@@ -1,0 +1,429 @@
+"""SPMD execution: run a placed program the way every device of its mesh would.
+
+Devices are numbered row-major over the mesh axes (as `Target.axis_level` assumes). Every value is
+held as one local array per device:
+- a dimension split over axes [a, b] (major to minor) is cut into size(a) * size(b) blocks; the
+  device with coordinates (i, j) on (a, b) holds block i * size(b) + j;
+- a value `partial = sum[axes]` holds local partial sums: inputs put the whole value on the devices
+  whose coordinate on every partial axis is 0 and zeros elsewhere (`max` partials: everywhere);
+  assembling an output sums (maxes) over the partial axes;
+- axes named nowhere replicate: those devices hold equal arrays. After every op the runner checks
+  this, and a value whose type says replicated but whose shards differ is an error at that op.
+- types without a placement are treated as replicated on the entry function's mesh.
+
+Local ops run their op-table kernels on local shapes (`Call` with local `TensorInfo`s); dropout
+gets `Block(global_shape, offsets)` so its mask is the single-device one. Devices holding the same
+operand arrays share the result (computed once), which keeps replicated work cheap here.
+`lamina.fused` runs its body op by op on local shapes. Collectives exchange shards exactly as the
+op says (`lamina.ir.collectives`); `lamina.reshard` (not yet lowered) assembles and redistributes.
+
+Statistics: the single-device counters are per device (device 0), plus `devices`, `collectives`
+(kind, axes, algorithm, payload and bytes sent per device; `comm_cost.sent_bytes`) and
+`comm_bytes_per_device` (their sum).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from lamina.backends.interface import RunResult, find_entry
+from lamina.backends.numpy import runner as base
+from lamina.backends.numpy.runner import RunStats, check_inputs, device_nbytes, last_uses
+from lamina.ir.collectives import (
+    AllGatherOp,
+    AllReduceOp,
+    AllSliceOp,
+    AllToAllOp,
+    PlacementOp,
+    ReduceScatterOp,
+    ReshardOp,
+)
+from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage
+from lamina.ir.fused import FusedOp, YieldOp
+from lamina.ir.lamina import LaminaOp, tensor_info
+from lamina.ir.optable import Sharding
+from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
+from lamina.ir.semantics import Block, Call
+from lamina.ir.shapes import TensorInfo
+from lamina.ir.sharding import Spec
+from lamina.passes.comm_cost import sent_bytes
+from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Operation, SSAValue
+
+Shards = list[np.ndarray]
+
+
+@dataclass(frozen=True)
+class Mesh:
+    name: str
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def devices(self) -> int:
+        return math.prod(self.sizes)
+
+    def coords(self, dev: int) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a, s in zip(reversed(self.axes), reversed(self.sizes), strict=True):
+            out[a] = dev % s
+            dev //= s
+        return out
+
+    def size(self, axes: Sequence[str]) -> int:
+        return math.prod(self.sizes[self.axes.index(a)] for a in axes)
+
+    def index(self, coords: dict[str, int], axes: Sequence[str]) -> int:
+        """Mixed-radix index of a device along `axes` (major to minor)."""
+        i = 0
+        for a in axes:
+            i = i * self.sizes[self.axes.index(a)] + coords[a]
+        return i
+
+    def groups(self, axes: Sequence[str]) -> list[list[int]]:
+        """Devices grouped by their coordinates off `axes`, each group ordered by `axes`' index."""
+        by_rest: dict[tuple, list[tuple[int, int]]] = {}
+        rest = [a for a in self.axes if a not in axes]
+        for d in range(self.devices):
+            c = self.coords(d)
+            by_rest.setdefault(tuple(c[a] for a in rest), []).append((self.index(c, axes), d))
+        return [[d for _, d in sorted(g)] for g in by_rest.values()]
+
+
+def mesh_of(op: MeshOp) -> Mesh:
+    sizes = op.axis_sizes
+    return Mesh(op.sym_name.data, tuple(sizes), tuple(int(s) for s in sizes.values()))
+
+
+def spec_or_replicated(t: Attribute) -> Spec:
+    s = spec_of(t)
+    if s is not None:
+        return s
+    assert isinstance(t, TensorType)
+    return Spec.replicated(len(t.get_shape()))
+
+
+def block(mesh: Mesh, spec: Spec, shape: Sequence[int], dev: int
+          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(offsets, local shape) of device `dev`'s block of a value placed `spec`."""
+    c = mesh.coords(dev)
+    offs, local = [], []
+    for d, size in enumerate(shape):
+        axes = spec.splits[d]
+        n = mesh.size(axes)
+        k = size // n
+        offs.append(mesh.index(c, axes) * k)
+        local.append(k)
+    return tuple(offs), tuple(local)
+
+
+def _index(offs: Sequence[int], local: Sequence[int]) -> tuple[slice, ...]:
+    return tuple(slice(o, o + k) for o, k in zip(offs, local, strict=True))
+
+
+def distribute(mesh: Mesh, spec: Spec, a: np.ndarray) -> Shards:
+    shards: Shards = []
+    cache: dict[tuple, np.ndarray] = {}
+    for dev in range(mesh.devices):
+        offs, local = block(mesh, spec, a.shape, dev)
+        c = mesh.coords(dev)
+        owner = spec.partial_kind == "max" or all(c[x] == 0 for x in spec.partial)
+        key = (offs, owner)
+        if key not in cache:
+            piece = a[_index(offs, local)]
+            cache[key] = np.ascontiguousarray(piece) if owner else np.zeros_like(piece)
+        shards.append(cache[key])
+    return shards
+
+
+def _reduce(parts: Sequence[np.ndarray], kind: str, dtype: str) -> np.ndarray:
+    if len(parts) == 1 or all(p is parts[0] for p in parts) and kind == "max":
+        return parts[0]
+    comp = COMPUTE.get(dtype, STORAGE[dtype])
+    acc = parts[0].astype(comp)
+    for p in parts[1:]:
+        acc = acc + p.astype(comp) if kind == "sum" else np.maximum(acc, p.astype(comp))
+    return to_storage(acc, dtype)
+
+
+def assemble(mesh: Mesh, spec: Spec, shards: Shards, shape: Sequence[int], dtype: str) -> np.ndarray:
+    out = np.empty(tuple(shape), dtype=shards[0].dtype)
+    done: set[tuple[int, ...]] = set()
+    for group in mesh.groups(spec.partial) if spec.partial else [[d] for d in range(mesh.devices)]:
+        offs, local = block(mesh, spec, shape, group[0])
+        if offs in done:
+            continue
+        done.add(offs)
+        out[_index(offs, local)] = _reduce([shards[d] for d in group], spec.partial_kind, dtype)
+    return out
+
+
+def check_replicated(mesh: Mesh, spec: Spec, shards: Shards, shape: Sequence[int],
+                     op: Operation, what: str) -> None:
+    """Devices that the placement says hold the same data must hold equal arrays."""
+    first: dict[tuple, np.ndarray] = {}
+    for dev in range(mesh.devices):
+        c = mesh.coords(dev)
+        key = (block(mesh, spec, shape, dev)[0], tuple(c[a] for a in spec.partial))
+        ref = first.setdefault(key, shards[dev])
+        s = shards[dev]
+        if s is ref:
+            continue
+        if s.shape != ref.shape or not np.array_equal(s, ref, equal_nan=s.dtype.kind == "f"):
+            raise error_at(op, f"{op.name}: {what} is placed {spec} but device {dev} holds "
+                           f"different data than device {first_device(mesh, spec, shape, key)} "
+                           "for the same block (the type claims it is replicated there)")
+
+
+def first_device(mesh: Mesh, spec: Spec, shape: Sequence[int], key: tuple) -> int:
+    for dev in range(mesh.devices):
+        c = mesh.coords(dev)
+        if (block(mesh, spec, shape, dev)[0], tuple(c[a] for a in spec.partial)) == key:
+            return dev
+    return 0
+
+
+class SpmdRun:
+    def __init__(self, mesh: Mesh, stats: RunStats):
+        self.mesh = mesh
+        self.stats = stats
+        self.collectives: list[dict[str, Any]] = []
+
+    # -- local ops --
+    def local_call(self, op: LaminaOp, dev: int) -> Call:
+        call = base.make_call(op)
+        slots = op.operand_slots()
+        infos: list[TensorInfo | None] = []
+        for v, t in zip(slots, call.operands, strict=True):
+            if v is None or t is None:
+                infos.append(None)
+                continue
+            infos.append(TensorInfo(block(self.mesh, spec_or_replicated(v.type), t.shape, dev)[1],
+                                    t.dtype))
+        rspec = spec_or_replicated(op.results[0].type)
+        offs, local = block(self.mesh, rspec, call.result.shape, dev)
+        attrs = dict(call.attrs)
+        if op.info.sharding is Sharding.SLICE and slots[0] is not None:
+            xs = spec_or_replicated(slots[0].type)
+            limit = list(attrs["limit"])
+            for d, axes in enumerate(xs.splits):
+                if axes:
+                    limit[d] = infos[0].shape[d]  # a split dimension is sliced whole
+            attrs["limit"] = tuple(limit)
+        return Call(attrs, infos, TensorInfo(local, call.result.dtype),
+                    Block(call.result.shape, offs))
+
+    def run_local(self, op: LaminaOp, args: list[Shards | None]) -> Shards:
+        info = op.info
+        out: Shards = []
+        memo: dict[tuple, np.ndarray] = {}
+        position_dependent = info.name == "dropout"
+        for dev in range(self.mesh.devices):
+            call = self.local_call(op, dev)
+            local = [None if a is None else a[dev] for a in args]
+            key = tuple(id(a) for a in local) + ((call.block.offsets,) if position_dependent
+                                                  and call.block is not None else ())
+            if key not in memo:
+                r = info.kernel(local, call)
+                if r.shape != call.result.shape:
+                    raise error_at(op, f"{op.name}: local kernel produced shape {r.shape}, the "
+                                   f"placement says {call.result.shape} (interpreter bug)")
+                memo[key] = r
+                if dev == 0 and info.launches_kernel:
+                    self.stats.kernels += 1
+                    self.stats.flops += info.flops(call.operands, call.result, call.attrs)
+                    self.stats.bytes_accessed += sum(
+                        device_nbytes(a, t.dtype) for a, t in zip(local, call.operands,
+                                                                  strict=True)
+                        if a is not None and t is not None) + device_nbytes(r, call.result.dtype)
+            out.append(memo[key])
+        return out
+
+    def run_fused(self, op: FusedOp, args: list[Shards]) -> list[Shards]:
+        env: dict[SSAValue, Shards] = dict(zip(op.body.block.args, args, strict=True))
+        for inner in op.body.block.ops:
+            if isinstance(inner, YieldOp):
+                return [env[v] for v in inner.operands]
+            assert isinstance(inner, LaminaOp)
+            ins = [None if v is None else env[v] for v in inner.operand_slots()]
+            env[inner.results[0]] = self.run_local(inner, ins)
+        raise error_at(op, "lamina.fused has no lamina.yield")
+
+    # -- collectives --
+    def record(self, op: PlacementOp, payload: float, n: int) -> None:
+        alg = op.algorithm_name()
+        sent = sent_bytes(op.short, alg, n, payload)
+        self.collectives.append({"kind": op.short, "axes": list(op.axis_names()),
+                                 "algorithm": alg or "ring", "devices": n,
+                                 "payload_bytes": int(payload), "bytes_per_device": int(sent)})
+
+    def run_collective(self, op: PlacementOp, args: list[Shards]) -> list[Shards]:
+        mesh = self.mesh
+        axes = op.axis_names()
+        n = mesh.size(axes) if axes else 1
+        results: list[Shards] = []
+        payload = 0.0
+        for x, r, shards in zip(op.inputs, op.outputs, args, strict=True):
+            xt, rt = tensor_info(x.type), tensor_info(r.type)
+            src, dst = spec_or_replicated(x.type), spec_or_replicated(r.type)
+            local_in = float(math.prod(block(mesh, src, xt.shape, 0)[1])) * \
+                np.dtype(shards[0].dtype).itemsize
+            out: Shards = [shards[0]] * mesh.devices
+            if isinstance(op, ReshardOp):
+                whole = assemble(mesh, src, shards, xt.shape, xt.dtype)
+                out = distribute(mesh, dst, whole)
+                payload += local_in
+            elif isinstance(op, AllReduceOp):
+                for g in mesh.groups(axes):
+                    red = _reduce([shards[d] for d in g], op.reduce_kind(), xt.dtype)
+                    for d in g:
+                        out[d] = red
+                payload += local_in
+            elif isinstance(op, ReduceScatterOp):
+                dim = op.int_attr("dim")
+                for g in mesh.groups(axes):
+                    red = _reduce([shards[d] for d in g], op.reduce_kind(), xt.dtype)
+                    for j, piece in enumerate(np.split(red, len(g), axis=dim)):
+                        out[g[j]] = piece
+                payload += local_in
+            elif isinstance(op, AllGatherOp):
+                dim = op.int_attr("dim")
+                for g in mesh.groups(axes):
+                    whole = np.concatenate([shards[d] for d in g], axis=dim)
+                    for d in g:
+                        out[d] = whole
+                payload += local_in * n
+            elif isinstance(op, AllToAllOp):
+                sd, cd = op.int_attr("split_dim"), op.int_attr("concat_dim")
+                for g in mesh.groups(axes):
+                    pieces = [np.split(shards[d], len(g), axis=sd) for d in g]
+                    for j, d in enumerate(g):
+                        out[d] = np.concatenate([pieces[i][j] for i in range(len(g))], axis=cd)
+                payload += local_in
+            elif isinstance(op, AllSliceOp):
+                dim = op.int_attr("dim")
+                for g in mesh.groups(axes):
+                    for j, d in enumerate(g):
+                        out[d] = np.split(shards[d], len(g), axis=dim)[j]
+            results.append(out)
+            del rt, dst
+        if not isinstance(op, AllSliceOp):
+            self.record(op, payload, n if axes else mesh.devices)
+        return results
+
+    # -- the function --
+    def run(self, func: FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        mesh = self.mesh
+        args = check_inputs(func, inputs)
+        block_ = func.body.block
+        env: dict[SSAValue, Shards] = {}
+        for v, a in zip(block_.args, args, strict=True):
+            env[v] = distribute(mesh, spec_or_replicated(v.type), a)
+        ops = list(block_.ops)
+        last = last_uses(ops)
+        with np.errstate(all="ignore"):
+            for i, op in enumerate(ops):
+                if isinstance(op, ReturnOp):
+                    outs = []
+                    for v in op.operands:
+                        t = tensor_info(v.type)
+                        outs.append(assemble(mesh, spec_or_replicated(v.type), env[v], t.shape,
+                                             t.dtype))
+                    return outs
+                operands = [None if v is None else env[v] for v in
+                            (op.operand_slots() if isinstance(op, LaminaOp) else op.operands)]
+                if isinstance(op, LaminaOp):
+                    results = [self.run_local(op, operands)]
+                elif isinstance(op, FusedOp):
+                    results = self.run_fused(op, operands)  # type: ignore[arg-type]
+                    self.stats.kernels += 1 - sum(
+                        1 for o in op.body.block.ops if isinstance(o, LaminaOp)
+                        and o.info.launches_kernel)
+                elif isinstance(op, PlacementOp):
+                    results = self.run_collective(op, operands)  # type: ignore[arg-type]
+                elif (runner := base._RUNNERS.get(type(op))) is not None:
+                    results = [list(r) for r in zip(*[runner(op, [None if a is None else a[d]
+                                                                  for a in operands], RunStats())
+                                                       for d in range(mesh.devices)],
+                                                     strict=True)]
+                else:
+                    raise error_at(op, f"the SPMD interpreter cannot run '{op.name}'")
+                self.stats.ops_executed += 1
+                for k, (r, shards) in enumerate(zip(op.results, results, strict=True)):
+                    t = tensor_info(r.type)
+                    check_replicated(mesh, spec_or_replicated(r.type), shards, t.shape, op,
+                                     f"result {k}")
+                    if r in last:
+                        env[r] = shards
+                for v in set(op.operands):
+                    if last.get(v) == i:
+                        env.pop(v, None)
+        raise error_at(func, f"@{func.sym_name.data} has no func.return")
+
+
+def placed_mesh(func: FuncOp) -> MeshOp | None:
+    """The mesh the function's values are placed on (None when nothing is on a mesh)."""
+    names: set[str] = set()
+
+    def note(t: Attribute) -> None:
+        p = place_of(t)
+        if p is not None and p.mesh_name is not None:
+            names.add(p.mesh_name)
+
+    for t in (*func.function_type.inputs.data, *func.function_type.outputs.data):
+        note(t)
+    for op in func.walk():
+        for r in op.results:
+            note(r.type)
+    if not names:
+        return None
+    if len(names) > 1:
+        raise error_at(func, f"@{func.sym_name.data} uses several meshes ({', '.join(sorted(names))});"
+                       " the SPMD interpreter runs one mesh per function")
+    mesh = find_mesh(func, names.pop())
+    if mesh is None:
+        raise error_at(func, "placement refers to an unknown mesh")
+    return mesh
+
+
+def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None
+             ) -> RunResult:
+    mesh_op = mesh_op or placed_mesh(func)
+    if mesh_op is None:
+        raise LaminaError(f"@{func.sym_name.data} has no placed values to run on a mesh")
+    stats = RunStats()
+    run = SpmdRun(mesh_of(mesh_op), stats)
+    outputs = run.run(func, inputs)
+    d = stats.as_dict()
+    d["devices"] = run.mesh.devices
+    d["collectives"] = run.collectives
+    d["comm_bytes_per_device"] = int(sum(c["bytes_per_device"] for c in run.collectives))
+    return RunResult(outputs, d)
+
+
+class SpmdBackend:
+    """Every device of the mesh simulated; falls back to the plain runner for unplaced programs."""
+
+    name = "numpy-spmd"
+
+    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray]) -> RunResult:
+        func = find_entry(module, entry)
+        mesh = placed_mesh(func)
+        if mesh is None:
+            return base.run_function(func, inputs)
+        return run_spmd(func, inputs, mesh)
+
+
+def _identity(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
+    # On whole (global) arrays every placement op is the identity: it only moves data.
+    return [a for a in args if a is not None]
+
+
+for _cls in (AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp, ReshardOp):
+    base.register_op_runner(_cls, _identity)

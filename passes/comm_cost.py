@@ -1,0 +1,138 @@
+"""The alpha-beta cost model of collectives, per link level of a target, and the algorithm choice.
+
+B is the collective's full per-device buffer in bytes (all_reduce: the local buffer; all_gather:
+the gathered local result; reduce_scatter: the local input; all_to_all: the local block), n the
+number of devices in the group, alpha the latency of one message and beta the bandwidth per device
+per direction of the link level the group spans (`Target.axis_level`).
+
+Bytes each device sends (the issue's formulas, ring algorithm):
+    all_gather       (n-1)/n B         reduce_scatter  (n-1)/n B
+    all_reduce     2 (n-1)/n B         all_to_all      (n-1)/n B
+
+Time of one collective = latency + bytes sent / beta, per algorithm:
+    ring          one alpha per step: n-1 steps (2(n-1) for all_reduce), at the slowest level the
+                  group spans; the ring's bytes above.
+    tree          all_reduce only, and only between nodes (NCCL's trees are chains inside a node):
+                  2 ceil(log2 n) alpha, but the whole buffer goes up and down: 2 B bytes sent.
+    hierarchical  when the group spans two link levels (inner n1 devices per node, outer n2 nodes):
+                  all_reduce = reduce_scatter inside the node + all_reduce of B/n1 across nodes +
+                  all_gather inside; reduce_scatter / all_gather = the inner and outer phases in
+                  sequence. Each phase is a ring at its own level.
+The algorithm with the smallest time wins; ties go to ring (the simplest).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lamina.ir.target import LinkLevel, Target
+
+FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0,
+          "reshard": 1.0}  # an unlowered reshard: at most its local block, (n-1)/n of it sent
+
+
+@dataclass(frozen=True)
+class Estimate:
+    kind: str
+    algorithm: str
+    n: int
+    payload: float          # B
+    sent: float             # bytes sent per device
+    seconds: float
+    latency: float = 0.0    # the alpha part of `seconds`
+    alternatives: tuple[tuple[str, float], ...] = ()   # (algorithm, seconds) of the others
+
+    def describe(self) -> str:
+        alts = ", ".join(f"{a} {s * 1e6:.1f} us" for a, s in self.alternatives)
+        return (f"{self.algorithm}: {fmt_bytes(self.payload)} payload, {fmt_bytes(self.sent)} sent "
+                f"per device, {self.seconds * 1e6:.1f} us" + (f" (vs {alts})" if alts else ""))
+
+
+def fmt_bytes(b: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= size:
+            return f"{b / size:.4g} {unit}"
+    return f"{b:.0f} B"
+
+
+def ring_sent(kind: str, n: int, payload: float) -> float:
+    if n <= 1:
+        return 0.0
+    return FACTOR[kind] * (n - 1) / n * payload
+
+
+def sent_bytes(kind: str, algorithm: str | None, n: int, payload: float,
+               inner: int | None = None) -> float:
+    """Bytes each device sends for one collective (what `--stats-json` reports)."""
+    if n <= 1 or kind in ("all_slice",):
+        return 0.0
+    if algorithm == "tree" and kind == "all_reduce":
+        return 2.0 * payload
+    if algorithm == "hierarchical" and inner and 1 < inner < n:
+        outer = n // inner
+        if kind == "all_reduce":
+            return ring_sent("reduce_scatter", inner, payload) + \
+                ring_sent("all_reduce", outer, payload / inner) + \
+                ring_sent("all_gather", inner, payload)
+        return ring_sent(kind, inner, payload) + ring_sent(kind, outer, payload / inner)
+    return ring_sent(kind, n, payload)
+
+
+def _ring_lat(kind: str, n: int, level: LinkLevel) -> float:
+    return (n - 1) * (2 if kind == "all_reduce" else 1) * level.alpha
+
+
+def _ring_time(kind: str, n: int, payload: float, level: LinkLevel) -> float:
+    return _ring_lat(kind, n, level) + ring_sent(kind, n, payload) / level.beta
+
+
+def levels_of(target: Target, mesh_shape: Sequence[int], axis_indices: Sequence[int]
+              ) -> list[tuple[int, LinkLevel]]:
+    """(devices, level) per link level the axes span, innermost first."""
+    by_level: dict[str, tuple[int, LinkLevel, int]] = {}
+    order = [lv.name for lv in target.links]
+    for ax in axis_indices:
+        lv = target.axis_level(mesh_shape, ax)
+        n, _, _ = by_level.get(lv.name, (1, lv, 0))
+        by_level[lv.name] = (n * int(mesh_shape[ax]), lv, order.index(lv.name))
+    return [(n, lv) for n, lv, _ in sorted(by_level.values(), key=lambda t: t[2])]
+
+
+def estimate(kind: str, payload: float, levels: Sequence[tuple[int, LinkLevel]],
+             target: Target) -> Estimate:
+    """The cheapest algorithm for one collective over groups spanning `levels`."""
+    n = math.prod(k for k, _ in levels) if levels else 1
+    if n <= 1:
+        return Estimate(kind, "ring", n, payload, 0.0, 0.0, 0.0)
+    slowest = max((lv for _, lv in levels), key=lambda lv: (lv.alpha, -lv.beta))
+    options: dict[str, tuple[float, float, float]] = {
+        "ring": (_ring_time(kind, n, payload, slowest), ring_sent(kind, n, payload),
+                 _ring_lat(kind, n, slowest)),
+    }
+    inter_only = all(lv is not target.links[0] for _, lv in levels)
+    if kind == "all_reduce" and inter_only:
+        lat = 2 * math.ceil(math.log2(n)) * slowest.alpha
+        options["tree"] = (lat + 2 * payload / slowest.beta, 2.0 * payload, lat)
+    if len(levels) >= 2 and kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        (n1, inner), outer_levels = levels[0], levels[1:]
+        n2 = n // n1
+        outer = max((lv for _, lv in outer_levels), key=lambda lv: (lv.alpha, -lv.beta))
+        if kind == "all_reduce":
+            t = 2 * _ring_time("reduce_scatter", n1, payload, inner) + \
+                _ring_time("all_reduce", n2, payload / n1, outer)
+            lat = 2 * _ring_lat("reduce_scatter", n1, inner) + _ring_lat("all_reduce", n2, outer)
+        else:
+            t = _ring_time(kind, n1, payload, inner) + _ring_time(kind, n2, payload / n1, outer)
+            lat = _ring_lat(kind, n1, inner) + _ring_lat(kind, n2, outer)
+        options["hierarchical"] = (t, sent_bytes(kind, "hierarchical", n, payload, n1), lat)
+    best = min(options, key=lambda a: (options[a][0], a != "ring"))
+    alts = tuple((a, o[0]) for a, o in options.items() if a != best)
+    t, sent, lat = options[best]
+    return Estimate(kind, best, n, payload, sent, t, lat, alts)
+
+
+def latency_dominated(e: Estimate) -> bool:
+    """Whether the collective's latency is at least its bandwidth time (worth bucketing)."""
+    return e.n > 1 and e.latency >= e.seconds - e.latency
