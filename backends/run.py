@@ -13,6 +13,9 @@ with `--target` so is a tier's capacity overflow (naming what was live). `--stat
 `bytes_accessed`, `peak_live_bytes`, `peak_bytes` (per memory tier, per device), `moved_bytes`
 (per tier pair, e.g. "hbm->host") and `outputs` (name, shape, dtype, and the errors under
 `--check`); with `--check` it also has `reference` (the same counters for the program as parsed).
+A function with placed values runs on every device of its mesh (`lamina.backends.numpy.spmd`);
+its stats add `devices`, `collectives` (kind, axes, algorithm, bytes per device) and
+`comm_bytes_per_device`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from lamina.backends.inputs import (
 )
 from lamina.backends.interface import find_entry, output_names
 from lamina.backends.numpy.memory import MemoryChecker, plot_memory
-from lamina.backends.numpy.runner import NumpyBackend, run_function
+from lamina.backends.numpy.runner import run_function
+from lamina.backends.numpy.spmd import SpmdBackend, placed_mesh, run_spmd
 from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
@@ -88,10 +92,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     func = find_entry(module, args.entry)
     entry = func.sym_name.data
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
-    backend = NumpyBackend()
+    backend = SpmdBackend()  # the plain runner for unplaced programs
     target = load_target(args.target) if args.target else None
     checker = MemoryChecker(target)
-    result = run_function(func, inputs, observer=checker)
+    mesh = placed_mesh(func)  # placed values: simulate every device of the mesh
+    result = run_spmd(func, inputs, mesh) if mesh is not None else \
+        run_function(func, inputs, observer=checker)
     names = output_names(func)
     dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]
 
