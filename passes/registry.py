@@ -32,4 +32,12 @@ def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "cse": _cse,
         "dce": _dce,
         "fuse-elementwise": lambda: __import__("lamina.passes.fuse_elementwise", fromlist=["_"]).FuseElementwise,
+        "propagate-sharding": lambda: __import__("lamina.passes.propagate_sharding",
+                                                 fromlist=["_"]).PropagateSharding,
+        "insert-collectives": lambda: __import__("lamina.passes.insert_collectives",
+                                                 fromlist=["_"]).InsertCollectives,
+        "annotate-lifetimes": lambda: __import__("lamina.passes.annotate_lifetimes",
+                                                 fromlist=["_"]).AnnotateLifetimes,
+        "assign-memory-tiers": lambda: __import__("lamina.passes.assign_memory_tiers",
+                                                  fromlist=["_"]).AssignMemoryTiers,
     }
