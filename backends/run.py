@@ -37,8 +37,8 @@ from lamina.backends.inputs import (
 )
 from lamina.backends.interface import find_entry, output_names
 from lamina.backends.numpy.memory import MemoryChecker, plot_memory
-from lamina.backends.numpy.runner import run_function
-from lamina.backends.numpy.spmd import SpmdBackend, placed_mesh, run_spmd
+from lamina.backends.numpy.runner import NumpyBackend, run_function
+from lamina.backends.numpy.spmd import placed_mesh, run_spmd
 from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
@@ -92,7 +92,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     func = find_entry(module, args.entry)
     entry = func.sym_name.data
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
-    backend = SpmdBackend()  # the plain runner for unplaced programs
+    backend = NumpyBackend()  # the reference runs on whole arrays (collectives are identities)
     target = load_target(args.target) if args.target else None
     checker = MemoryChecker(target)
     mesh = placed_mesh(func)  # placed values: simulate every device of the mesh

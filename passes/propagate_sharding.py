@@ -1,0 +1,498 @@
+"""`propagate-sharding`: place every value of a function from the few placements the user wrote.
+
+    -p 'propagate-sharding{explain=false}'
+
+Input: a function some of whose values are placed on a mesh (usually arguments; op results and
+function results written with a placement are constraints). Output: every tensor value placed on
+that mesh, every op obeying its sharding rule (`lamina.ir.sharding.infer`, the verifier's), and a
+`lamina.reshard` wherever an operand must change placement for its consumer. `insert-collectives`
+lowers each reshard to the cheapest collectives for a target.
+
+Two walks, each linear in the number of ops:
+1. Backward (hints). From placed function results and placed op results, each op's result hint is
+   mapped back onto its operands (elementwise/transpose/broadcast/slice/matmul M,N/reduction kept
+   dims); a dimension the rule does not determine stays open. A hint never overrides a placement;
+   it only guides the choices of walk 2.
+2. Forward (placements). Ops in program order; each op's result placement is what its rule gives
+   for its operands' placements. Decisions, by priority:
+   1. Placements the user wrote are never changed (arguments, op results, function results); if an
+      op's rule gives something else for a written result, a reshard to the written placement
+      follows the op.
+   2. A pending sum (`partial`) flows through linear ops as long as the rule allows (it is reduced
+      as late as possible: once, where it must be). It is reduced before a non-linear op, an
+      additive op whose other operands are not partial alike, the second partial operand of a
+      one-sided op, and a function result. The reduced placement splits the reduced axes onto the
+      dimension the hint asks for, else onto an open (unhinted) dimension, largest first, so the
+      reduction is a reduce_scatter and the consumer works on a slice; it stays replicated (an
+      all_reduce) when the hint fixes every dimension without those axes or nothing divides.
+   3. An unplaced argument is placed at its first use to what the consumer's rule needs given the
+      other (placed) operands: for free (inputs are distributed, not communicated). With no
+      placed operand it takes its hint, else replicated.
+   4. Operands that disagree (elementwise splits, matmul contracting dims, ...): each placed operand
+      is tried as the leader the others follow; the cheapest by bytes that must move wins (adding a
+      split is free, it is a local slice), ties to the largest operand, then the first.
+   5. When no leader works (a normalized, sliced, concatenated or reshaped-minor dimension is
+      split), the main operand's splits are dropped from its last dimension backwards until the
+      rule holds; the last resort is replicated operands, which every rule accepts.
+   6. Default: a value nothing says anything about is replicated (constants always are).
+   An unplaced function result keeps its value's splits, with any pending sum reduced.
+With `--explain`, one line per value: its placement and why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
+from lamina.ir.collectives import build as build_placement
+from lamina.ir.diagnostics import error_at
+from lamina.ir.dtypes import ITEMSIZE
+from lamina.ir.fused import FusedOp
+from lamina.ir.lamina import LaminaOp, tensor_info
+from lamina.ir.optable import Linearity, Sharding
+from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
+from lamina.ir.sharding import ShardingError, Spec, infer
+from lamina.passes.explain import ExplainLog, LaminaPass
+from xdsl.context import Context
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Operation, SSAValue
+
+Hint = tuple[tuple[str, ...] | None, ...]
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def _nbytes(v: SSAValue) -> int:
+    info = tensor_info(v.type)
+    return math.prod(info.shape) * ITEMSIZE[info.dtype]
+
+
+def mesh_placed(v: SSAValue) -> Spec | None:
+    return spec_of(v.type)
+
+
+@dataclass
+class _State:
+    func: FuncOp
+    mesh: str
+    sizes: dict[str, int]
+    log: ExplainLog | None
+    spec: dict[SSAValue, Spec]
+    hint: dict[SSAValue, Hint]
+    free: set[SSAValue]
+    reshards: dict[tuple[SSAValue, Spec], SSAValue]
+
+    def say(self, op: Operation | None, msg: str) -> None:
+        if self.log is not None:
+            self.log.add(op, msg)
+
+    # -- placements on this mesh --
+    def valid(self, shape: tuple[int, ...], s: Spec) -> bool:
+        seen: set[str] = set()
+        for d, axes in enumerate(s.splits):
+            n = 1
+            for a in axes:
+                if a in seen:
+                    return False
+                seen.add(a)
+                n *= self.sizes[a]
+            if shape[d] % n:
+                return False
+        return not (seen & set(s.partial))
+
+    def clean(self, shape: tuple[int, ...], splits: list[tuple[str, ...]]) -> Spec:
+        """Drop axes that repeat or do not divide, keeping the earlier dimensions' choices."""
+        seen: set[str] = set()
+        out = []
+        for d, axes in enumerate(splits):
+            keep: list[str] = []
+            n = 1
+            for a in axes:
+                if a in seen or shape[d] % (n * self.sizes[a]):
+                    continue
+                keep.append(a)
+                n *= self.sizes[a]
+            seen.update(keep)
+            out.append(tuple(keep))
+        return Spec(tuple(out))
+
+    def from_hint(self, v: SSAValue) -> Spec:
+        shape = _shape(v)
+        h = self.hint.get(v)
+        if h is None:
+            return Spec.replicated(len(shape))
+        return self.clean(shape, [d or () for d in h])
+
+    def set_type(self, v: SSAValue, s: Spec) -> None:
+        self.spec[v] = s
+        v._type = with_spec(v.type, self.mesh, s)  # noqa: SLF001 - retyping in place
+
+    # -- reshards --
+    def reshard(self, v: SSAValue, s: Spec, before: Operation, why: str) -> SSAValue:
+        key = (v, s)
+        got = self.reshards.get(key)
+        if got is not None:
+            return got
+        op = build_placement(ReshardOp, [v], [with_spec(v.type, self.mesh, s)])
+        op.location = before.location
+        block = before.parent_block()
+        assert block is not None
+        block.insert_op_before(op, before)
+        self.spec[op.outputs[0]] = s
+        self.reshards[key] = op.outputs[0]
+        self.say(before, f"reshard {_name(v)} from {self.spec[v]} to {s}: {why}")
+        return op.outputs[0]
+
+
+def _name(v: SSAValue) -> str:
+    return f"%{v.name_hint}" if v.name_hint else "a value"
+
+
+def _reduction_target(st: _State, v: SSAValue, s: Spec) -> Spec:
+    """Where the pending axes of `v` go when it must be reduced (see rule 2)."""
+    shape = _shape(v)
+    axes = s.partial
+    n = math.prod(st.sizes[a] for a in axes)
+    h = st.hint.get(v)
+    used = {a for d in s.splits for a in d}
+
+    def fits(d: int) -> bool:
+        return shape[d] % (math.prod(st.sizes[a] for a in s.splits[d]) * n) == 0 and \
+            not (used & set(axes))
+
+    dims: list[int] = []
+    if h is not None:
+        dims += [d for d, hd in enumerate(h) if hd is not None and set(axes) <= set(hd)]
+        dims += sorted((d for d, hd in enumerate(h) if hd is None), key=lambda d: -shape[d])
+    else:
+        dims += sorted(range(len(shape)), key=lambda d: -shape[d])
+    for d in dims:
+        if fits(d):
+            splits = list(s.splits)
+            splits[d] = tuple(splits[d]) + axes
+            return Spec(tuple(splits))
+    return Spec(s.splits)
+
+
+def _follow(op: LaminaOp, i: int, leader: int, specs: list[Spec | None], st: _State,
+            slots: list[SSAValue | None]) -> Spec:
+    """The placement operand `i` needs so that it agrees with operand `leader` under op's rule."""
+    info = op.info
+    v = slots[i]
+    L = slots[leader]
+    assert v is not None and L is not None
+    shape, lshape = _shape(v), _shape(L)
+    ls = specs[leader]
+    assert ls is not None
+    rule = info.sharding
+    if rule is Sharding.ELEMENTWISE or rule is Sharding.CONCAT:
+        rshape = _shape(op.results[0])
+        rank = len(rshape)
+        out: list[tuple[str, ...]] = []
+        for d, size in enumerate(shape):
+            rd = d + rank - len(shape)
+            ld = rd - (rank - len(lshape))
+            if rule is Sharding.CONCAT:
+                out.append(ls.splits[d])
+            elif size == rshape[rd] and 0 <= ld < len(lshape) and lshape[ld] == size:
+                out.append(ls.splits[ld])
+            else:
+                out.append(())
+        return st.clean(shape, out)
+    if rule is Sharding.MATMUL:
+        own = st.from_hint(v) if specs[i] is None else specs[i]
+        assert own is not None
+        out = [()] * len(shape)
+        # batch dims aligned from the right of the batch part
+        nb, lb = len(shape) - 2, len(lshape) - 2
+        for d in range(nb):
+            ld = d - (nb - lb)
+            if 0 <= ld < lb and lshape[ld] == shape[d]:
+                out[d] = ls.splits[ld]
+        if i == 1:   # rhs follows lhs: K from lhs, keep own N
+            out[-2], out[-1] = ls.splits[-1], own.splits[-1]
+        else:        # lhs follows rhs: K from rhs, keep own M
+            out[-1], out[-2] = ls.splits[-2], own.splits[-2]
+        return st.clean(shape, out)
+    return Spec.replicated(len(shape))
+
+
+def _move_cost(st: _State, v: SSAValue, cur: Spec | None, new: Spec) -> float:
+    if cur is None or cur == new:
+        return 0.0
+    if not cur.partial and all(tuple(n[: len(c)]) == tuple(c)
+                               for c, n in zip(cur.splits, new.splits, strict=True)):
+        return 0.0  # only adds splits: a local slice
+    return float(_nbytes(v)) / max(1, math.prod(st.sizes[a] for d in cur.splits for a in d))
+
+
+def _try(op: LaminaOp, specs: list[Spec | None]) -> Spec | None:
+    try:
+        return infer(op.info, op.operand_infos(), specs, op.attr_values(),
+                     tensor_info(op.results[0].type))
+    except ShardingError:
+        return None
+
+
+def _backward_hints(st: _State, ops: list[Operation]) -> None:
+    for op in reversed(ops):
+        if not isinstance(op, LaminaOp) or not op.results:
+            continue
+        r = op.results[0]
+        user = mesh_placed(r)
+        h: Hint | None = tuple(user.splits) if user is not None else st.hint.get(r)
+        if h is None:
+            continue
+        info, attrs = op.info, op.attr_values()
+        rshape = _shape(r)
+        rank = len(rshape)
+        for i, v in enumerate(op.operand_slots()):
+            if v is None or v in st.hint or not _shape(v) and False:
+                continue
+            shape = _shape(v)
+            out: list[tuple[str, ...] | None] = [None] * len(shape)
+            rule = info.sharding
+            if rule is Sharding.ELEMENTWISE:
+                for d, size in enumerate(shape):
+                    rd = d + rank - len(shape)
+                    out[d] = h[rd] if size == rshape[rd] else ()
+            elif rule is Sharding.TRANSPOSE:
+                for k, p in enumerate(attrs["permutation"]):
+                    out[p] = h[k]
+            elif rule is Sharding.BROADCAST:
+                for k, d in enumerate(attrs["broadcast_dimensions"]):
+                    out[k] = h[d] if shape[k] == rshape[d] else ()
+            elif rule is Sharding.SLICE:
+                for d in range(len(shape)):
+                    out[d] = h[d] if shape[d] == rshape[d] else ()
+            elif rule is Sharding.MATMUL and len(shape) >= 2:
+                if i == 0:
+                    out[-2] = h[-2]
+                else:
+                    out[-1] = h[-1]
+            elif rule is Sharding.REDUCTION and i == 0:
+                axes = {a % len(shape) for a in attrs["axes"]} if shape else set()
+                k = 0
+                for d in range(len(shape)):
+                    if d in axes:
+                        k += 1 if attrs["keepdims"] else 0
+                        continue
+                    out[d] = h[k]
+                    k += 1
+            elif rule is Sharding.ROW_REDUCTION and i == 0:
+                first = attrs["axis"] % len(shape)
+                for d in range(len(shape)):
+                    out[d] = () if d >= first else h[d]
+            else:
+                continue
+            st.hint[v] = tuple(out)
+
+
+def _place_op(st: _State, op: LaminaOp) -> None:
+    info = op.info
+    slots = op.operand_slots()
+    specs: list[Spec | None] = [None if v is None or v in st.free else st.spec[v] for v in slots]
+    present = [i for i, v in enumerate(slots) if v is not None]
+    known = [i for i in present if specs[i] is not None]
+    reasons: list[str] = []
+
+    # rule 2: pending sums that this op cannot take are reduced first
+    partial_ops = [i for i in known if specs[i].partial]  # type: ignore[union-attr]
+    reduce: list[int] = []
+    if partial_ops:
+        if info.linearity is Linearity.NONE:
+            reduce = partial_ops
+        elif info.linearity is Linearity.ADDITIVE:
+            axes = {specs[i].partial for i in present if specs[i] is not None}  # type: ignore
+            if len(partial_ops) != len(present) or len(axes) != 1:
+                reduce = partial_ops
+        else:
+            keep = next((i for i in partial_ops if i in info.linear_operands), None)
+            reduce = [i for i in partial_ops if i != keep]
+        reduce += [i for i in partial_ops if specs[i].partial_kind != "sum" and i not in reduce]  # type: ignore
+    for i in reduce:
+        v = slots[i]
+        assert v is not None and specs[i] is not None
+        specs[i] = _reduction_target(st, v, specs[i])  # type: ignore[arg-type]
+        reasons.append(f"operand {i} is a pending sum that {op.name} cannot take")
+
+    # rule 3: unplaced arguments follow a placed operand (or their hint)
+    leader = max(known, key=lambda i: (_nbytes(slots[i]), -i)) if known else None  # type: ignore
+    for i in present:
+        if specs[i] is None:
+            v = slots[i]
+            assert v is not None
+            specs[i] = _follow(op, i, leader, specs, st, slots) if leader is not None \
+                else st.from_hint(v)
+
+    result = _try(op, specs)
+    if result is None:
+        # rule 4: each placed operand as leader, cheapest move wins
+        best: tuple[float, int, list[Spec | None]] | None = None
+        for lead in sorted(known, key=lambda i: (-_nbytes(slots[i]), i)):  # type: ignore
+            trial = list(specs)
+            for i in present:
+                if i != lead:
+                    trial[i] = _follow(op, i, lead, specs, st, slots)
+            if _try(op, trial) is None:
+                continue
+            cost = sum(_move_cost(st, slots[i], specs[i], trial[i]) for i in present)  # type: ignore
+            if best is None or cost < best[0]:
+                best = (cost, lead, trial)
+        if best is not None:
+            specs = best[2]
+            reasons.append(f"operands follow operand {best[1]} (moves {best[0]:.0f} B)")
+        else:
+            # rule 5: drop the main operand's splits from the last dimension backwards
+            trial = [None if s is None else Spec(s.splits) for s in specs]
+            for i in present[1:]:
+                trial[i] = Spec.replicated(len(_shape(slots[i])))  # type: ignore[arg-type]
+            x = trial[0]
+            assert x is not None
+            splits = list(x.splits)
+            d = len(splits) - 1
+            while _try(op, trial) is None and d >= 0:
+                splits[d] = ()
+                trial[0] = Spec(tuple(splits))
+                d -= 1
+            specs = trial
+            reasons.append(f"{info.sharding.value} rule: operands made {', '.join(str(s) for s in specs if s is not None)}")
+        result = _try(op, specs)
+        assert result is not None, f"{op.name}: no placement satisfies its rule"
+
+    for k, (v, s) in enumerate(zip(slots, specs, strict=True)):
+        if v is None or s is None:
+            continue
+        if v in st.free:
+            st.free.discard(v)
+            st.set_type(v, s)
+            st.say(op, f"argument {_name(v)} placed {s}: its first use, {op.name}, needs it so "
+                   "(inputs are distributed, nothing is communicated)")
+        elif st.spec[v] != s:
+            new = st.reshard(v, s, op, "; ".join(reasons) or f"the {info.sharding.value} rule")
+            _set_operand(op, _operand_index(op, k), new)
+
+    r = op.results[0]
+    user = mesh_placed(r)
+    st.set_type(r, result)
+    why = "the " + info.sharding.value + " rule on its operands"
+    if result.partial:
+        why += " (a pending sum, reduced where a consumer needs it)"
+    st.say(op, f"{_name(r)} placed {result}: {why}")
+    if user is not None and user != result:
+        # rule 1: the written placement wins; a reshard follows the op
+        uses = list(r.uses)
+        nxt = op.next_op
+        assert nxt is not None
+        new = st.reshard(r, user, nxt, "the program states this placement")
+        for u in uses:
+            _set_operand(u.operation, u.index, new)
+
+
+def _set_operand(op: Operation, index: int, value: SSAValue) -> None:
+    ops = list(op.operands)
+    ops[index] = value
+    op.operands = ops
+
+
+def _operand_index(op: LaminaOp, slot: int) -> int:
+    """Index in op.operands of operand slot `slot` (slots skip absent optionals)."""
+    slots = op.operand_slots()
+    return sum(1 for v in slots[:slot] if v is not None)
+
+
+def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
+    st = _State(func, mesh.sym_name.data, mesh.axis_sizes, log, {}, {}, set(), {})
+    block = func.body.block
+    for a in block.args:
+        s = mesh_placed(a)
+        if s is not None:
+            st.spec[a] = s
+        else:
+            st.free.add(a)
+    ops = list(block.ops)
+    ret = ops[-1] if ops and isinstance(ops[-1], ReturnOp) else None
+    if ret is not None:
+        for v, t in zip(ret.operands, func.function_type.outputs.data, strict=True):
+            s = spec_of(t)
+            if s is not None and v not in st.hint:
+                st.hint[v] = tuple(s.splits)
+    _backward_hints(st, ops)
+    for op in ops:
+        if isinstance(op, ReturnOp):
+            continue
+        if isinstance(op, FusedOp):
+            raise error_at(op, "propagate-sharding runs before fuse-elementwise (it does not "
+                           "look inside lamina.fused)")
+        if isinstance(op, PlacementOp):
+            for k, v in enumerate(op.inputs):
+                want = spec_of(v.type)
+                assert want is not None
+                if v in st.free:
+                    st.free.discard(v)
+                    st.set_type(v, want)
+                elif st.spec[v] != want:
+                    _set_operand(op, k, st.reshard(v, want, op, f"{op.name} is written for it"))
+            for r in op.outputs:
+                st.spec[r] = spec_of(r.type)  # type: ignore[assignment]
+            continue
+        if not isinstance(op, LaminaOp):
+            raise error_at(op, f"propagate-sharding cannot place the results of '{op.name}'")
+        _place_op(st, op)
+    for a in block.args:
+        if a in st.free:
+            st.set_type(a, st.from_hint(a))
+            st.say(func, f"argument {_name(a)} is unused: placed {st.spec[a]} (its hint or the "
+                   "default, replicated)")
+    outs = []
+    if ret is not None:
+        for k, (v, t) in enumerate(zip(ret.operands, func.function_type.outputs.data,
+                                       strict=True)):
+            want = spec_of(t)
+            s = st.spec[v]
+            if want is None:
+                want = _reduction_target(st, v, s) if s.partial else s
+                t = with_spec(t, st.mesh, want)
+                st.say(ret, f"result {k} was not placed: placed {want} (its value's splits, "
+                       "pending sums reduced)")
+            if s != want:
+                _set_operand(ret, k, st.reshard(v, want, ret, f"function result {k} is declared {want}"))
+            outs.append(t)
+        func.properties["function_type"] = FunctionType.from_lists(
+            [a.type for a in block.args], outs)
+
+
+@dataclass(frozen=True)
+class PropagateSharding(LaminaPass):
+    name: ClassVar[str] = "propagate-sharding"
+
+    def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
+        for func in [op for op in module.ops if isinstance(op, FuncOp)]:
+            names = set()
+            for t in (*func.function_type.inputs.data, *func.function_type.outputs.data):
+                p = place_of(t)
+                if p is not None and p.mesh_name is not None:
+                    names.add(p.mesh_name)
+            for op in func.walk():
+                for r in op.results:
+                    p = place_of(r.type)
+                    if p is not None and p.mesh_name is not None:
+                        names.add(p.mesh_name)
+            if not names:
+                if log is not None:
+                    log.add(func, f"@{func.sym_name.data}: nothing is placed on a mesh; left as is")
+                continue
+            if len(names) > 1:
+                raise error_at(func, f"propagate-sharding: @{func.sym_name.data} uses several "
+                               f"meshes ({', '.join(sorted(names))})")
+            mesh = find_mesh(func, names.pop())
+            if mesh is None:
+                raise error_at(func, "propagate-sharding: placement refers to an unknown mesh")
+            _place_function(func, mesh, log)
