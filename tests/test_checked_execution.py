@@ -1,0 +1,132 @@
+"""Checked execution: bytes per tier per device, overflow / host-compute / use-after-free errors,
+stats and the memory plot, through lamina-run and the observer directly."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from memtools import checked_run, parse, target_with
+
+from lamina.backends.run import main as run_main
+from lamina.ir.diagnostics import LaminaError
+
+T = "tensor<64x64xf32>"  # 16 KiB
+H = "tensor<64x64xf32, #lamina.place<tier = host>>"
+D = "tensor<64x64xf32, #lamina.place<tier = hbm>>"
+X = np.ones((64, 64), np.float32)
+
+
+def test_bytes_per_tier_and_moves():
+    _, m = parse(f"""
+func.func @f(%x: {T}) -> {T} {{
+  %a = lamina.exp %x : {T}
+  %h = lamina.move %a to host : {T} -> {H}
+  lamina.free %a : {T}
+  %b = lamina.move %h to hbm : {H} -> {D}
+  lamina.free %h : {H}
+  %c = lamina.neg %b : ({D}) -> {T}
+  lamina.free %b : {D}
+  func.return %c : {T}
+}}""")
+    res, ck = checked_run(m, [X], target_with(hbm=3 * 16384))
+    np.testing.assert_array_equal(res.outputs[0], -np.exp(X))
+    assert ck.peak == {"sram": 0, "hbm": 3 * 16384, "host": 16384, "nvme": 0}
+    assert ck.stats()["moved_bytes"] == {"hbm->host": 16384, "host->hbm": 16384}
+
+
+def test_sharded_values_count_local_shards():
+    _, m = parse("""
+lamina.mesh @m [data = 4]
+func.func @f(%x: tensor<64x64xf32, #lamina.place<@m, [[data], []]>>) -> tensor<64x64xf32, #lamina.place<@m, [[data], []]>> {
+  %a = lamina.exp %x : tensor<64x64xf32, #lamina.place<@m, [[data], []]>>
+  func.return %a : tensor<64x64xf32, #lamina.place<@m, [[data], []]>>
+}""")
+    _, ck = checked_run(m, [X])
+    assert ck.peak["hbm"] == 2 * 16384 // 4
+
+
+def test_capacity_overflow_names_live_values():
+    _, m = parse(f"""
+func.func @f(%x: {T}, %y: {T}) -> {T} {{
+  %a = lamina.exp %x : {T}
+  %b = lamina.add %a, %y : {T}
+  func.return %b : {T}
+}}""")
+    with pytest.raises(LaminaError) as e:
+        checked_run(m, [X, X], target_with(hbm=3 * 16384))
+    msg = e.value.message
+    assert "capacity overflow in tier 'hbm' at %b = lamina.add: 65536 bytes per device live, " \
+           "capacity 49152 (target 'tiny')" in msg
+    assert "live: %x (16.0 KiB), %y (16.0 KiB), %a (16.0 KiB), %b (16.0 KiB)" in msg
+    assert e.value.loc.line == 4
+
+
+def unverified(text):
+    return parse(text, check=False)[1]
+
+
+def test_use_after_free():
+    m = unverified(f"""
+func.func @f(%x: {T}) -> {T} {{
+  %a = lamina.exp %x : {T}
+  lamina.free %a : {T}
+  %b = lamina.neg %a : {T}
+  func.return %b : {T}
+}}""")
+    with pytest.raises(LaminaError) as e:
+        checked_run(m, [X])
+    assert "lamina.neg uses %a after its lamina.free" in e.value.message
+    assert e.value.loc.line == 5
+
+
+def test_double_free():
+    m = unverified(f"""
+func.func @f(%x: {T}) -> {T} {{
+  %a = lamina.exp %x : {T}
+  lamina.free %a : {T}
+  lamina.free %a : {T}
+  func.return %x : {T}
+}}""")
+    with pytest.raises(LaminaError, match="%a is freed twice"):
+        checked_run(m, [X])
+
+
+def test_compute_on_host_value():
+    m = unverified(f"""
+func.func @f(%x: {H}) -> {T} {{
+  %a = lamina.exp %x : ({H}) -> {T}
+  func.return %a : {T}
+}}""")
+    with pytest.raises(LaminaError) as e:
+        checked_run(m, [X])
+    assert "compute op %a = lamina.exp reads %x in tier 'host'" in e.value.message
+
+
+def write(tmp_path, text):
+    p = tmp_path / "p.mlir"
+    p.write_text(text)
+    return str(p)
+
+
+def test_cli_overflow_exit_1_and_stats(tmp_path, capsys):
+    f = write(tmp_path, open("samples/long_chain_frees.mlir").read())
+    assert run_main([f, "--target", "tiny"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "capacity overflow in tier 'hbm'" in err
+    stats = tmp_path / "s.json"
+    assert run_main([f, "-p", "annotate-lifetimes", "--target", "tiny", "--stats-json",
+                     str(stats)]) == 0
+    d = json.loads(stats.read_text())
+    assert d["peak_bytes"] == {"sram": 0, "hbm": 2 * 262144, "host": 0, "nvme": 0}
+    assert d["moved_bytes"] == {}
+
+
+def test_memory_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "mem.png"
+    assert run_main(["samples/zero_offload_step.mlir", "-p",
+                     "annotate-lifetimes,assign-memory-tiers{target=tiny}", "--target", "tiny",
+                     "--memory-plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10000
