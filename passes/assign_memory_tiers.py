@@ -534,10 +534,13 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0) -> _FuncM
             if u is ret:
                 end = K
                 continue
-            needs.add(index[u])
+            if not (isinstance(u, MoveOp) and u.tier not in OFFLOAD_TIERS):
+                needs.add(index[u])  # a move to hbm reads its operand where it is
             end = max(end, index[u])
         if not freed:
             end = K
+        if d < 0:
+            end = max(end, 0)  # an argument is somewhere at the entry: count it at step 0
         tier = tier_of(v.type)
         declared_off = tier in OFFLOAD_TIERS or tier == "sram"
         if declared_off and (d >= 0 and (isinstance(v.owner, MoveOp) or tier == "sram")):

@@ -1,0 +1,184 @@
+"""assign-memory-tiers: random programs under random capacities (feasible: verifies, fits in the
+checked interpreter, same outputs; infeasible: the diagnostic), greedy vs the ILP, explain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memtools import checked_run, parse, target_with
+from strategies import scaled
+from strategies.programs import programs
+
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.runner import run_function
+from lamina.ir.diagnostics import LaminaError
+from lamina.ir.memory import MoveOp
+from lamina.ir.source import verify
+from lamina.passes.annotate_lifetimes import annotate
+from lamina.passes.assign_memory_tiers import (
+    Plan,
+    Problem,
+    Value,
+    assign_function,
+    build_model,
+    check_plan,
+    plan_cost,
+    solve_greedy,
+    solve_ilp,
+)
+from lamina.passes.explain import ExplainLog
+from lamina.passes.pipeline import build_pipeline, run_pipeline
+
+
+def step_need(func, target) -> tuple[int, int]:
+    """(lower bound, everything) for the HBM capacity of a freed program."""
+    fm = build_model(func, target_with(hbm=1e18))
+    p = fm.problem
+    need = [0.0] * (p.steps + 1)
+    for v in p.values:
+        for k in {*v.needs, *([v.define] if v.define >= 0 else [])}:
+            need[k] += v.size
+    total = sum(v.size for v in p.values)
+    return int(max(need)), int(total)
+
+
+def prepared(text):
+    ctx, m = parse(text)
+    annotate(m, None)
+    verify(m)
+    return m, find_entry(m, None)
+
+
+@settings(max_examples=scaled(0.4))
+@given(programs(min_ops=2, max_ops=14), st.floats(0, 1), st.sampled_from(["greedy", "ilp"]))
+def test_feasible_capacity_fits_and_keeps_outputs(p, frac, solver):
+    ctx, m0 = parse(p.text)
+    ref = run_function(find_entry(m0, None), p.inputs).outputs
+    m, func = prepared(p.text)
+    lo, hi = step_need(func, target_with(hbm=1e18))
+    cap = int(lo + frac * (hi - lo))
+    target = target_with(hbm=cap)
+    assign_function(func, target, solver)
+    verify(m)
+    out, checker = checked_run(m, p.inputs, target)  # raises on any overflow
+    assert checker.peak["hbm"] <= cap
+    for a, b in zip(out.outputs, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=scaled(0.3))
+@given(programs(min_ops=2, max_ops=10), st.floats(0.05, 0.99))
+def test_infeasible_capacity_gives_diagnostic(p, frac):
+    m, func = prepared(p.text)
+    lo, _ = step_need(func, target_with(hbm=1e18))
+    cap = max(1, int(lo * frac))
+    with pytest.raises(LaminaError) as e:
+        assign_function(func, target_with(hbm=cap), "greedy")
+    msg = e.value.message
+    assert "assign-memory-tiers: no assignment fits tier 'hbm' at program point" in msg
+    assert f"capacity {cap} (target 'tiny')" in msg and "largest live values: %" in msg
+    assert e.value.loc is not None
+
+
+def random_problem(rng: np.random.Generator, n: int, pressure: float) -> Problem:
+    steps = n
+    values = []
+    for i in range(n):
+        d = i - 1 if i else -1
+        k = int(rng.integers(1, 4))
+        needs = sorted({int(x) for x in rng.integers(max(d + 1, 0), steps, size=k)})
+        needs = [x for x in needs if x > d] or [min(d + 1, steps - 1)]
+        values.append(Value(f"v{i}", int(rng.integers(1, 9)) * 4096, d, needs, needs[-1]))
+    need = [0] * (steps + 1)
+    for v in values:
+        for k in {*v.needs, *([v.define] if v.define >= 0 else [])}:
+            need[k] += v.size
+    cap = max(need) + pressure * (sum(v.size for v in values) - max(need)) * 0.3
+    compute = [float(x) for x in rng.uniform(0.2e-6, 3e-6, size=steps)]
+    return Problem(steps, compute, values, {"hbm": cap, "host": 1e12, "nvme": 1e13},
+                   {"host": 20e9, "nvme": 2e9})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ilp_is_optimal_reference(seed):
+    prob = random_problem(np.random.default_rng(seed), 20, 0.3)
+    g = solve_greedy(prob)
+    opt = solve_ilp(prob)
+    check_plan(prob, g)
+    check_plan(prob, opt)
+    assert opt.cost <= g.cost + 1e-12
+    assert plan_cost(prob, opt) == pytest.approx(opt.cost)
+
+
+def test_keep_everything_when_it_fits():
+    prob = random_problem(np.random.default_rng(1), 20, 10.0)
+    prob.capacity["hbm"] = 1e12
+    plan = solve_greedy(prob)
+    assert plan.cost == 0 and all(t is None for t in plan.tier)
+
+
+SAMPLE = open("samples/mlp_training_offload.mlir").read()
+
+
+@pytest.mark.parametrize("spec", [
+    "annotate-lifetimes,assign-memory-tiers{target=tiny}",
+    "fuse-elementwise,annotate-lifetimes,assign-memory-tiers{target=tiny}",
+    "fuse-elementwise,annotate-lifetimes,assign-memory-tiers{target=tiny solver=ilp}",
+])
+def test_training_step_sample_fits_tiny(spec):
+    ctx, m0 = parse(SAMPLE)
+    rng = np.random.default_rng(0)
+    func0 = find_entry(m0, None)
+    inputs = [np.abs(rng.standard_normal([d for d in a.type.get_shape()])).astype(np.float32)
+              for a in func0.body.block.args]
+    ref = run_function(func0, inputs).outputs
+    ctx, m = parse(SAMPLE)
+    with pytest.raises(LaminaError, match="capacity overflow in tier 'hbm'"):
+        checked_run(m, inputs, target_with(hbm=1048576))
+    run_pipeline(ctx, m, build_pipeline(spec))
+    assert any(isinstance(op, MoveOp) for op in m.walk())
+    out, ck = checked_run(m, inputs, target_with(hbm=1048576))
+    assert ck.peak["hbm"] <= 1048576 and ck.stats()["moved_bytes"]["host->hbm"] > 0
+    for a, b in zip(out.outputs, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_explain_says_why_each_move():
+    ctx, m = parse(SAMPLE)
+    annotate(m, None)
+    log = ExplainLog("assign-memory-tiers")
+    assign_function(find_entry(m, None), target_with(hbm=1048576), "greedy", log)
+    moves = [op for op in m.walk() if isinstance(op, MoveOp)]
+    lines = [ln for ln in log.lines if "] t.mlir" in ln and (" copy " in ln or " prefetch " in ln)]
+    assert len(lines) == len(moves)
+    assert all("over capacity" in ln for ln in lines)
+    assert "modeled exposed transfer time" in log.lines[-1]
+
+
+def test_bad_solver_and_missing_target():
+    ctx, m = parse(SAMPLE)
+    with pytest.raises(LaminaError, match="solver must be greedy or ilp"):
+        run_pipeline(ctx, m, build_pipeline("assign-memory-tiers{solver=magic}"))
+    with pytest.raises(LaminaError, match="unknown target 'nope'"):
+        run_pipeline(ctx, m, build_pipeline("assign-memory-tiers{target=nope}"))
+
+
+def test_ilp_without_scipy(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def fake(name, *a, **k):
+        if name.startswith("scipy"):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(LaminaError, match=r"needs scipy: pip install 'lamina\[ilp\]'"):
+        solve_ilp(random_problem(np.random.default_rng(0), 5, 0.5))
+
+
+def test_plan_type_is_exposed():
+    assert Plan([None], [[None]]).cost == 0.0
