@@ -152,7 +152,7 @@ def infer(info: OpInfo, ops: Sequence[TensorInfo | None], specs: Sequence[Spec |
     partial, kind = _check_partial(info, specs)
     rule = info.sharding
     name = info.full_name
-    x, sx = ops[0], specs[0]
+    x, sx = (ops[0], specs[0]) if ops else (None, None)  # constants have no operands
     if rule is Sharding.ELEMENTWISE:
         return Spec(_elementwise(info, ops, specs, result), partial, kind)
     if rule is Sharding.REPLICATED:

@@ -137,7 +137,8 @@ def distribute(mesh: Mesh, spec: Spec, a: np.ndarray) -> Shards:
         key = (offs, owner)
         if key not in cache:
             piece = a[_index(offs, local)]
-            cache[key] = np.ascontiguousarray(piece) if owner else np.zeros_like(piece)
+            piece = np.array(piece)  # a copy; keeps 0-d arrays 0-d
+            cache[key] = piece if owner else np.zeros_like(piece)
         shards.append(cache[key])
     return shards
 
