@@ -279,18 +279,33 @@ def solve_greedy(prob: Problem) -> Plan:
             if _hbm_start(v, g, p) > k:
                 continue  # not in HBM at k already
             tier = plan.tier[vi] or "host"
+            q = k + 1
             if g.tail:
                 new = 0.0
             else:
-                new = prob.in_cost(v, tier, k + 1, g.b)
+                new = prob.in_cost(v, tier, q, g.b)
             old = 0.0 if p is None or g.tail else prob.in_cost(v, tier, p, g.b)
             if vi not in first_off:
                 new += prob.out_cost(v, tier, g.a)
-            cands.append(((new - old) / max(v.size, 1), -v.size, vi, gi, tier))
+            cands.append(((new - old) / max(v.size, 1), -v.size, vi, gi, q))
         for key in dead:
             del active[key]
         cands.sort()
-        for _, _, vi, gi, tier in cands:
+        # cheapest per byte first; but a single value that covers the whole excess on its own is
+        # taken instead when it costs less than that fill (the knapsack greedy's usual fix)
+        excess = hbm[k] - cap
+        fill, got = 0.0, 0.0
+        for c in cands:
+            if got >= excess:
+                break
+            fill += c[0] * -c[1]
+            got += -c[1]
+        single = [c for c in cands if -c[1] >= excess]
+        if single:
+            best = min(single, key=lambda c: (c[0] * -c[1], c[1]))
+            if best[0] * -best[1] < fill - 1e-15:
+                cands = [best] + [c for c in cands if c is not best]
+        for _, _, vi, gi, q in cands:
             if hbm[k] <= cap:
                 break
             v, g = vals[vi], gaps[vi][gi]
@@ -309,13 +324,14 @@ def solve_greedy(prob: Problem) -> Plan:
             if vi not in first_off:
                 first_off[vi] = gi
             old_lo = _hbm_start(v, g, plan.prefetch[vi][gi])
-            new_p = g.b + 1 if g.tail else k + 1
+            new_p = g.b + 1 if g.tail else q
             plan.prefetch[vi][gi] = new_p
             for j in range(old_lo, min(new_p, K + 1)):
                 hbm[j] -= v.size
             plan.reasons[(vi, gi)] = f"step {k}"
         if hbm[k] > cap + 1e-9:
             raise Infeasible(k, "hbm", hbm[k], cap, live_at(prob, plan, k))
+    _improve(prob, plan, gaps, hbm, off, cap)
     for t, ys in off.items():
         for k, y in enumerate(ys):
             if y > prob.capacity[t] + 1e-9:
@@ -328,6 +344,61 @@ def solve_greedy(prob: Problem) -> Plan:
     plan.cost = plan_cost(prob, plan)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
+
+
+def _improve(prob: Problem, plan: Plan, gaps: list[list[Gap]], hbm: list[float],
+             off: dict[str, list[float]], cap: float) -> None:
+    """One local-improvement pass over the sweep's offloads, costliest first: give an offloaded gap
+    back its HBM residency when the capacity now allows (decisions at later steps may have freed
+    room), else issue its prefetch as early as the capacity allows. Drops a value's offload copy
+    when no gap needs it any more. Each gap is looked at once: O(its length)."""
+    K = prob.steps
+    vals = prob.values
+    todo = []
+    for vi, v in enumerate(vals):
+        t = plan.tier[vi]
+        for gi, (g, p) in enumerate(zip(gaps[vi], plan.prefetch[vi], strict=True)):
+            if p is not None and t is not None and v.home is None:
+                c = 0.0 if g.tail else prob.in_cost(v, t, p, g.b)
+                todo.append((-c, vi, gi))
+    todo.sort()
+    for _, vi, gi in todo:
+        v, g, t = vals[vi], gaps[vi][gi], plan.tier[vi]
+        p = plan.prefetch[vi][gi]
+        assert p is not None and t is not None
+        hi = min(p, K + 1)
+        lo = g.a + 1
+        j = hi
+        while j > lo and hbm[j - 1] + v.size <= cap:
+            j -= 1
+        first = next(i for i, q in enumerate(plan.prefetch[vi]) if q is not None)
+        if j == lo and not (gi == 0 and v.is_arg and g.a < 0 and False):
+            # keep it in HBM; unless it is the first offload and later gaps still need the copy
+            later = [i for i, q in enumerate(plan.prefetch[vi]) if q is not None and i != gi]
+            if gi == first and later:
+                # the copy's out cost moves to the next offloaded gap
+                old = prob.out_cost(v, t, g.a) + (0.0 if g.tail else prob.in_cost(v, t, p, g.b))
+                new = prob.out_cost(v, t, gaps[vi][later[0]].a)
+                if new > old:
+                    j = max(j, g.a + 2) if not g.tail else hi
+                    if j >= hi:
+                        continue
+                    for k in range(j, hi):
+                        hbm[k] += v.size
+                    plan.prefetch[vi][gi] = j
+                    continue
+            for k in range(lo, hi):
+                hbm[k] += v.size
+            plan.prefetch[vi][gi] = None
+            if not later:
+                plan.tier[vi] = None
+                for k in range(0 if v.is_arg else v.define + 1, min(v.end, K) + 1):
+                    off[t][k] -= v.size
+        elif j < hi and not g.tail:
+            j = max(j, g.a + 2) if g.a >= 0 else j
+            for k in range(j, hi):
+                hbm[k] += v.size
+            plan.prefetch[vi][gi] = j
 
 
 # ---- ILP ---------------------------------------------------------------------------------------
@@ -435,7 +506,7 @@ def solve_ilp(prob: Problem, time_limit: float = 120.0) -> Plan:
         raise Infeasible(k, "hbm", hbm_fixed[k], prob.capacity["hbm"], [])
     x = res.x
     plan = Plan([None] * len(vals), [[None] * len(gaps_of(v, i)) for i, v in enumerate(vals)])
-    for vi, gap_vars, y in decode:
+    for vi, gap_vars, _y in decode:
         for gi, opts in gap_vars:
             for j, t, p in opts:
                 if x[j] > 0.5:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import given, settings
-from memtools import checked_run, parse
-from strategies import scaled
-from strategies.programs import programs
-
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.memory import FreeOp
 from lamina.ir.source import verify
-from lamina.passes.explain import ExplainLog
 from lamina.passes.annotate_lifetimes import annotate
+from lamina.passes.explain import ExplainLog
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from memtools import checked_run, parse
+from strategies import scaled
+from strategies.programs import programs
 
 T = "tensor<4x8xf32>"
 CHAIN = f"""

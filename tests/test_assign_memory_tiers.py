@@ -7,10 +7,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memtools import checked_run, parse, target_with
-from strategies import scaled
-from strategies.programs import programs
-
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
@@ -30,6 +26,9 @@ from lamina.passes.assign_memory_tiers import (
 )
 from lamina.passes.explain import ExplainLog
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from memtools import checked_run, parse, target_with
+from strategies import scaled
+from strategies.programs import programs
 
 
 def step_need(func, target) -> tuple[int, int]:

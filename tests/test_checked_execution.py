@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (MLIR types in test programs)
 """Checked execution: bytes per tier per device, overflow / host-compute / use-after-free errors,
 stats and the memory plot, through lamina-run and the observer directly."""
 
@@ -7,10 +8,9 @@ import json
 
 import numpy as np
 import pytest
-from memtools import checked_run, parse, target_with
-
 from lamina.backends.run import main as run_main
 from lamina.ir.diagnostics import LaminaError
+from memtools import checked_run, parse, target_with
 
 T = "tensor<64x64xf32>"  # 16 KiB
 H = "tensor<64x64xf32, #lamina.place<tier = host>>"

@@ -1,16 +1,17 @@
+# ruff: noqa: E501  (MLIR types in test programs)
 """lamina.move / lamina.free: syntax, round trips (custom and generic), and every verifier rule."""
 
 from __future__ import annotations
 
-import pytest
-from memtools import parse
+import io
 
+import pytest
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.memory import FreeOp, MoveOp, tier_problem, with_tier
 from lamina.ir.placement import tier_of
 from lamina.ir.source import make_context, parse_text
+from memtools import parse
 from xdsl.printer import Printer
-import io
 
 H = "tensor<4x8xf32, #lamina.place<tier = host>>"
 D = "tensor<4x8xf32, #lamina.place<tier = hbm>>"
