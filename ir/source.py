@@ -162,22 +162,26 @@ def _dominates(value: SSAValue, user: Operation, positions: dict[Block, dict[Ope
     return index[definer] < index[anchor]
 
 
-def load(path: str, ctx: Context | None = None) -> ModuleOp:
-    """Read, parse and verify the program in `path` ('-' for stdin)."""
+def read_source(path: str) -> tuple[str, str]:
+    """The text of `path` ('-' for stdin) and the name diagnostics use for it."""
     if path == "-":
-        text = sys.stdin.buffer.read()
-        name = "<stdin>"
+        data, name = sys.stdin.buffer.read(), "<stdin>"
     else:
         try:
             with open(path, "rb") as f:
-                text = f.read()
+                data = f.read()
         except OSError as e:
             raise LaminaError(f"cannot read '{path}': {e.strerror}") from None
         name = path
     try:
-        decoded = text.decode("utf-8")
+        return data.decode("utf-8"), name
     except UnicodeDecodeError as e:
         raise LaminaError(f"'{name}' is not UTF-8 text (byte {e.start})") from None
-    module = parse_text(decoded, name, ctx)
+
+
+def load(path: str, ctx: Context | None = None) -> ModuleOp:
+    """Read, parse and verify the program in `path` ('-' for stdin)."""
+    text, name = read_source(path)
+    module = parse_text(text, name, ctx)
     verify(module)
     return module

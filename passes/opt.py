@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from lamina.backends.inputs import write_text_atomic
 from lamina.ir.diagnostics import LaminaError, UsageError, report
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.source import make_context, parse_text, read_source, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from lamina.passes.registry import available_passes
 from xdsl.dialects.builtin import ModuleOp
@@ -56,9 +56,7 @@ class LaminaOptMain(xDSLOptMain):
 
     def run(self) -> None:  # type: ignore[override]
         passes = build_pipeline(self.args.passes, explain=self.args.explain)
-        name = self.args.input_file or "-"
-        source = read_source(name)
-        display = "<stdin>" if name == "-" else name
+        source, display = read_source(self.args.input_file or "-")
         chunks = split_chunks(source) if self.args.split_input_file else [(source, 0)]
         out = io.StringIO()
         for i, (chunk, offset) in enumerate(chunks):
@@ -96,21 +94,6 @@ class LaminaOptMain(xDSLOptMain):
 
 def _usage_error(message: str) -> NoReturn:
     raise UsageError("lamina-opt", message)
-
-
-def read_source(name: str) -> str:
-    if name == "-":
-        data = sys.stdin.buffer.read()
-    else:
-        try:
-            with open(name, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise LaminaError(f"cannot read '{name}': {e.strerror}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise LaminaError(f"'{name}' is not UTF-8 text (byte {e.start})") from None
 
 
 def split_chunks(source: str) -> list[tuple[str, int]]:

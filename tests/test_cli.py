@@ -197,7 +197,7 @@ def test_opt_stdin(tmp_path: Path) -> None:
     assert res.returncode == 0 and "lamina.layernorm" in res.stdout
     assert_error(opt("-", cwd=tmp_path, stdin=VERIFY_ERROR), VERIFY_MESSAGE, "<stdin>:3:3")
     assert_error(opt(cwd=tmp_path, stdin=PARSE_ERROR), "Expected ':'", "<stdin>:3:22")
-    assert_error(opt("-", cwd=tmp_path, stdin=b"\xfe\xff"), "'-' is not UTF-8 text (byte 0)")
+    assert_error(opt("-", cwd=tmp_path, stdin=b"\xfe\xff"), "'<stdin>' is not UTF-8 text (byte 0)")
 
 
 def test_opt_empty_input_is_empty_module(tmp_path: Path) -> None:
