@@ -1,7 +1,7 @@
 // Across the 4 nodes of h100-cluster a large all_reduce over both mesh axes is hierarchical,
 // a small one across nodes only is a tree; inside a node (h100-node) it is a ring.
 // RUN: lamina-opt %s -p 'propagate-sharding,insert-collectives{target=h100-cluster}' --explain 2>&1 | filecheck %s
-// RUN: lamina-opt %s -p 'propagate-sharding,insert-collectives{target=h100-node}' 2>&1 | filecheck %s --check-prefix=NODE
+// RUN: not lamina-opt %s -p 'propagate-sharding,insert-collectives{target=h100-node}' 2>&1 | filecheck %s --check-prefix=NODE
 
 lamina.mesh @m [node = 4, gpu = 8]
 func.func @f(%a: tensor<1024x1024xf32, #lamina.place<@m, [[], [node, gpu]]>>, %b: tensor<1024x1024xf32, #lamina.place<@m, [[node, gpu], []]>>, %c: tensor<64x8xf32, #lamina.place<@m, [[], [node]]>>, %d: tensor<8x16xf32, #lamina.place<@m, [[node], []]>>) -> (tensor<1024x1024xf32, #lamina.place<@m, [[], []]>>, tensor<64x16xf32, #lamina.place<@m, [[], []]>>) {
