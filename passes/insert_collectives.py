@@ -274,7 +274,7 @@ class InsertCollectives(LaminaPass):
                 folded = None
                 owner = x.owner
                 if isinstance(owner, AllReduceOp) and len(owner.inputs) == 1 and \
-                        len(x.uses) == 1:
+                        x.has_one_use():
                     folded, src = owner, owner.inputs[0]   # fold all_reduce + slice
                 S, D = spec_of(src.type), spec_of(op.outputs[0].type)
                 assert S is not None and D is not None
