@@ -1,3 +1,4 @@
 """The NumPy interpreter backend."""
 
 from lamina.backends.numpy import fused as _fused  # noqa: E402,F401  (registers lamina.fused)
+from lamina.backends.numpy import spmd as _spmd  # noqa: E402,F401  (registers the collectives)
