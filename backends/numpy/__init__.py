@@ -2,3 +2,4 @@
 
 from lamina.backends.numpy import fused as _fused  # noqa: E402,F401  (registers lamina.fused)
 from lamina.backends.numpy import spmd as _spmd  # noqa: E402,F401  (registers the collectives)
+from lamina.backends.numpy import memory as _memory  # noqa: E402,F401  (registers move/free)
