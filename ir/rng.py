@@ -75,8 +75,10 @@ def bits_for_indices(seed: int, index: np.ndarray) -> np.ndarray:
     if idx.size == 0 or int(hi.max()) == 0:
         lo ^= np.uint32(key(seed, 0))
         return mix_inplace(lo)
-    keys = np.array([key(seed, int(h)) for h in range(int(hi.max()) + 1)], dtype=np.uint32)
-    lo ^= keys[hi.astype(np.intp)]
+    # one key per distinct high word (a table indexed by hi would need up to 2**32 entries)
+    his, inverse = np.unique(hi, return_inverse=True)
+    keys = np.array([key(seed, int(h)) for h in his], dtype=np.uint32)
+    lo ^= keys[inverse.reshape(lo.shape)]
     return mix_inplace(lo)
 
 
