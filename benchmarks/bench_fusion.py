@@ -189,14 +189,14 @@ def bench_workloads(repeats: int, quick: bool) -> None:
         k0 = run_function(fref, inputs).stats["kernels"]
         res_f = run_function(ffused, inputs)
         k1 = res_f.stats["kernels"]
-        tu = median_time(lambda fr=fref: run_function(fr, inputs), repeats)
-        tf = median_time(lambda ff=ffused: run_function(ff, inputs), repeats)
+        tu = median_time(lambda fr=fref, a=inputs: run_function(fr, a), repeats)
+        tf = median_time(lambda ff=ffused, a=inputs: run_function(ff, a), repeats)
         tj = None
         if jx is not None:
             fn = jx[0][key]
             out = np.asarray(fn(*inputs))
             ok = np.allclose(out, res_f.outputs[0], rtol=1e-3, atol=1e-3)
-            tj = median_time(lambda fn=fn: fn(*inputs), repeats)
+            tj = median_time(lambda fn=fn, a=inputs: fn(*a), repeats)
             if not ok:
                 name += " (jax differs!)"
         floor = compulsory / bw

@@ -66,7 +66,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-_SEARCH_LIMIT = 4096
+_SEARCH_LIMIT = 1024
 
 
 def _shape(v: SSAValue) -> tuple[int, ...]:
@@ -452,39 +452,21 @@ class _FuncFusion:
         fused_groups = {r: ms for r, ms in by_root.items() if len(ms) > 1}
         if not fused_groups:
             return
-        node: dict[Operation, int] = {}
-        for op in self.ops:
-            r = self.find(self.pos[op]) if op in self.space_of else -1
-            node[op] = r if r in fused_groups else -(self.pos[op] + 2)
-        # contracted graph, scheduled topologically, earliest original position first
-        import heapq
-
-        first: dict[int, int] = {}
-        for op in self.ops:
-            first.setdefault(node[op], self.pos[op])
-        succs: dict[int, set[int]] = {n: set() for n in first}
-        indeg: dict[int, int] = dict.fromkeys(first, 0)
         term = self.block.last_op
-        for op in self.ops:
-            b = node[op]
-            for v in op.operands:
-                p = v.owner
-                if isinstance(p, Operation) and p in node:
-                    a = node[p]
-                    if a != b and b not in succs[a]:
-                        succs[a].add(b)
-                        indeg[b] += 1
-        heap = [(first[n], n) for n, d in indeg.items() if d == 0]
-        heapq.heapify(heap)
-        order: list[int] = []
-        while heap:
-            _, n = heapq.heappop(heap)
-            order.append(n)
-            for s in succs[n]:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    heapq.heappush(heap, (first[s], s))
-        assert len(order) == len(first), "fuse-elementwise: cycle in the contracted graph"
+        while True:
+            order, node, left, succs = self.schedule(fused_groups)
+            if not left:
+                break
+            # The position-bounded search missed a path through a group spanning the bound:
+            # in every cycle of groups, dissolve the latest group (its ops stay unfused).
+            for scc in _cycles(set(left), succs):
+                groups = [n for n in scc if n >= 0 and n in fused_groups]
+                r = max(groups)
+                self.explain(fused_groups[r][0], f"not fused: group of {len(fused_groups[r])} "
+                             "ops dissolved, it would form a cycle with another group")
+                del fused_groups[r]
+            if not fused_groups:
+                return
         new_ops: dict[int, Operation] = {}
         for r, members in fused_groups.items():
             new_ops[r] = self.make_fused(members)
@@ -508,6 +490,43 @@ class _FuncFusion:
                     and all(not r.uses for r in op.results):
                 op.detach()
                 op.erase()
+
+    def schedule(self, fused_groups: dict[int, list[Operation]]
+                 ) -> tuple[list[int], dict[Operation, int], list[int], dict[int, set[int]]]:
+        """Topological order of the contracted graph (earliest original position first), the
+        node of each op, and the groups left unscheduled (on or after a cycle)."""
+        import heapq
+
+        node: dict[Operation, int] = {}
+        for op in self.ops:
+            r = self.find(self.pos[op]) if op in self.space_of else -1
+            node[op] = r if r in fused_groups else -(self.pos[op] + 2)
+        first: dict[int, int] = {}
+        for op in self.ops:
+            first.setdefault(node[op], self.pos[op])
+        succs: dict[int, set[int]] = {n: set() for n in first}
+        indeg: dict[int, int] = dict.fromkeys(first, 0)
+        for op in self.ops:
+            b = node[op]
+            for v in op.operands:
+                p = v.owner
+                if isinstance(p, Operation) and p in node:
+                    a = node[p]
+                    if a != b and b not in succs[a]:
+                        succs[a].add(b)
+                        indeg[b] += 1
+        heap = [(first[n], n) for n, d in indeg.items() if d == 0]
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            _, n = heapq.heappop(heap)
+            order.append(n)
+            for s in succs[n]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(heap, (first[s], s))
+        left = [n for n, d in indeg.items() if d > 0]
+        return order, node, left, succs
 
     def make_fused(self, members: list[Operation]) -> FusedOp:
         mset = set(members)
@@ -557,3 +576,52 @@ class _FuncFusion:
             self.log.add(fused, f"group of {len(members)} ops -> lamina.fused \"{kind}\" with "
                          f"{len(inputs)} inputs, {len(outputs)} outputs")
         return fused
+
+
+def _cycles(nodes: set[int], succs: dict[int, set[int]]) -> list[list[int]]:
+    """Strongly connected components with more than one node (iterative Tarjan), restricted to
+    `nodes`, in a deterministic order."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for start in sorted(nodes):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(s for s in succs[start] if s in nodes)))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            v, it = work[-1]
+            advanced = False
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(s for s in succs[w] if s in nodes))))
+                    advanced = True
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out

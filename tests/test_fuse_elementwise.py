@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+import lamina.backends.numpy.fused as fused_exec
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from strategies import scaled
-from strategies.programs import programs
-
-import lamina.backends.numpy.fused as fused_exec
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
@@ -20,6 +17,8 @@ from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from strategies import scaled
+from strategies.programs import programs
 
 SEED = """
 func.func @f(%x: tensor<16x64xf32>, %gamma: tensor<64xf32>, %beta: tensor<64xf32>) -> tensor<16x64xf32> {
