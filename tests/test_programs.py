@@ -176,5 +176,6 @@ def test_generation_is_fast_and_linear() -> None:
     text = random_program_text(3, 20000)
     t2 = time.perf_counter()
     assert text.count(" = lamina.") == 20000
-    assert t2 - t1 < 8.0
-    assert (t2 - t1) < 8 * (t1 - t0) + 0.5   # ~4x the ops: no quadratic blow-up
+    # lenient bounds: the machine is shared; quadratic generation would take minutes here
+    assert t2 - t1 < 20.0
+    assert (t2 - t1) < 10 * (t1 - t0) + 2.0   # 4x the ops: linear is ~4x, quadratic ~16x

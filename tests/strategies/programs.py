@@ -13,6 +13,7 @@ API (stable; every pass's property tests use it):
              max_dim=6, max_outputs=3) -> SearchStrategy[GeneratedProgram]
     random_program_text(seed, n_ops, *, dtypes=..., families=..., max_rank=..., max_dim=...,
                         max_outputs=...) -> str
+    random_program(seed, n_ops, **same_kwargs) -> GeneratedProgram   # the same text + inputs
 
 `programs` is a Hypothesis strategy (every structural choice is a separate draw, so failures
 shrink to small programs); `random_program_text` makes the same kind of program from an integer
