@@ -1,9 +1,12 @@
 """Comparing two runs' outputs: tolerances by element type, and a per-output report.
 
-Tolerances (|a - b| <= atol + rtol * |b|, NaN only where the reference has NaN at the same place,
-same infinities) are set by the output's element type. They are for rewrites that reorder float
-math (fusion, sharded reductions); rewrites that only move data must match exactly and their tests
-compare with `exact=True`.
+An element agrees when |a - b| <= atol + rtol * scale, where `scale` is the largest finite |b| in
+the whole output; NaN must stand where the reference has NaN and infinities must
+match. rtol and atol are set by the output's element type. The `scale` term is there because
+rewrites that reorder float math (fusion, sharded reductions summing partial results) make errors
+relative to the magnitude of the terms summed, not of the result: an element of a matmul output
+that cancels to nearly zero carries the rounding error of its large terms. Rewrites that only move
+data must match exactly and their tests compare with `exact=True`.
 """
 
 from __future__ import annotations
@@ -72,10 +75,12 @@ def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray,
     inf_mismatch = int(np.count_nonzero((~finite & ~nan_r) & (g != r)))
     with np.errstate(all="ignore"):
         diff = np.abs(g[finite] - r[finite])
-        rel = diff / np.maximum(np.abs(r[finite]), np.finfo(np.float64).tiny)
         max_abs = float(diff.max()) if diff.size else 0.0
-        max_rel = float(rel.max()) if rel.size else 0.0
-        within = bool(np.all(diff <= atol + rtol * np.abs(r[finite])))
+        rf = np.abs(r[finite])
+        scale = float(rf.max()) if rf.size else 0.0
+        # relative to the output's scale: the figure the tolerance bounds (see module docstring)
+        max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+        within = bool(np.all(diff <= atol + rtol * scale))
     ok = within and inf_mismatch == 0
     reason = "" if ok else (f"{inf_mismatch} infinities differ" if inf_mismatch else
                             "error exceeds tolerance")
