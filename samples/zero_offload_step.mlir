@@ -34,13 +34,17 @@ func.func @zero_offload_step(%x: tensor<64x128xf32>, %y: tensor<64x128xf32>, %w1
   %gh = lamina.select %pos, %ga, %zero : (tensor<64x256xi1>, tensor<64x256xf32>, tensor<64x256xf32>) -> tensor<64x256xf32>
   %xt = lamina.transpose %x {permutation = array<i64: 1, 0>} : (tensor<64x128xf32>) -> tensor<128x64xf32>
   %gw1 = lamina.matmul %xt, %gh : (tensor<128x64xf32>, tensor<64x256xf32>) -> tensor<128x256xf32>
-  // Adam update (no bias correction) of W1 and W2 with moments m, v
+  // Adam update (no bias correction) of W1 and W2 with moments m, v. The second moment is a running
+  // mean of squared gradients, so it is never negative in a real run; inputs drawn at random (e.g.
+  // lamina-run without --inputs: standard normal) are, and sqrt would give NaN. The step reads |v|,
+  // which is v itself for any valid state, so the update stays finite by construction.
   %m1_d = lamina.move %m1 to hbm : tensor<128x256xf32, #lamina.place<tier = host>> -> tensor<128x256xf32, #lamina.place<tier = hbm>>
   %v1_d = lamina.move %v1 to hbm : tensor<128x256xf32, #lamina.place<tier = host>> -> tensor<128x256xf32, #lamina.place<tier = hbm>>
   %bm1 = lamina.mul %m1_d, %beta1 : (tensor<128x256xf32, #lamina.place<tier = hbm>>, tensor<f32>) -> tensor<128x256xf32>
   %gm1 = lamina.mul %gw1, %one_m_beta1 : (tensor<128x256xf32>, tensor<f32>) -> tensor<128x256xf32>
   %m1n = lamina.add %bm1, %gm1 : tensor<128x256xf32>
-  %bv1 = lamina.mul %v1_d, %beta2 : (tensor<128x256xf32, #lamina.place<tier = hbm>>, tensor<f32>) -> tensor<128x256xf32>
+  %av1 = lamina.abs %v1_d : tensor<128x256xf32, #lamina.place<tier = hbm>>
+  %bv1 = lamina.mul %av1, %beta2 : (tensor<128x256xf32, #lamina.place<tier = hbm>>, tensor<f32>) -> tensor<128x256xf32>
   %g21 = lamina.mul %gw1, %gw1 : tensor<128x256xf32>
   %gv1 = lamina.mul %g21, %one_m_beta2 : (tensor<128x256xf32>, tensor<f32>) -> tensor<128x256xf32>
   %v1n = lamina.add %bv1, %gv1 : tensor<128x256xf32>
@@ -56,7 +60,8 @@ func.func @zero_offload_step(%x: tensor<64x128xf32>, %y: tensor<64x128xf32>, %w1
   %bm2 = lamina.mul %m2_d, %beta1 : (tensor<256x128xf32, #lamina.place<tier = hbm>>, tensor<f32>) -> tensor<256x128xf32>
   %gm2 = lamina.mul %gw2, %one_m_beta1 : (tensor<256x128xf32>, tensor<f32>) -> tensor<256x128xf32>
   %m2n = lamina.add %bm2, %gm2 : tensor<256x128xf32>
-  %bv2 = lamina.mul %v2_d, %beta2 : (tensor<256x128xf32, #lamina.place<tier = hbm>>, tensor<f32>) -> tensor<256x128xf32>
+  %av2 = lamina.abs %v2_d : tensor<256x128xf32, #lamina.place<tier = hbm>>
+  %bv2 = lamina.mul %av2, %beta2 : (tensor<256x128xf32, #lamina.place<tier = hbm>>, tensor<f32>) -> tensor<256x128xf32>
   %g22 = lamina.mul %gw2, %gw2 : tensor<256x128xf32>
   %gv2 = lamina.mul %g22, %one_m_beta2 : (tensor<256x128xf32>, tensor<f32>) -> tensor<256x128xf32>
   %v2n = lamina.add %bv2, %gv2 : tensor<256x128xf32>

@@ -130,3 +130,32 @@ def test_memory_plot(tmp_path):
                      "annotate-lifetimes,assign-memory-tiers{target=tiny}", "--target", "tiny",
                      "--memory-plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10000
+
+
+# Each memory sample's documented pipelines (the "Run:" lines in its header): with --check the
+# outputs equal the program as parsed, the checked run under `tiny` never overflows, and every
+# output is finite (the Adam samples read |v| so sqrt never sees a negative random input).
+DOCUMENTED = [
+    ("samples/mlp_training_offload.mlir", "annotate-lifetimes,assign-memory-tiers{target=tiny}"),
+    ("samples/mlp_training_offload.mlir",
+     "fuse-elementwise,annotate-lifetimes,assign-memory-tiers{target=tiny}"),
+    ("samples/zero_offload_step.mlir", ""),
+    ("samples/zero_offload_step.mlir", "annotate-lifetimes,assign-memory-tiers{target=tiny}"),
+    ("samples/long_chain_frees.mlir", "annotate-lifetimes"),
+    ("samples/long_chain_frees.mlir", "annotate-lifetimes,assign-memory-tiers{target=tiny}"),
+]
+
+
+@pytest.mark.parametrize("sample,pipeline", DOCUMENTED)
+def test_documented_pipelines_check_and_finite(tmp_path, capsys, sample, pipeline):
+    out = tmp_path / "o.npz"
+    args = [sample, "--check", "--outputs", str(out), "--seed", "3"]
+    if pipeline:
+        args += ["-p", pipeline, "--target", "tiny"]
+    assert run_main(args) == 0, capsys.readouterr().err
+    text = capsys.readouterr().out
+    assert "check FAILED" not in text and text.count("check ") >= 1
+    with np.load(out) as z:
+        assert z.files
+        for k in z.files:
+            assert np.isfinite(z[k]).all(), f"{sample} {pipeline}: output {k} is not finite"
