@@ -39,15 +39,31 @@ of exposed times.
 
 The greedy solver (default)
 ---------------------------
-Start with everything in HBM (arguments declared in host prefetched as early as possible). Sweep
-the steps in order; at a step k whose HBM bytes exceed the capacity, take the gaps that hold a
-value in HBM at k without needing it there (a < k < b, or a prefetch already issued at p <= k, or
-a result's tail) and, cheapest extra exposed time per byte first (ties: the largest value), set
-their prefetch point to k + 1 until step k fits. Offloading only lowers the HBM bytes of steps
-before p, so steps after k are never made worse, and a later overflow can still delay a prefetch
-issued earlier. The offload tier is host when host has room over the value's lifetime, else
-nvme. Cost: O(K + sum over overflowing steps of the values live there, log) plus one range check
-of the offload tier per offloaded value; near-linear on programs whose live sets are small.
+Start with everything in HBM (arguments declared in host prefetched as early as possible).
+1. Sweep the steps in order; at a step k whose HBM bytes exceed the capacity, offload gaps that
+   hold a value in HBM at k without needing it there (a < k < b, a prefetch already issued at
+   p <= k, or a result's tail): set their prefetch point to k + 1 (the latest point that keeps k
+   free; a later overflow pushes it further) until k fits. Victims are ranked by one of three
+   rules: "cost" (extra exposed time per byte), "belady" (furthest next use first) and "reach"
+   (extra exposed time per byte per step until the next use: Belady weighted by exposed time per
+   byte); a single value that covers the excess alone is taken first when it costs less than
+   the fill. The offload tier is host when host has room over the value's lifetime, else nvme.
+2. Polish: issue each offloaded gap's prefetch as early as HBM allows (all the way: keep it),
+   costliest first, until stable; this never raises the cost. The sweep runs once per rule and
+   the cheapest polished plan is kept.
+3. Local search while it improves (at most 3 passes): (a) take an offloaded gap back into HBM,
+   or issue its prefetch halfway to its previous need, repair the overflow that makes by the
+   sweep's rule without that gap, polish what the repair touched, and keep it when the total
+   cost fell (else undo from a log); (b) offload a kept gap with its prefetch at the latest
+   point that still hides the transfer, polish the offloaded gaps over the room it frees, keep
+   it when the total cost fell.
+Greedy and ILP optimize the very same `Problem` and objective (`plan_cost`). Cost: a sweep is
+O(K + sum over overflowing steps of the gaps live there, log); a local-search try is O(the gap's
+span x the gaps live there), with costs per value cached and HBM bytes updated incrementally.
+
+The ILP (`solver=ilp`) reports a run stopped at its time limit without a feasible point as "no
+solution within the time limit" (a LaminaError, not infeasibility); with a point it returns it
+with `optimal = False` and `gap` (relative to HiGHS's best bound).
 
 When no assignment fits (the bytes a step's own operands and results need exceed the capacity,
 or the offload tiers are full) the pass stops with a diagnostic at that op naming the tier, the
@@ -157,6 +173,8 @@ class Plan:
     cost: float = 0.0
     solve_seconds: float = 0.0
     reasons: dict[tuple[int, int], str] = field(default_factory=dict)
+    optimal: bool = True        # the ILP: proven optimal (False: stopped at its time limit)
+    gap: float | None = 0.0     # the ILP: relative gap to its best bound (None: unknown)
 
 
 class Infeasible(Exception):
@@ -230,109 +248,347 @@ def check_plan(prob: Problem, plan: Plan, eps: float = 1e-6) -> None:
 
 # ---- greedy ------------------------------------------------------------------------------------
 
+class _State:
+    """A greedy plan under construction: per gap its prefetch point, per value its offload tier,
+    and the bytes per step in HBM and in each offload tier, all updated incrementally."""
+
+    def __init__(self, prob: Problem):
+        self.prob = prob
+        K = self.K = prob.steps
+        self.cap = prob.capacity["hbm"]
+        self.gaps = [gaps_of(v, vi) for vi, v in enumerate(prob.values)]
+        self.pre: list[list[int | None]] = [[None] * len(g) for g in self.gaps]
+        self.tier: list[str | None] = [None] * len(prob.values)
+        self.hbm = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
+        self.off = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.tiers()}
+        self.reasons: dict[tuple[int, int], str] = {}
+        self.log: list[tuple] | None = None     # undo log while a local-search try runs
+        self.touched: set[tuple[int, int]] = set()
+        self.vcost = [0.0] * len(prob.values)
+        self.covering: list[list[tuple[int, int]]] = [[] for _ in range(K + 1)]
+        for vi, v in enumerate(prob.values):
+            if not v.is_arg:
+                self.hbm[v.define] += v.size
+            for gi, g in enumerate(self.gaps[vi]):
+                for k in range(g.a + 1, min(g.b, K) + 1):
+                    self.hbm[k] += v.size
+                    if k < g.b or g.tail:
+                        self.covering[k].append((vi, gi))
+            if v.home is not None and self.gaps[vi]:
+                self.tier[vi] = v.home
+                self._occupy(vi, v.home, 1)
+                g = self.gaps[vi][0]
+                self._set(vi, 0, g.b + 1 if g.tail else 0)
+                self.vcost[vi] = self.value_cost(vi)
+
+    # -- bookkeeping --
+    def _span(self, vi: int) -> range:
+        v = self.prob.values[vi]
+        return range(0 if v.is_arg else v.define + 1, min(v.end, self.K) + 1)
+
+    def _occupy(self, vi: int, t: str, sign: int) -> None:
+        n = sign * self.prob.values[vi].size
+        ys = self.off[t]
+        for k in self._span(vi):
+            ys[k] += n
+
+    def _fits(self, vi: int, t: str) -> bool:
+        n, cap, ys = self.prob.values[vi].size, self.prob.capacity[t], self.off[t]
+        return all(ys[k] + n <= cap + 1e-9 for k in self._span(vi))
+
+    def _set(self, vi: int, gi: int, p: int | None) -> None:
+        """Set gap gi's prefetch point (HBM bytes only; the tier is the caller's business)."""
+        v, g = self.prob.values[vi], self.gaps[vi][gi]
+        old = _hbm_start(v, g, self.pre[vi][gi])
+        new = _hbm_start(v, g, p)
+        hi = min(g.b, self.K) + 1
+        n = v.size
+        if new > old:
+            for k in range(old, min(new, hi)):
+                self.hbm[k] -= n
+        else:
+            for k in range(new, min(old, hi)):
+                self.hbm[k] += n
+        if self.log is not None:
+            self.log.append((vi, gi, self.pre[vi][gi], self.tier[vi]))
+        self.pre[vi][gi] = p
+        self.touched.add((vi, gi))
+        self.vcost[vi] = self.value_cost(vi)
+
+    def _retier(self, vi: int, t: str | None) -> None:
+        had = self.tier[vi]
+        if had == t:
+            return
+        if self.log is not None:
+            self.log.append((vi, -1, None, had))
+        if had is not None:
+            self._occupy(vi, had, -1)
+        if t is not None:
+            self._occupy(vi, t, 1)
+        self.tier[vi] = t
+        self.vcost[vi] = self.value_cost(vi)
+
+    def begin(self) -> None:
+        self.log = []
+        self.touched = set()
+
+    def commit(self) -> None:
+        self.log = None
+
+    def rollback(self) -> None:
+        log, self.log = self.log, None
+        assert log is not None
+        for vi, gi, p, t in reversed(log):
+            if gi < 0:
+                self._retier(vi, t)
+            else:
+                self._set(vi, gi, p)
+
+    def change(self, vi: int, gi: int, p: int | None) -> bool:
+        """Set a prefetch point, taking or releasing the value's offload tier; False (and no
+        change) when the value needs an offload copy and no offload tier has room for it."""
+        had = self.tier[vi]
+        self._set(vi, gi, p)
+        if p is not None and had is None:
+            for t in self.prob.tiers():
+                if self._fits(vi, t):
+                    self._retier(vi, t)
+                    return True
+            self._set(vi, gi, None)
+            return False
+        if p is None and had is not None and self.prob.values[vi].home is None \
+                and all(q is None for q in self.pre[vi]):
+            self._retier(vi, None)
+        return True
+
+    def value_cost(self, vi: int, override: tuple[int, int | None] | None = None) -> float:
+        """The value's exposed transfer time (plan_cost's terms), with gap override[0] set to
+        override[1] when given."""
+        prob, v = self.prob, self.prob.values[vi]
+        t = self.tier[vi] or prob.tiers()[0]
+        total, first = 0.0, True
+        for gi, g in enumerate(self.gaps[vi]):
+            p = override[1] if override is not None and override[0] == gi else self.pre[vi][gi]
+            if p is None:
+                continue
+            if first:
+                total += prob.out_cost(v, t, g.a)
+                first = False
+            if not g.tail:
+                total += prob.in_cost(v, t, p, g.b)
+        return total
+
+    def cost(self) -> float:
+        return sum(self.vcost)
+
+    def lowest_p(self, vi: int, gi: int) -> int:
+        g = self.gaps[vi][gi]
+        return g.a + 2 if g.a >= 0 else 0
+
+    # -- the sweep --
+    def repair(self, lo: int, hi: int, rule: str, banned: tuple[int, int] | None = None) -> None:
+        """Fix every HBM overflow at steps lo..hi in order: at an overflowing step k, offload
+        (prefetch point k + 1; a tail: returned from the copy) the gaps in HBM at k that do not
+        need it there, best first by `rule`, until k fits. Raises Infeasible."""
+        prob, cap = self.prob, self.cap
+        for k in range(max(lo, 0), min(hi, self.K) + 1):
+            if self.hbm[k] <= cap + 1e-9:
+                continue
+            cands = []
+            for vi, gi in self.covering[k]:
+                if (vi, gi) == banned:
+                    continue
+                v, g = prob.values[vi], self.gaps[vi][gi]
+                if _hbm_start(v, g, self.pre[vi][gi]) > k:
+                    continue
+                q = g.b + 1 if g.tail else k + 1
+                delta = self.value_cost(vi, (gi, q)) - self.vcost[vi]
+                per_byte = delta / max(v.size, 1)
+                if rule == "cost":
+                    key = (per_byte, -g.b, -v.size)
+                elif rule == "belady":
+                    key = (-g.b if not g.tail else -self.K - 1, per_byte, -v.size)
+                else:  # "reach": exposed time per byte and per step of relief it can give
+                    key = (per_byte / max(1, min(g.b, self.K + 1) - k), -g.b, -v.size)
+                cands.append((key, vi, gi, q, v.size, delta))
+            cands.sort()
+            excess = self.hbm[k] - cap
+            # knapsack fix: one value that covers the excess alone, cheaper than the fill
+            fill = got = 0.0
+            for c in cands:
+                if got >= excess:
+                    break
+                fill += c[5]
+                got += c[4]
+            single = [c for c in cands if c[4] >= excess]
+            if single:
+                best = min(single, key=lambda c: (c[5], -c[4]))
+                if best[5] < fill - 1e-15:
+                    cands = [best] + [c for c in cands if c is not best]
+            for _key, vi, gi, q, _n, _d in cands:
+                if self.hbm[k] <= cap + 1e-9:
+                    break
+                if self.change(vi, gi, q):
+                    self.reasons[(vi, gi)] = f"step {k}"
+            if self.hbm[k] > cap + 1e-9:
+                live = [(int(prob.values[vi].size), vi) for vi in range(len(self.gaps))
+                        if prob.values[vi].define == k or any(
+                            _hbm_start(prob.values[vi], g, p) <= k <= g.b
+                            for g, p in zip(self.gaps[vi], self.pre[vi], strict=True))]
+                raise Infeasible(k, "hbm", self.hbm[k], cap, sorted(live, reverse=True))
+
+    def earlier(self, vi: int, gi: int) -> bool:
+        """Issue an offloaded gap's prefetch as early as HBM allows (all the way: keep it in HBM).
+        Never raises the cost (a larger window hides more; keeping drops the transfers)."""
+        p = self.pre[vi][gi]
+        g, v = self.gaps[vi][gi], self.prob.values[vi]
+        if p is None:
+            return False
+        j = min(p, self.K + 1)
+        lo = g.a + 1
+        while j > lo and self.hbm[j - 1] + v.size <= self.cap + 1e-9:
+            j -= 1
+        if j == lo and (v.home is None or gi > 0):
+            if self.value_cost(vi, (gi, None)) <= self.vcost[vi] + 1e-15:
+                self.change(vi, gi, None)
+                return True
+        j = max(j, self.lowest_p(vi, gi))
+        if not g.tail and j < p:
+            self._set(vi, gi, j)
+            return True
+        return False
+
+    def plan(self) -> Plan:
+        return Plan(list(self.tier), [list(x) for x in self.pre], reasons=dict(self.reasons))
+
+
+def _sweep(prob: Problem, rule: str) -> _State:
+    st = _State(prob)
+    st.repair(0, prob.steps, rule)
+    _polish(st)
+    return st
+
+
+def _polish(st: _State) -> None:
+    """Move every offloaded gap's prefetch as early as HBM allows, costliest first, until stable."""
+    for _ in range(4):
+        order = sorted(((-(st.value_cost(vi)), vi, gi) for vi, ps in enumerate(st.pre)
+                        for gi, p in enumerate(ps) if p is not None))
+        changed = False
+        for _c, vi, gi in order:
+            changed |= st.earlier(vi, gi)
+        if not changed:
+            break
+
+
+def _local_search(st: _State, rounds: int = 3, rule: str = "cost") -> None:
+    """Swap moves, while they improve (at most `rounds` passes): take an offloaded gap back into
+    HBM (or issue its prefetch halfway to its previous need), repair the overflow this makes with
+    the sweep's rule but without that gap, issue the prefetches that repair made as early as HBM
+    allows, and keep the result when the total cost fell (else undo it from the log). A try costs
+    O(the gap's span x the values live there)."""
+    cost = st.cost()
+    for _ in range(rounds):
+        improved = False
+        order = sorted(((-st.value_cost(vi), vi, gi) for vi, ps in enumerate(st.pre)
+                        for gi, p in enumerate(ps) if p is not None))
+        for negc, vi, gi in order:
+            p = st.pre[vi][gi]
+            if -negc <= 1e-15 or p is None:
+                continue
+            v, g = st.prob.values[vi], st.gaps[vi][gi]
+            if v.home is not None and gi == 0:
+                continue
+            for target in (None, max(st.lowest_p(vi, gi), (g.a + 1 + p) // 2)):
+                if target is not None and (g.tail or target >= p):
+                    continue
+                st.begin()
+                try:
+                    st.change(vi, gi, target)
+                    st.repair(g.a + 1, min(p, st.K + 1) - 1, rule, banned=(vi, gi))
+                    for key in sorted(st.touched):
+                        if key != (vi, gi):
+                            st.earlier(*key)
+                except Infeasible:
+                    st.rollback()
+                    continue
+                new = st.cost()
+                if new < cost - 1e-12 * max(1.0, cost):
+                    st.commit()
+                    cost = new
+                    improved = True
+                    break
+                st.rollback()
+        improved |= _offload_moves(st)
+        cost = st.cost()
+        if not improved:
+            break
+
+
+def _offload_moves(st: _State) -> bool:
+    """The other half of a swap: offload a gap kept in HBM with its prefetch issued where the
+    transfer is just hidden, then issue the prefetches of the offloaded gaps over the room it
+    freed as early as HBM allows; keep it when the total cost fell."""
+    prob, K = st.prob, st.K
+    cost = st.cost()
+    improved = False
+    for vi, v in enumerate(prob.values):
+        if v.size <= 0 or not prob.tiers():
+            continue
+        bw = prob.bandwidth[st.tier[vi] or prob.tiers()[0]]
+        for gi, g in enumerate(st.gaps[vi]):
+            if st.pre[vi][gi] is not None or g.tail or g.b - g.a < 3:
+                continue
+            lo = st.lowest_p(vi, gi)
+            q = lo
+            while q + 1 <= g.b and prob.window(q + 1, g.b) >= v.size / bw:
+                q += 1
+            if q <= g.a + 1 or q > g.b:
+                continue
+            st.begin()
+            if not st.change(vi, gi, q):
+                st.rollback()
+                continue
+            seen = set()
+            for k in range(g.a + 1, min(q, K + 1)):
+                for key in st.covering[k]:
+                    if key not in seen and key != (vi, gi) and st.pre[key[0]][key[1]] is not None:
+                        seen.add(key)
+                        st.earlier(*key)
+            new = st.cost()
+            if new < cost - 1e-12 * max(1.0, cost):
+                st.commit()
+                cost = new
+                improved = True
+            else:
+                st.rollback()
+    return improved
+
+
+def _ok(st: _State) -> bool:
+    return all(y <= st.cap + 1e-9 for y in st.hbm) and all(
+        y <= st.prob.capacity[t] + 1e-9 for t, ys in st.off.items() for y in ys)
+
+
 def solve_greedy(prob: Problem) -> Plan:
     t0 = time.perf_counter()
-    K = prob.steps
-    vals = prob.values
-    gaps = [gaps_of(v, vi) for vi, v in enumerate(vals)]
-    plan = Plan([None] * len(vals), [[None] * len(g) for g in gaps])
-    hbm = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
-    off = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.tiers()}
-    first_off: dict[int, int] = {}
-    starts: dict[int, list[tuple[int, int]]] = {}
-    # baseline: everything in HBM; declared-home arguments prefetched before step 0
-    for vi, v in enumerate(vals):
-        if not v.is_arg:
-            hbm[v.define] += v.size
-        if v.home is not None:
-            plan.tier[vi] = v.home
-            for k in range(0, min(v.end, K) + 1):
-                off[v.home][k] += v.size
-            if gaps[vi] and not gaps[vi][0].tail:
-                plan.prefetch[vi][0] = 0
-                first_off[vi] = 0
-            elif gaps[vi]:
-                plan.prefetch[vi][0] = gaps[vi][0].b + 1  # a result that never needs HBM
-                first_off[vi] = 0
-        for gi, g in enumerate(gaps[vi]):
-            lo = _hbm_start(v, g, plan.prefetch[vi][gi])
-            for k in range(lo, min(g.b, K) + 1):
-                hbm[k] += v.size
-            starts.setdefault(max(g.a + 1, 0), []).append((vi, gi))
-    cap = prob.capacity["hbm"]
-    active: dict[tuple[int, int], None] = {}
-    for k in range(K + 1):
-        for key in starts.get(k, ()):
-            active[key] = None
-        if hbm[k] <= cap:
+    best: _State | None = None
+    best_rule = "cost"
+    err: Infeasible | None = None
+    for rule in ("cost", "belady", "reach"):
+        try:
+            st = _sweep(prob, rule)
+        except Infeasible as e:
+            err = err or e
             continue
-        cands: list[tuple[float, int, int, int, str]] = []
-        dead = []
-        for key in active:
-            vi, gi = key
-            g = gaps[vi][gi]
-            v = vals[vi]
-            if (g.b <= k and not g.tail) or (g.tail and g.b < k):
-                dead.append(key)
-                continue
-            p = plan.prefetch[vi][gi]
-            if _hbm_start(v, g, p) > k:
-                continue  # not in HBM at k already
-            tier = plan.tier[vi] or "host"
-            q = k + 1
-            if g.tail:
-                new = 0.0
-            else:
-                new = prob.in_cost(v, tier, q, g.b)
-            old = 0.0 if p is None or g.tail else prob.in_cost(v, tier, p, g.b)
-            if vi not in first_off:
-                new += prob.out_cost(v, tier, g.a)
-            cands.append(((new - old) / max(v.size, 1), -v.size, vi, gi, q))
-        for key in dead:
-            del active[key]
-        cands.sort()
-        # cheapest per byte first; but a single value that covers the whole excess on its own is
-        # taken instead when it costs less than that fill (the knapsack greedy's usual fix)
-        excess = hbm[k] - cap
-        fill, got = 0.0, 0.0
-        for c in cands:
-            if got >= excess:
-                break
-            fill += c[0] * -c[1]
-            got += -c[1]
-        single = [c for c in cands if -c[1] >= excess]
-        if single:
-            best = min(single, key=lambda c: (c[0] * -c[1], c[1]))
-            if best[0] * -best[1] < fill - 1e-15:
-                cands = [best] + [c for c in cands if c is not best]
-        for _, _, vi, gi, q in cands:
-            if hbm[k] <= cap:
-                break
-            v, g = vals[vi], gaps[vi][gi]
-            if plan.tier[vi] is None:
-                chosen = None
-                for t in prob.tiers():
-                    lo, hi = (0 if v.is_arg else v.define + 1), min(v.end, K)
-                    if all(off[t][j] + v.size <= prob.capacity[t] for j in range(lo, hi + 1)):
-                        chosen = t
-                        break
-                if chosen is None:
-                    continue
-                plan.tier[vi] = chosen
-                for j in range(0 if v.is_arg else v.define + 1, min(v.end, K) + 1):
-                    off[chosen][j] += v.size
-            if vi not in first_off:
-                first_off[vi] = gi
-            old_lo = _hbm_start(v, g, plan.prefetch[vi][gi])
-            new_p = g.b + 1 if g.tail else q
-            plan.prefetch[vi][gi] = new_p
-            for j in range(old_lo, min(new_p, K + 1)):
-                hbm[j] -= v.size
-            plan.reasons[(vi, gi)] = f"step {k}"
-        if hbm[k] > cap + 1e-9:
-            raise Infeasible(k, "hbm", hbm[k], cap, live_at(prob, plan, k))
-    _improve(prob, plan, gaps, hbm, off, cap)
-    for t, ys in off.items():
+        if best is None or st.cost() < best.cost() - 1e-15:
+            best, best_rule = st, rule
+    if best is None:
+        assert err is not None
+        raise err
+    _local_search(best, rule=best_rule)
+    assert _ok(best)
+    for t, ys in best.off.items():
         for k, y in enumerate(ys):
             if y > prob.capacity[t] + 1e-9:
                 raise Infeasible(k, t, y, prob.capacity[t], [])
@@ -341,64 +597,10 @@ def solve_greedy(prob: Problem) -> Plan:
         for k, y in enumerate(sram):
             if y > prob.capacity["sram"]:
                 raise Infeasible(k, "sram", y, prob.capacity["sram"], [])
+    plan = best.plan()
     plan.cost = plan_cost(prob, plan)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
-
-
-def _improve(prob: Problem, plan: Plan, gaps: list[list[Gap]], hbm: list[float],
-             off: dict[str, list[float]], cap: float) -> None:
-    """One local-improvement pass over the sweep's offloads, costliest first: give an offloaded gap
-    back its HBM residency when the capacity now allows (decisions at later steps may have freed
-    room), else issue its prefetch as early as the capacity allows. Drops a value's offload copy
-    when no gap needs it any more. Each gap is looked at once: O(its length)."""
-    K = prob.steps
-    vals = prob.values
-    todo = []
-    for vi, v in enumerate(vals):
-        t = plan.tier[vi]
-        for gi, (g, p) in enumerate(zip(gaps[vi], plan.prefetch[vi], strict=True)):
-            if p is not None and t is not None and v.home is None:
-                c = 0.0 if g.tail else prob.in_cost(v, t, p, g.b)
-                todo.append((-c, vi, gi))
-    todo.sort()
-    for _, vi, gi in todo:
-        v, g, t = vals[vi], gaps[vi][gi], plan.tier[vi]
-        p = plan.prefetch[vi][gi]
-        assert p is not None and t is not None
-        hi = min(p, K + 1)
-        lo = g.a + 1
-        j = hi
-        while j > lo and hbm[j - 1] + v.size <= cap:
-            j -= 1
-        first = next(i for i, q in enumerate(plan.prefetch[vi]) if q is not None)
-        if j == lo and not (gi == 0 and v.is_arg and g.a < 0 and False):
-            # keep it in HBM; unless it is the first offload and later gaps still need the copy
-            later = [i for i, q in enumerate(plan.prefetch[vi]) if q is not None and i != gi]
-            if gi == first and later:
-                # the copy's out cost moves to the next offloaded gap
-                old = prob.out_cost(v, t, g.a) + (0.0 if g.tail else prob.in_cost(v, t, p, g.b))
-                new = prob.out_cost(v, t, gaps[vi][later[0]].a)
-                if new > old:
-                    j = max(j, g.a + 2) if not g.tail else hi
-                    if j >= hi:
-                        continue
-                    for k in range(j, hi):
-                        hbm[k] += v.size
-                    plan.prefetch[vi][gi] = j
-                    continue
-            for k in range(lo, hi):
-                hbm[k] += v.size
-            plan.prefetch[vi][gi] = None
-            if not later:
-                plan.tier[vi] = None
-                for k in range(0 if v.is_arg else v.define + 1, min(v.end, K) + 1):
-                    off[t][k] -= v.size
-        elif j < hi and not g.tail:
-            j = max(j, g.a + 2) if g.a >= 0 else j
-            for k in range(j, hi):
-                hbm[k] += v.size
-            plan.prefetch[vi][gi] = j
 
 
 # ---- ILP ---------------------------------------------------------------------------------------
@@ -487,21 +689,35 @@ def solve_ilp(prob: Problem, time_limit: float = 120.0) -> Plan:
         for t in tiers:
             row([(y[t], 1.0)] + [(f, -1.0) for f in firsts[t]], 0, 0)
         decode.append((vi, gap_vars, y))
+    # Capacity rows are divided by the capacity (bytes ~1e9 would swamp HiGHS's absolute
+    # feasibility tolerance) and the objective is scaled so its largest coefficient is 1e3:
+    # exposed times are ~1e-6 s, below HiGHS's absolute MIP gap (1e-6), which would otherwise
+    # accept the first feasible point as "optimal".
+    def cap_row(entries: list[tuple[int, float]], room: float, capacity: float) -> None:
+        s = 1.0 / max(capacity, 1.0)
+        row([(j, a * s) for j, a in entries], -np.inf, room * s)
+
     for k in range(K + 1):
         if hbm_rows[k]:
-            row(hbm_rows[k], -np.inf, prob.capacity["hbm"] - hbm_fixed[k])
+            cap_row(hbm_rows[k], prob.capacity["hbm"] - hbm_fixed[k], prob.capacity["hbm"])
         elif hbm_fixed[k] > prob.capacity["hbm"]:
             raise Infeasible(k, "hbm", hbm_fixed[k], prob.capacity["hbm"], [])
         for t in tiers:
             if off_rows[t][k]:
                 fixed = prob.fixed.get(t, [0.0] * (K + 1))[k]
-                row(off_rows[t][k], -np.inf, prob.capacity[t] - fixed)
+                cap_row(off_rows[t][k], prob.capacity[t] - fixed, prob.capacity[t])
     n = len(cost)
     A = coo_array((data, (rows, cols)), shape=(nrow, n)).tocsr()
-    res = milp(np.array(cost), constraints=LinearConstraint(A, lb, ub),
+    c = np.array(cost)
+    scale = 1e3 / float(c.max()) if n and c.max() > 0 else 1.0
+    res = milp(c * scale, constraints=LinearConstraint(A, lb, ub),
                integrality=np.ones(n), bounds=Bounds(0, 1),
                options={"time_limit": time_limit, "mip_rel_gap": 1e-6})
     if res.x is None:
+        if res.status == 1:  # the time limit (or node limit) hit before any feasible point
+            raise LaminaError(f"assign-memory-tiers{{solver=ilp}}: no solution within the time "
+                              f"limit of {time_limit:g} s ({K} program points, {len(vals)} "
+                              f"values, {n} variables); use solver=greedy or a larger limit")
         k = max(range(K + 1), key=lambda j: hbm_fixed[j])
         raise Infeasible(k, "hbm", hbm_fixed[k], prob.capacity["hbm"], [])
     x = res.x
@@ -516,6 +732,13 @@ def solve_ilp(prob: Problem, time_limit: float = 120.0) -> Plan:
                         plan.reasons[(vi, gi)] = "the ILP optimum"
     plan.cost = plan_cost(prob, plan)
     plan.solve_seconds = time.perf_counter() - t0
+    plan.optimal = res.status == 0
+    bound = getattr(res, "mip_dual_bound", None)
+    if bound is not None and np.isfinite(bound):
+        bound = float(bound) / scale
+        plan.gap = max(0.0, plan.cost - bound) / max(plan.cost, 1e-300) if plan.cost > 0 else 0.0
+    else:
+        plan.gap = 0.0 if plan.optimal else None
     return plan
 
 
