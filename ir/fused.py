@@ -103,8 +103,8 @@ class FusedOp(IRDLOperation):
             raise VerifyException(f"lamina.fused: yields ({', '.join(map(str, got))}) but the "
                                   f"results are ({', '.join(map(str, want))})")
         for op in block.ops:
-            if op is term:
-                continue
+            if op is term or op.name == "lamina.free":
+                continue  # lamina.free: the end of an intermediate's tile buffer (annotate-lifetimes)
             info = lookup(op.name)
             if info is None:
                 raise VerifyException(f"lamina.fused: body may hold only op-table ops, found "

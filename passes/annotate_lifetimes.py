@@ -8,9 +8,10 @@ gets one `lamina.free` right after the op in that block that uses it last. A use
 region counts as a use by the op that holds the region, so a value is never freed while a region
 that reads it is still running. Values that are never used are freed right after their definition
 (arguments: at the top of the block). Not freed: values the block's terminator returns or yields
-(function results are never freed), and values that already have a `lamina.free`. The bodies of
-`lamina.fused` ops are left alone: a fused op is one kernel whose intermediates live in SRAM
-tiles for the kernel's duration (its verifier admits only op-table ops in the body).
+(function results are never freed), and values that already have a `lamina.free`. Inside a
+`lamina.fused` body the frees end the SRAM tile buffers of its block arguments and intermediates
+(the values it yields are its results and are not freed there); the checked interpreter and
+assign-memory-tiers charge a fused op the peak of its live intermediates, not their sum.
 
 One walk per block: O(ops + uses). With `explain=true` (or `--explain`) the pass prints each
 value's live range: where it is defined, the op that uses it last, how many ops it spans and its
@@ -24,7 +25,6 @@ from typing import ClassVar
 
 from lamina.ir.diagnostics import op_loc
 from lamina.ir.dtypes import nbytes
-from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
@@ -97,23 +97,11 @@ def annotate_block(block: Block, log: ExplainLog | None, names: dict[SSAValue, s
 def annotate(root: Operation, log: ExplainLog | None) -> int:
     count = 0
     names: dict[SSAValue, str] = {}
-    for op in root.walk():
-        if isinstance(op, FusedOp):
-            continue
+    for op in list(root.walk()):
         for region in op.regions:
             for block in region.blocks:
-                if block.parent_op() is not None and _inside_fused(block.parent_op()):
-                    continue
                 count += annotate_block(block, log, names)
     return count
-
-
-def _inside_fused(op: Operation | None) -> bool:
-    while op is not None:
-        if isinstance(op, FusedOp):
-            return True
-        op = op.parent_op()
-    return False
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,8 @@ def _reduction_attrs(op: LaminaOp, k: int) -> dict[str, Any]:
 def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
     assert isinstance(op, FusedOp)
     block = op.body.block
-    body = [o for o in block.ops if o is not op.yield_op]
+    # lamina.free in a body (annotate-lifetimes) ends a tile buffer's lifetime: nothing to run
+    body = [o for o in block.ops if o is not op.yield_op and o.name != "lamina.free"]
     env: dict[SSAValue, np.ndarray] = {}
     for a, x in zip(block.args, args, strict=True):
         assert x is not None

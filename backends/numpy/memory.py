@@ -39,7 +39,7 @@ from lamina.ir.memory import COMPUTE_TIERS, FreeOp, MoveOp, effective_tier, valu
 from lamina.ir.placement import TIERS, resolve
 from lamina.ir.target import Target
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import OpResult, Operation, SSAValue
 
 
 def run_move(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
@@ -66,10 +66,19 @@ def local_nbytes(v: SSAValue, anchor: Operation) -> int:
 
 
 def fused_intermediate_bytes(op: FusedOp) -> int:
-    """Bytes of the values computed inside a fused op that are not its results (per device)."""
+    """Peak bytes of the values computed inside a fused op that are not its results (per device).
+    Without `lamina.free` in the body every intermediate lives to the kernel's end (their sum);
+    a free inside the body (annotate-lifetimes) releases its intermediate's bytes."""
     yielded = set(op.yield_op.operands)
-    return sum(local_nbytes(r, op) for o in op.body.block.ops for r in o.results
-               if r not in yielded)
+    live = peak = 0
+    for o in op.body.block.ops:
+        if isinstance(o, FreeOp):
+            if isinstance(o.value, OpResult) and o.value not in yielded:
+                live -= local_nbytes(o.value, op)
+            continue
+        live += sum(local_nbytes(r, op) for r in o.results if r not in yielded)
+        peak = max(peak, live)
+    return peak
 
 
 def fused_sram_bytes(op: FusedOp, target: Target | None) -> int:
