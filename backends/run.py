@@ -96,7 +96,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     target = load_target(args.target) if args.target else None
     checker = MemoryChecker(target)
     mesh = placed_mesh(func)  # placed values: simulate every device of the mesh
-    result = run_spmd(func, inputs, mesh) if mesh is not None else \
+    result = run_spmd(func, inputs, mesh, observer=checker) if mesh is not None else \
         run_function(func, inputs, observer=checker)
     names = output_names(func)
     dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]

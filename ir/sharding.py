@@ -149,6 +149,17 @@ def _reshape_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[i
 def infer(info: OpInfo, ops: Sequence[TensorInfo | None], specs: Sequence[Spec | None],
           attrs: dict[str, Any], result: TensorInfo) -> Spec:
     """The result placement the op's rule gives for operand placements `specs`."""
+    out = _infer(info, ops, specs, attrs, result)
+    used = [a for d in out.splits for a in d] + list(out.partial)
+    dup = sorted({a for a in used if used.count(a) > 1})
+    if dup:
+        raise ShardingError(f"{info.full_name}: the operands' placements would use mesh axis "
+                            f"'{dup[0]}' twice in the result ({out})")
+    return out
+
+
+def _infer(info: OpInfo, ops: Sequence[TensorInfo | None], specs: Sequence[Spec | None],
+           attrs: dict[str, Any], result: TensorInfo) -> Spec:
     partial, kind = _check_partial(info, specs)
     rule = info.sharding
     name = info.full_name

@@ -36,6 +36,9 @@ Two walks, each linear in the number of ops:
       rule holds; the last resort is replicated operands, which every rule accepts.
    6. Default: a value nothing says anything about is replicated (constants always are).
    An unplaced function result keeps its value's splits, with any pending sum reduced.
+`lamina.fused` ops (from fuse-elementwise) are placed through their bodies by the same rules, as if
+written inline; a reshard never goes inside a fused op: one needed between two of its ops splits
+the group there (see `_refuse`), reshards of its inputs precede it.
 With `--explain`, one line per value: its placement and why.
 """
 
@@ -233,12 +236,15 @@ def _move_cost(st: _State, v: SSAValue, cur: Spec | None, new: Spec) -> float:
     return float(_nbytes(v)) / max(1, math.prod(st.sizes[a] for d in cur.splits for a in d))
 
 
-def _try(op: LaminaOp, specs: list[Spec | None]) -> Spec | None:
+def _try(op: LaminaOp, specs: list[Spec | None], st: _State) -> Spec | None:
+    """The rule's result for `specs`, or None when it breaks the rule or does not divide on the
+    mesh (reshape moves a split onto a result dimension the rule cannot check without sizes)."""
     try:
-        return infer(op.info, op.operand_infos(), specs, op.attr_values(),
-                     tensor_info(op.results[0].type))
+        out = infer(op.info, op.operand_infos(), specs, op.attr_values(),
+                    tensor_info(op.results[0].type))
     except ShardingError:
         return None
+    return out if st.valid(_shape(op.results[0]), out) else None
 
 
 def _backward_hints(st: _State, ops: list[Operation]) -> None:
@@ -332,7 +338,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
             specs[i] = _follow(op, i, leader, specs, st, slots) if leader is not None \
                 else st.from_hint(v)
 
-    result = _try(op, specs)
+    result = _try(op, specs, st)
     if result is None:
         # rule 4: each placed operand as leader, cheapest move wins
         best: tuple[float, int, list[Spec | None]] | None = None
@@ -341,7 +347,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
             for i in present:
                 if i != lead:
                     trial[i] = _follow(op, i, lead, specs, st, slots)
-            if _try(op, trial) is None:
+            if _try(op, trial, st) is None:
                 continue
             cost = sum(_move_cost(st, slots[i], specs[i], trial[i]) for i in present)  # type: ignore
             if best is None or cost < best[0]:
@@ -358,13 +364,14 @@ def _place_op(st: _State, op: LaminaOp) -> None:
             assert x is not None
             splits = list(x.splits)
             d = len(splits) - 1
-            while _try(op, trial) is None and d >= 0:
+            while _try(op, trial, st) is None and d >= 0:
                 splits[d] = ()
                 trial[0] = Spec(tuple(splits))
                 d -= 1
             specs = trial
-            reasons.append(f"{info.sharding.value} rule: operands made {', '.join(str(s) for s in specs if s is not None)}")
-        result = _try(op, specs)
+            made = ", ".join(str(s) for s in specs if s is not None)
+            reasons.append(f"{info.sharding.value} rule: operands made {made}")
+        result = _try(op, specs, st)
         assert result is not None, f"{op.name}: no placement satisfies its rule"
 
     for k, (v, s) in enumerate(zip(slots, specs, strict=True)):
@@ -411,6 +418,7 @@ def _operand_index(op: LaminaOp, slot: int) -> int:
 def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
     st = _State(func, mesh.sym_name.data, mesh.axis_sizes, log, {}, {}, set(), {})
     block = func.body.block
+    groups = _dissolve_fused(block)
     for a in block.args:
         s = mesh_placed(a)
         if s is not None:
@@ -428,9 +436,6 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
     for op in ops:
         if isinstance(op, ReturnOp):
             continue
-        if isinstance(op, FusedOp):
-            raise error_at(op, "propagate-sharding runs before fuse-elementwise (it does not "
-                           "look inside lamina.fused)")
         if isinstance(op, PlacementOp):
             for k, v in enumerate(op.inputs):
                 want = spec_of(v.type)
@@ -467,6 +472,196 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
             outs.append(t)
         func.properties["function_type"] = FunctionType.from_lists(
             [a.type for a in block.args], outs)
+    for members, kind in groups:
+        _refuse(block, members, kind, st)
+
+
+# -- lamina.fused: placed through its body, reshards kept outside --
+#
+# A fused op is placed as if its body were written inline: the body is inlined (block arguments
+# become the fused op's operands, its results the yielded values), the walks above place every body
+# op by the same op-table rules, and then each group is rebuilt from its ops. A reshard the rules
+# need between two ops of one group cannot live in a fused kernel (all its values move in lockstep,
+# one placement per value, no communication): such a reshard splits the group there, into the parts
+# still connected by direct edges, so the reshard sits between fused ops, on the consumer part's
+# input (the fused op's inputs are the boundary where placements change). Reshards of the group's
+# inputs simply precede the fused op. A part of one op (constants aside) is left unfused; parts
+# whose contraction would form a cycle through reshards are left unfused as well.
+
+
+def _dissolve_fused(block) -> list[tuple[list[Operation], str]]:
+    groups: list[tuple[list[Operation], str]] = []
+    for op in list(block.ops):
+        if not isinstance(op, FusedOp):
+            continue
+        body = op.body.block
+        y = op.yield_op
+        for arg, v in zip(body.args, op.inputs, strict=True):
+            arg.replace_all_uses_with(v)
+        members: list[Operation] = []
+        for inner in list(body.ops):
+            if inner is y:
+                continue
+            inner.detach()
+            block.insert_op_before(inner, op)
+            members.append(inner)
+        for r, v in zip(op.results, y.values, strict=True):
+            if r.name_hint and isinstance(v.owner, Operation) and v.owner in members:
+                v.name_hint = r.name_hint
+            r.replace_all_uses_with(v)
+        y.detach()
+        y.erase()
+        op.detach()
+        op.erase()
+        if members:
+            groups.append((members, op.fusion_kind))
+    return groups
+
+
+def _is_source(op: Operation) -> bool:
+    return isinstance(op, LaminaOp) and not op.operands
+
+
+def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
+    mset = {m for m in members if not _is_source(m)}
+    if not mset:
+        return
+    root: dict[Operation, Operation] = {m: m for m in mset}
+
+    def find(m: Operation) -> Operation:
+        while root[m] is not m:
+            root[m] = root[root[m]]
+            m = root[m]
+        return m
+
+    # the range of the block the group's ops (and the reshards placed among them) occupy
+    pos = {op: i for i, op in enumerate(block.ops)}
+    ordered = sorted(members, key=lambda m: pos[m])
+    first, last = ordered[0], ordered[-1]
+    rng: list[Operation] = []
+    op = first
+    while op is not None:
+        rng.append(op)
+        if op is last:
+            break
+        op = op.next_op
+    # stage: how many reshards of the group's own values lie on a path into the op; parts are
+    # the direct-edge components within one stage, so the parts and reshards form no cycle
+    stage: dict[Operation, int] = {}
+    for o in rng:
+        preds = [v.owner for v in o.operands if isinstance(v.owner, Operation)
+                 and v.owner in stage]
+        if o in mset:
+            stage[o] = max((stage[p] for p in preds), default=0)
+        else:
+            stage[o] = max((stage[p] + 1 for p in preds), default=0)
+    for m in mset:
+        for v in m.operands:
+            p = v.owner
+            if isinstance(p, Operation) and p in mset and stage[p] == stage[m]:
+                root[find(p)] = find(m)
+    node = {o: (find(o) if o in mset else o) for o in rng}
+    comps: dict[Operation, list[Operation]] = {}
+    for o in rng:
+        if o in mset:
+            comps.setdefault(node[o], []).append(o)
+    if len(comps) == 1 and len(rng) == len(members):
+        order = [next(iter(comps))]
+    else:
+        succs: dict[Operation, set[Operation]] = {n: set() for n in node.values()}
+        indeg: dict[Operation, int] = dict.fromkeys(succs, 0)
+        for o in rng:
+            for v in o.operands:
+                p = v.owner
+                if isinstance(p, Operation) and p in node and node[p] is not node[o] \
+                        and node[o] not in succs[node[p]]:
+                    succs[node[p]].add(node[o])
+                    indeg[node[o]] += 1
+        firstpos = {}
+        for o in rng:
+            firstpos.setdefault(node[o], pos[o])
+        import heapq
+
+        heap = [(firstpos[n], id(n), n) for n, d in indeg.items() if d == 0]
+        heapq.heapify(heap)
+        order = []
+        while heap:
+            _, _, n = heapq.heappop(heap)
+            order.append(n)
+            for s in succs[n]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    heapq.heappush(heap, (firstpos[s], id(s), s))
+        if len(order) != len(succs):
+            st.say(first, f"fused group of {len(mset)} ops left unfused: the reshards it needs "
+                   "would form a cycle between its parts")
+            return
+        st.say(first, f"fused group of {len(mset)} ops split into {len(comps)} parts at the "
+               "reshards its placements need (no communication inside a fused kernel)")
+    anchor = last.next_op
+    assert anchor is not None
+    for o in rng:
+        o.detach()
+    whole = len(comps) == 1
+    for n in order:
+        ops = comps.get(n, [n])
+        if n in comps and (len(ops) > 1 or whole):
+            block.insert_op_before(_make_fused(ops, kind), anchor)
+        else:
+            for o in ops:
+                block.insert_op_before(o, anchor)
+    for m in members:
+        if _is_source(m) and m.parent is None:
+            m.erase()
+        elif _is_source(m) and all(not r.uses for r in m.results):
+            m.detach()
+            m.erase()
+
+
+def _make_fused(members: list[Operation], kind: str) -> FusedOp:
+    """A fused op of (detached, ordered) `members`; constants they use are cloned into it."""
+    from lamina.ir.fused import FUSION_KINDS, YieldOp, make_body
+    from lamina.ir.optable import Fusion
+
+    mset = set(members)
+    inputs: list[SSAValue] = []
+    consts: list[Operation] = []
+    for m in members:
+        for v in m.operands:
+            p = v.owner
+            if isinstance(p, Operation) and p in mset:
+                continue
+            if isinstance(p, Operation) and _is_source(p):
+                if p not in consts:
+                    consts.append(p)
+                continue
+            if v not in inputs:
+                inputs.append(v)
+    outputs = [r for m in members for r in m.results
+               if any(u.operation not in mset for u in r.uses)]
+    region, body = make_body([v.type for v in inputs])
+    for a, v in zip(body.args, inputs, strict=True):
+        a.name_hint = v.name_hint
+        v.replace_uses_with_if(a, lambda u: u.operation in mset)
+    for c in consts:
+        clone = c.clone()
+        body.add_op(clone)
+        for old, new in zip(c.results, clone.results, strict=True):
+            old.replace_uses_with_if(new, lambda u: u.operation in mset)
+    for m in members:
+        body.add_op(m)
+    yield_op = YieldOp(outputs)
+    body.add_op(yield_op)
+    if kind not in FUSION_KINDS or not any(
+            isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION for m in members):
+        kind = "loop"
+    fused = FusedOp(kind, inputs, [r.type for r in outputs], region)
+    fused.location = members[0].location
+    for old, new in zip(outputs, fused.results, strict=True):
+        new.name_hint = old.name_hint
+        old.replace_uses_with_if(new, lambda u: u.operation is not yield_op
+                                 and u.operation not in mset)
+    return fused
 
 
 @dataclass(frozen=True)

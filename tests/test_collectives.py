@@ -189,8 +189,8 @@ def test_spmd_exchanges_follow_the_op() -> None:
     text = prog("all_to_all", '{split_dim = 0 : i64, concat_dim = 1 : i64, axes = ["model"]}',
                 T("8x16", "[[], [model]]"), T("8x16", "[[model], []]"))
     module = parse_text(text, "p.mlir")
-    from lamina.backends.numpy.spmd import SpmdRun
     from lamina.backends.numpy.runner import RunStats
+    from lamina.backends.numpy.spmd import SpmdRun
 
     run = SpmdRun(mesh, RunStats())
     op = next(o for o in find_entry(module, None).body.block.ops if o.name == "lamina.all_to_all")
@@ -211,7 +211,17 @@ def test_replicated_type_with_differing_shards_is_reported() -> None:
     module = parse_text(text, "p.mlir")
     verify(module)
     x = np.arange(128, dtype=np.float32).reshape(8, 16)
+    func = find_entry(module, None)
+    # run_spmd rejects the program up front (its reduce_sum is not placed while its operand is) ...
     with pytest.raises(LaminaError) as e:
-        run_spmd(find_entry(module, None), [x])
+        run_spmd(func, [x])
+    assert e.value.message == ("the result of lamina.reduce_sum is not placed while its operands "
+                               "are; run -p propagate-sharding first")
+    # ... and the runner itself still checks the data against the claim, op by op
+    from lamina.backends.numpy.runner import RunStats
+    from lamina.backends.numpy.spmd import SpmdRun, mesh_of, placed_mesh
+
+    with pytest.raises(LaminaError) as e:
+        SpmdRun(mesh_of(placed_mesh(func)), RunStats()).run(func, [x])
     assert "holds different data" in e.value.message
     assert e.value.loc is not None and e.value.loc.line == 3

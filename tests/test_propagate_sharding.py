@@ -67,3 +67,50 @@ def test_nothing_placed_is_left_alone() -> None:
     m, log = propagate(text, explain=True)
     assert spec_of(find_entry(m, None).body.block.args[0].type) is None
     assert "nothing is placed on a mesh" in log
+
+
+def test_fused_group_is_placed_through_its_body_and_split_at_a_needed_reduction() -> None:
+    # the fused row_reduction group neg/reduce_sum/sub/exp gets its input's column split; the
+    # pending sum of reduce_sum must be all-reduced before sub, which cannot happen inside a
+    # fused kernel: the group splits there, the all_reduce sits between the two fused ops
+    import numpy as np
+    from lamina.backends.numpy.runner import run_function
+    from lamina.backends.numpy.spmd import run_spmd
+    from lamina.ir.collectives import AllReduceOp, PlacementOp
+    from lamina.ir.fused import FusedOp
+
+    xs = "tensor<16x8xf32, #lamina.place<@m, [[data], []]>>"
+    text = (MESH + f"func.func @f(%x: {xs}) -> tensor<8x16xf32> {{\n"
+            f"  %t = lamina.transpose %x {{permutation = array<i64: 1, 0>}} : ({xs}) -> "
+            "tensor<8x16xf32>\n"
+            "  %n = lamina.neg %t : tensor<8x16xf32>\n"
+            "  %s = lamina.reduce_sum %n {axes = array<i64: 1>, keepdims = true} : "
+            "(tensor<8x16xf32>) -> tensor<8x1xf32>\n"
+            "  %d = lamina.sub %n, %s : (tensor<8x16xf32>, tensor<8x1xf32>) -> tensor<8x16xf32>\n"
+            "  %e = lamina.exp %d : tensor<8x16xf32>\n"
+            "  func.return %e : tensor<8x16xf32>\n}\n")
+    ctx = make_context()
+    ref = parse_text(text, "p.mlir", ctx)
+    m = parse_text(text, "p.mlir", ctx)
+    run_pipeline(ctx, m, build_pipeline("fuse-elementwise"))
+    f = find_entry(m, None)
+    assert sum(isinstance(op, FusedOp) for op in f.body.block.ops) == 1
+    run_pipeline(ctx, m, build_pipeline("propagate-sharding,insert-collectives"))
+    verify(m)
+    top = list(f.body.block.ops)
+    kinds = [op.name for op in top]
+    assert kinds == ["lamina.transpose", "lamina.fused", "lamina.all_reduce", "lamina.fused",
+                     "func.return"], kinds
+    assert [o.name for o in top[1].body.block.ops] == ["lamina.neg", "lamina.reduce_sum",
+                                                       "lamina.yield"]
+    assert [o.name for o in top[3].body.block.ops] == ["lamina.sub", "lamina.exp", "lamina.yield"]
+    assert isinstance(top[2], AllReduceOp)
+    for op in f.walk():
+        if isinstance(op, FusedOp):
+            assert not any(isinstance(o, PlacementOp) for o in op.body.block.ops)
+        for r in op.results:
+            assert spec_of(r.type) is not None
+    x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    got = run_spmd(f, [x]).outputs[0]
+    want = run_function(find_entry(ref, None), [x]).outputs[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -1,9 +1,9 @@
 """SPMD execution after propagate-sharding + insert-collectives equals the single-device run.
 
 Random programs from the shared strategy, random meshes (1-8 devices, 1-3 axes) and random input
-placements. Programs are f64 so that the reordered sums of a sharded run stay within
-`lamina.backends.compare`'s tolerances (f32 sums that cancel to ~0 differ by more than its
-absolute tolerance, whichever order is "right").
+placements; f32 and f64 (`lamina.backends.compare` is relative to each output's largest
+magnitude, so the reordered sums of a sharded f32 run pass). Example counts follow the Hypothesis
+profile (`scaled`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lamina.backends.compare import compare
@@ -18,11 +19,14 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
+from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import tensor_dtype
+from lamina.ir.fused import FusedOp
 from lamina.ir.placement import MeshOp, spec_of
 from lamina.ir.sharding import Spec
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from strategies import scaled
 from strategies.programs import programs
 from xdsl.dialects.builtin import FunctionType, TensorType
 
@@ -65,14 +69,15 @@ def place_args(module, mesh: list[tuple[str, int]], draw) -> None:
     module.body.block.insert_op_before(MeshOp("m", mesh), func)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(prog=programs(max_ops=10, dtypes=("f64",)), mesh=meshes(), data=st.data())
-def test_sharded_run_equals_single_device(prog, mesh, data) -> None:
+def _sharded_equals_single_device(prog, mesh, draw, fuse: bool) -> None:
     ctx = make_context()
     reference = parse_text(prog.text, "gen.mlir", ctx)
     module = parse_text(prog.text, "gen.mlir", ctx)
-    place_args(module, mesh, data.draw)
+    place_args(module, mesh, draw)
     verify(module)
+    if fuse:
+        run_pipeline(ctx, module, build_pipeline("fuse-elementwise"))
+        verify(module)
     target = "h100-cluster" if math.prod(n for _, n in mesh) > 1 else "h100-node"
     run_pipeline(ctx, module, build_pipeline(f"propagate-sharding,insert-collectives{{target={target}}}"))
     verify(module)
@@ -81,6 +86,9 @@ def test_sharded_run_equals_single_device(prog, mesh, data) -> None:
         assert not isinstance(op, ReshardOp), "every reshard is lowered"
         for r in op.results:
             assert spec_of(r.type) is not None, f"{op.name} result left unplaced"
+        if isinstance(op, FusedOp):
+            for inner in op.body.block.ops:
+                assert not isinstance(inner, PlacementOp), "a collective inside a fused op"
     got = run_spmd(func, prog.inputs)
     ref = run_function(find_entry(reference, None), prog.inputs)
     for k, (g, r, t) in enumerate(zip(got.outputs, ref.outputs,
@@ -90,6 +98,20 @@ def test_sharded_run_equals_single_device(prog, mesh, data) -> None:
         assert diff.ok, diff.line() + "\n" + prog.text
     n_coll = sum(1 for op in func.walk() if isinstance(op, PlacementOp))
     assert len(got.stats["collectives"]) <= n_coll
+
+
+@settings(max_examples=scaled(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=programs(max_ops=10, dtypes=("f32", "f64")), mesh=meshes(), data=st.data())
+def test_sharded_run_equals_single_device(prog, mesh, data) -> None:
+    _sharded_equals_single_device(prog, mesh, data.draw, fuse=False)
+
+
+@settings(max_examples=scaled(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prog=programs(max_ops=10, dtypes=("f32", "f64")), mesh=meshes(), data=st.data())
+def test_fused_sharded_run_equals_unfused_single_device(prog, mesh, data) -> None:
+    """fuse-elementwise first, then propagate-sharding,insert-collectives: the SPMD run of the
+    fused, placed program equals the unfused single-device run."""
+    _sharded_equals_single_device(prog, mesh, data.draw, fuse=True)
 
 
 def test_megatron_sample_stats_and_result() -> None:
@@ -113,3 +135,92 @@ def test_megatron_sample_stats_and_result() -> None:
     assert c["kind"] == "all_reduce" and c["axes"] == ["model"]
     assert c["payload_bytes"] == 32 * 32 * 4 and c["bytes_per_device"] == 6144
     assert got.stats["comm_bytes_per_device"] == 6144
+
+
+# -- partially placed programs are rejected up front (not a wrong shape or a false mismatch) --
+
+def _run_cli(*argv: str) -> tuple[int, str, str]:
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from lamina.backends.run import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_partially_placed_sample_is_rejected_naming_the_first_unplaced_value(tmp_path) -> None:
+    text = open("samples/mlp_megatron.mlir").read()
+    small = text.replace("2048", "64").replace("1024", "32").replace("4096", "128")
+    path = tmp_path / "mlp.mlir"
+    path.write_text(small)
+    rc, out, err = _run_cli(str(path), "--check")
+    assert rc == 1
+    assert err.strip() == (f"{path}:12:3: error: %h = lamina.matmul is not placed while its "
+                           "operands are; run -p propagate-sharding first")
+    rc, out, err = _run_cli(str(path), "--check", "-p",
+                            "propagate-sharding,insert-collectives")
+    assert rc == 0 and out.startswith("check out0: ok"), err
+
+
+MESH4 = "lamina.mesh @m [data = 4]\n"
+XS = "tensor<64x64xf32, #lamina.place<@m, [[data], []]>>"
+
+
+def test_unplaced_operand_read_as_replicated_is_accepted_when_the_rule_holds() -> None:
+    text = (MESH4 + f"func.func @f(%x: {XS}, %b: tensor<64xf32>) -> {XS} {{\n"
+            f"  %y = lamina.add %x, %b : ({XS}, tensor<64xf32>) -> {XS}\n"
+            f"  func.return %y : {XS}\n}}\n")
+    module = parse_text(text, "p.mlir", make_context())
+    verify(module)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    b = rng.standard_normal(64).astype(np.float32)
+    got = run_spmd(find_entry(module, None), [x, b])
+    np.testing.assert_array_equal(got.outputs[0], x + b)
+
+
+def test_unplaced_operand_that_breaks_the_rule_is_rejected() -> None:
+    ws = "tensor<64x64xf32, #lamina.place<@m, [[], [data]]>>"
+    text = (MESH4 + f"func.func @f(%x: {XS}, %w: tensor<64x64xf32>) -> {ws} {{\n"
+            f"  %y = lamina.matmul %x, %w : ({XS}, tensor<64x64xf32>) -> {ws}\n"
+            f"  func.return %y : {ws}\n}}\n")
+    module = parse_text(text, "p.mlir", make_context())
+    verify(module)
+    with pytest.raises(LaminaError) as e:
+        run_spmd(find_entry(module, None), [np.ones((64, 64))] * 2)
+    assert e.value.message == ("operand %w of %y = lamina.matmul is not placed while the result "
+                               "is (read as replicated it breaks the matmul rule); run -p "
+                               "propagate-sharding first")
+    assert e.value.loc.line == 3
+
+
+# -- the SPMD runner drives ExecutionObserver hooks: MemoryChecker per device, per tier --
+
+def _checked_spmd(hbm: float):
+    from lamina.backends.numpy.memory import MemoryChecker
+    from memtools import target_with
+
+    text = (MESH4 + f"func.func @f(%x: {XS}) -> {XS} {{\n"
+            f"  %a = lamina.exp %x : {XS}\n"
+            f"  %b = lamina.add %a, %x : ({XS}, {XS}) -> {XS}\n"
+            f"  func.return %b : {XS}\n}}\n")
+    module = parse_text(text, "p.mlir", make_context())
+    verify(module)
+    checker = MemoryChecker(target_with(hbm=hbm))
+    x = np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32)
+    got = run_spmd(find_entry(module, None), [x], observer=checker)
+    np.testing.assert_allclose(got.outputs[0], np.exp(x) + x, rtol=1e-6)
+    return checker
+
+
+def test_memory_checker_counts_local_shards_under_spmd() -> None:
+    # each device holds a 16x64 f32 shard (4 KiB) of %x, %a and %b: 12 KiB at the peak
+    checker = _checked_spmd(hbm=16384)
+    assert checker.peak["hbm"] == 3 * 4096
+    with pytest.raises(LaminaError) as e:
+        _checked_spmd(hbm=10000)
+    assert "capacity overflow in tier 'hbm' at %b = lamina.add: 12288 bytes per device live, " \
+        "capacity 10000 (target 'tiny')" in e.value.message

@@ -9,13 +9,19 @@ held as one local array per device:
   assembling an output sums (maxes) over the partial axes;
 - axes named nowhere replicate: those devices hold equal arrays. After every op the runner checks
   this, and a value whose type says replicated but whose shards differ is an error at that op.
-- types without a placement are treated as replicated on the entry function's mesh.
+- types without a placement are read as replicated on the entry function's mesh where that
+  follows every rule; a partially placed program (an unplaced value whose replicated reading breaks
+  its op's rule, e.g. a matmul result of split operands) is rejected up front (`check_placed`),
+  naming the first such value and telling the user to run propagate-sharding.
 
 Local ops run their op-table kernels on local shapes (`Call` with local `TensorInfo`s); dropout
 gets `Block(global_shape, offsets)` so its mask is the single-device one. Devices holding the same
 operand arrays share the result (computed once), which keeps replicated work cheap here.
 `lamina.fused` runs its body op by op on local shapes. Collectives exchange shards exactly as the
 op says (`lamina.ir.collectives`); `lamina.reshard` (not yet lowered) assembles and redistributes.
+
+An `ExecutionObserver` (e.g. `MemoryChecker`) gets the same hooks as under `run_function`; the
+values' types carry their placements, so it accounts local shard bytes per device.
 
 Statistics: the single-device counters are per device (device 0), plus `devices`, `collectives`
 (kind, axes, algorithm, payload and bytes sent per device; `comm_cost.sent_bytes`) and
@@ -32,7 +38,13 @@ from typing import Any
 import numpy as np
 from lamina.backends.interface import RunResult, find_entry
 from lamina.backends.numpy import runner as base
-from lamina.backends.numpy.runner import RunStats, check_inputs, device_nbytes, last_uses
+from lamina.backends.numpy.runner import (
+    ExecutionObserver,
+    RunStats,
+    check_inputs,
+    device_nbytes,
+    last_uses,
+)
 from lamina.ir.collectives import (
     AllGatherOp,
     AllReduceOp,
@@ -319,18 +331,25 @@ class SpmdRun:
         return results
 
     # -- the function --
-    def run(self, func: FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run(self, func: FuncOp, inputs: Sequence[np.ndarray],
+            observer: ExecutionObserver | None = None) -> list[np.ndarray]:
         mesh = self.mesh
+        obs = observer or ExecutionObserver()
         args = check_inputs(func, inputs)
         block_ = func.body.block
         env: dict[SSAValue, Shards] = {}
         for v, a in zip(block_.args, args, strict=True):
             env[v] = distribute(mesh, spec_or_replicated(v.type), a)
+        obs.on_start(func, block_.args)
+        live = sum(s[0].nbytes for s in env.values())  # per device (device 0)
+        self.stats.peak_live_bytes = max(self.stats.peak_live_bytes, live)
         ops = list(block_.ops)
         last = last_uses(ops)
         with np.errstate(all="ignore"):
             for i, op in enumerate(ops):
+                obs.on_op(op, i)
                 if isinstance(op, ReturnOp):
+                    obs.on_return(i)
                     outs = []
                     for v in op.operands:
                         t = tensor_info(v.type)
@@ -360,11 +379,19 @@ class SpmdRun:
                     t = tensor_info(r.type)
                     check_replicated(mesh, spec_or_replicated(r.type), shards, t.shape, op,
                                      f"result {k}")
+                    obs.on_result(r, i)
                     if r in last:
                         env[r] = shards
+                        live += shards[0].nbytes
+                    else:
+                        obs.on_free(r, i)
+                self.stats.peak_live_bytes = max(self.stats.peak_live_bytes, live)
                 for v in set(op.operands):
                     if last.get(v) == i:
-                        env.pop(v, None)
+                        dropped = env.pop(v, None)
+                        if dropped is not None:
+                            live -= dropped[0].nbytes
+                        obs.on_free(v, i)
         raise error_at(func, f"@{func.sym_name.data} has no func.return")
 
 
@@ -393,14 +420,56 @@ def placed_mesh(func: FuncOp) -> MeshOp | None:
     return mesh
 
 
-def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None
-             ) -> RunResult:
+def _label(v: SSAValue) -> str:
+    return f"%{v.name_hint}" if v.name_hint else "a value"
+
+
+def check_placed(func: FuncOp) -> None:
+    """Reject, at the first offending op, a value left unplaced where reading it as replicated
+    would not follow the op's sharding rule (a partially placed program: the user must run
+    propagate-sharding). Unplaced values whose replicated reading is consistent are accepted."""
+    from lamina.ir.sharding import ShardingError, infer
+
+    for op in func.walk():
+        if not isinstance(op, LaminaOp) or not op.results:
+            continue
+        slots = op.operand_slots()
+        vals = [v for v in slots if v is not None]
+        r = op.results[0]
+        unplaced = [v for v in vals if spec_of(v.type) is None]
+        r_unplaced = spec_of(r.type) is None
+        if not unplaced and not r_unplaced:
+            continue  # fully placed: the verifier checked its rule
+        if r_unplaced and len(unplaced) == len(vals):
+            continue  # nothing placed here: replicated throughout
+        specs = [None if v is None else spec_or_replicated(v.type) for v in slots]
+        try:
+            want = infer(op.info, op.operand_infos(), specs, op.attr_values(),
+                         tensor_info(r.type))
+        except ShardingError:
+            want = None
+        if want == spec_or_replicated(r.type):
+            continue
+        what = f"{_label(r)} = {op.name}" if r.name_hint else f"the result of {op.name}"
+        if r_unplaced:
+            raise error_at(op, f"{what} is not placed while its operands are; "
+                           "run -p propagate-sharding first")
+        raise error_at(op, f"operand {_label(unplaced[0])} of {what} is not "
+                       "placed while the result is (read as replicated it breaks the "
+                       f"{op.info.sharding.value} rule); run -p propagate-sharding first")
+
+
+def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None,
+             observer: ExecutionObserver | None = None) -> RunResult:
+    """Run placed `func` on every device of its mesh. `observer` gets the same hooks as under
+    `run_function` (values' types carry their placements, so it can size local shards)."""
     mesh_op = mesh_op or placed_mesh(func)
     if mesh_op is None:
         raise LaminaError(f"@{func.sym_name.data} has no placed values to run on a mesh")
+    check_placed(func)
     stats = RunStats()
     run = SpmdRun(mesh_of(mesh_op), stats)
-    outputs = run.run(func, inputs)
+    outputs = run.run(func, inputs, observer)
     d = stats.as_dict()
     d["devices"] = run.mesh.devices
     d["collectives"] = run.collectives
