@@ -176,9 +176,6 @@ def test_full_pipeline_on_training_step_verifies_and_checks(tmp_path, capsys):
     assert d["peak_bytes"]["sram"] > 0  # the fused Adam kernels' intermediates
 
 
-@pytest.mark.xfail(strict=True, reason="backends/numpy/spmd.py run_fused asserts every fused-body "
-                   "op is an op-table op and does not yet skip the lamina.free that "
-                   "annotate-lifetimes now puts in fused bodies (owner: sharding follow-ups)")
 def test_full_pipeline_on_placed_training_step(tmp_path, capsys):
     stats = tmp_path / "s.json"
     assert run_main(["samples/mlp_dp_training_step.mlir", "-p", FULL, "--check",

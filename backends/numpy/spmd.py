@@ -263,7 +263,11 @@ class SpmdRun:
         for inner in op.body.block.ops:
             if isinstance(inner, YieldOp):
                 return [env[v] for v in inner.operands]
-            assert isinstance(inner, LaminaOp)
+            if not isinstance(inner, LaminaOp):
+                if inner.name == "lamina.free":
+                    continue  # ends a tile buffer's lifetime (annotate-lifetimes): nothing to run
+                raise error_at(inner, f"the SPMD interpreter cannot run '{inner.name}' inside "
+                               "lamina.fused")
             ins = [None if v is None else env[v] for v in inner.operand_slots()]
             env[inner.results[0]] = self.run_local(inner, ins)
         raise error_at(op, "lamina.fused has no lamina.yield")
