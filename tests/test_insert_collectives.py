@@ -82,3 +82,25 @@ def test_sharded_samples_match_single_device_on_small_shapes() -> None:
             scale = float(np.abs(w).max())
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale, err_msg=path)
         assert got.stats["comm_bytes_per_device"] > 0
+
+
+def test_gspmd_benchmark_reads_collectives_and_ring_bytes_from_hlo() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gspmd", "benchmarks/bench_gspmd.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    hlo = (
+        "  %tanh.3 = f32[1024,1024]{1,0} tanh(%mul.24)\n"
+        "  %all-reduce = f32[1024,1024]{1,0} all-reduce(%f), channel_id=1, "
+        "replica_groups=[2,4]<=[8], to_apply=%add\n"
+        "  %ar2 = f32[2048,4096]{1,0} all-reduce(%g), replica_groups=mesh['axis_0'=1,"
+        "'axis_1'=4,'axis_2'=2], device_ids=([2,4]T(1,0)) {'axis_1'}, to_apply=%add\n"
+        "  %ag = f32[64,8]{1,0} all-gather(f32[8,8]{1,0} %h), replica_groups={{0,1,2,3,4,5,6,7}}, "
+        "dimensions={0}\n")
+    cs = bench.hlo_collectives(hlo)
+    assert [(c["kind"], c["devices"], c["payload"]) for c in cs] == [
+        ("all_reduce", 4, 4 << 20), ("all_reduce", 4, 32 << 20), ("all_gather", 8, 64 * 8 * 4)]
+    assert cs[0]["sent"] == 6 << 20 and cs[1]["sent"] == 48 << 20
+    assert cs[2]["sent"] == 7 / 8 * 64 * 8 * 4
+    assert bench.hlo_gelu_elements(hlo) == 1 << 20
