@@ -230,6 +230,11 @@ class PlacementOp(IRDLOperation):
         if len(types) != len(operands):
             parser.raise_error(f"{cls.name}: {len(operands)} operands but {len(types)} types",
                                at_position=pos)
+        allowed = ("axes", "algorithm", "kind", *cls.KEYS)
+        for key in attrs:
+            if key not in allowed:
+                parser.raise_error(f"{cls.name} has no attribute '{key}' (it takes "
+                                   f"{', '.join(allowed)})", at_position=pos)
         values = parser.resolve_operands(operands, types, pos)
         return cls.build(operands=[values], result_types=[results], properties=dict(attrs))
 

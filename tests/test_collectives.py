@@ -125,7 +125,7 @@ INVALID = [
     ("all_gather", '{dim = 1 : i64, axes = ["model"]}', T("8x16", "[[data], [model]]", "tier = hbm"),
      T("8x16", "[[data], []]", "tier = host"), "does not move between memory tiers"),
     ("all_gather", '{dim = 1 : i64, axes = ["model"], color = 1 : i64}', T("8x16", "[[data], [model]]"),
-     T("8x16", "[[data], []]"), "'color' is not defined"),
+     T("8x16", "[[data], []]"), "lamina.all_gather has no attribute 'color'"),
     ("reduce_scatter", '{dim = 1 : i64, axes = ["model"]}', T("8x16", "[[data], []]"),
      T("8x16", "[[data], [model]]"), "not pending over [model]"),
     ("reduce_scatter", '{dim = 0 : i64, axes = ["model"]}',
@@ -224,4 +224,17 @@ def test_replicated_type_with_differing_shards_is_reported() -> None:
     with pytest.raises(LaminaError) as e:
         SpmdRun(mesh_of(placed_mesh(func)), RunStats()).run(func, [x])
     assert "holds different data" in e.value.message
+    assert e.value.loc is not None and e.value.loc.line == 3
+
+
+def test_unknown_attribute_on_a_collective_is_one_line_naming_it() -> None:
+    a = T("8x16", "[[], []]", "partial = sum[model]")
+    r = T("8x16", "[[], []]")
+    text = (MESH + f"func.func @f(%a: {a}) -> {r} {{\n"
+            f'  %0 = lamina.all_reduce %a {{axes = ["model"], algoritm = "ring"}} : {a} -> {r}\n'
+            f"  func.return %0 : {r}\n}}\n")
+    with pytest.raises(LaminaError) as e:
+        parse_text(text, "p.mlir")
+    assert e.value.message == ("lamina.all_reduce has no attribute 'algoritm' (it takes axes, "
+                               "algorithm, kind)")
     assert e.value.loc is not None and e.value.loc.line == 3
