@@ -8,7 +8,10 @@ h = gelu_tanh(x @ W1 + b1) @ W2 + b2 (2048 x 1024 x 4096). jax.jit runs the same
 included (the same counter-based hash, in uint32 jnp ops). Floor = compulsory bytes (each input
 read once, each output written once) / copy bandwidth measured with np.copyto on 256 MiB.
 Then the pass's own time on generated 10k / 50k-op programs next to xDSL's parse time for them.
-Medians of `--repeats` runs; all columns measured in this one process.
+Medians of `--repeats` runs; all columns measured in this one process. "fused" is the
+interpreter's single-threaded tile loop (NumPy itself is single-threaded); "fused xN" runs the
+tiles on N threads (LAMINA_FUSED_THREADS, `lamina.backends.numpy.fused.THREADS`), like jax.jit,
+which uses every core. Ratios are of medians: unfused / fused, jax / fused, fused / floor.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
+import lamina.backends.numpy.fused as fused_exec  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.backends.numpy.runner import run_function  # noqa: E402
 from lamina.ir import rng  # noqa: E402
@@ -174,9 +178,11 @@ def bench_workloads(repeats: int, quick: bool) -> None:
         ("W3 MLP block", f"{m}x{d}x{f}", mlp_program(m, d, f), [mx, w1, b1, w2, b2], "mlp",
          mx.nbytes * 2 + w1.nbytes + w2.nbytes + b1.nbytes + b2.nbytes),
     ]
-    head = (f"| {'workload':<26} | {'shape':<16} | {'unfused':>9} | {'fused':>9} | {'jax.jit':>9} "
-            f"| {'floor':>7} | {'fused/unf':>9} | {'fused/jax':>9} | {'fused/floor':>11} "
-            f"| kernels |")
+    nt = os.cpu_count() or 1
+    print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on {nt} cores")
+    head = (f"| {'workload':<26} | {'shape':<16} | {'unfused':>9} | {'fused':>9} "
+            f"| {'fused x' + str(nt):>9} | {'jax.jit':>9} | {'floor':>7} | {'unf/fused':>9} "
+            f"| {'jax/fused':>9} | {'jax/fx' + str(nt):>9} | {'fused/floor':>11} | kernels |")
     print(head)
     print("|" + "|".join("-" * (len(p)) for p in head.split("|")[1:-1]) + "|")
     for name, shape, text, inputs, key, compulsory in work:
@@ -190,7 +196,12 @@ def bench_workloads(repeats: int, quick: bool) -> None:
         res_f = run_function(ffused, inputs)
         k1 = res_f.stats["kernels"]
         tu = median_time(lambda fr=fref, a=inputs: run_function(fr, a), repeats)
+        old_threads = fused_exec.THREADS
+        fused_exec.THREADS = 1
         tf = median_time(lambda ff=ffused, a=inputs: run_function(ff, a), repeats)
+        fused_exec.THREADS = nt
+        tfn = median_time(lambda ff=ffused, a=inputs: run_function(ff, a), repeats)
+        fused_exec.THREADS = old_threads
         tj = None
         if jx is not None:
             fn = jx[0][key]
@@ -201,8 +212,9 @@ def bench_workloads(repeats: int, quick: bool) -> None:
                 name += " (jax differs!)"
         floor = compulsory / bw
         ms = lambda s: f"{s * 1e3:8.1f}ms" if s is not None else "      n/a"  # noqa: E731
-        print(f"| {name:<26} | {shape:<16} | {ms(tu)} | {ms(tf)} | {ms(tj)} | {floor * 1e3:5.1f}ms "
-              f"| {tu / tf:8.2f}x | {(tj / tf if tj else float('nan')):8.2f}x "
+        jr = (lambda d, tj=tj: f"{tj / d:8.2f}x" if tj else "      n/a")  # noqa: E731
+        print(f"| {name:<26} | {shape:<16} | {ms(tu)} | {ms(tf)} | {ms(tfn)} | {ms(tj)} "
+              f"| {floor * 1e3:5.1f}ms | {tu / tf:8.2f}x | {jr(tf)} | {jr(tfn)} "
               f"| {tf / floor:10.1f}x | {k0} -> {k1} |")
 
 

@@ -23,7 +23,9 @@ Statistics: one fused op is one kernel; its bytes are its inputs' plus its resul
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +41,20 @@ from lamina.ir.semantics import Block, Call
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
-# Target bytes of one tile-sized buffer (the whole body's live tiles should stay in L2).
-TILE_BYTES = 64 * 1024
+# Target bytes of one tile-sized buffer, per group kind, chosen by measurement on f32[8192,4096]
+# (benchmarks/bench_fusion.py; 2-core EPYC, 1 MiB L2 per core, 32 MiB L3): NumPy's per-call cost
+# (~1 us) has to be spread over enough elements, and the few live tile buffers (reused through a
+# free list, in place) should stay in L2/L3. TILE_BYTES, when set, overrides both (tests use tiny
+# tiles to exercise the tile loop). Tile row counts are rounded down to a power of two so that
+# dropout tiles start at aligned global indices (see `_dropout_fast`).
+TILE_BYTES: int | None = None
+# Worker threads for the tile loop (tiles are independent; NumPy drops the GIL in its loops):
+# LAMINA_FUSED_THREADS, default 1 (the interpreter's reference timing is single-threaded).
+# Only kernels of at least PARALLEL_MIN_ELEMENTS elements and 4 tiles per thread use them.
+THREADS = int(os.environ.get("LAMINA_FUSED_THREADS", "1") or 1)
+PARALLEL_MIN_ELEMENTS = 1 << 20
+ROW_TILE_BYTES = 256 * 1024
+LOOP_TILE_BYTES = 512 * 1024
 _NATIVE = {"f32": np.float32, "f64": np.float64}
 
 
@@ -110,7 +124,10 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
         k = _row_split(reductions[0])
         lead, tail = d[: len(d) - k], d[len(d) - k:]
     else:
-        d = np.broadcast_shapes(*(_shape(o.results[0]) for o in body))
+        try:
+            d = np.broadcast_shapes(*(_shape(o.results[0]) for o in body))
+        except ValueError:   # e.g. [3] -> broadcast_in_dim -> [3, 2]: no common loop; run whole
+            d = ()
         n = len(d)
         k = n
         for cand in range(n + 1):
@@ -130,7 +147,8 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
         lead, tail = tuple(d[: n - k]), tuple(d[n - k:])
     nl = len(lead)
     rows = _prod(lead)
-    forms = {lead + tail: "full", lead + (1,) * len(tail): "rowscalar", lead: "rowvec"}
+    # "full" last: with an empty tail the three shapes coincide and the value is a full tile
+    forms = {lead: "rowvec", lead + (1,) * len(tail): "rowscalar", lead + tail: "full"}
 
     def tail_of(shape: tuple[int, ...]) -> tuple[int, ...] | None:
         f = forms.get(shape)
@@ -164,20 +182,32 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
                 whole_ops.append(o)
                 steps.append(_Step(o, (), call, [("whole", None)]))
 
-        tile_rows = _choose_rows(rows, [s for s in steps if s.sources != [("whole", None)]])
+        tile_rows = _choose_rows(rows, [s for s in steps if s.sources != [("whole", None)]],
+                                 bool(reductions))
+        tiled_steps = [st for st in steps if st.sources != [("whole", None)]]
+        # last use of every tiled value (index into tiled_steps), for buffer reuse
+        last_use: dict[SSAValue, int] = {}
+        for i, st in enumerate(tiled_steps):
+            for v in st.op.operand_slots():
+                if v is not None and v in tiled:
+                    last_use[v] = i
+        # tile buffers are named by id (shape, dtype) and allocated per worker thread below
+        buf_specs: list[tuple[tuple[int, ...], Any]] = []
+        buf_of: dict[SSAValue, int] = {}       # tiled value -> buffer id (not for out2d values)
+        pool: dict[tuple[tuple[int, ...], Any], list[int]] = {}
+        slot_of: dict[SSAValue, int] = {}
+        bid: dict[int, int] = {}               # step index -> buffer id of its result
         # prepare the tiled steps
-        for st in steps:
-            if st.sources == [("whole", None)]:
-                continue
+        for i, st in enumerate(tiled_steps):
             o = st.op
             dom = _domain(o)
             dom_tail = dom[nl:]
             srcs: list[tuple[str, Any]] = []
-            for v in o.operand_slots():
+            for j, v in enumerate(o.operand_slots()):
                 if v is None:
                     srcs.append(("none", None))
                 elif v in tiled:
-                    srcs.append(("tile", v))
+                    srcs.append(("tile", slot_of[v]))
                 else:
                     w = env[v]
                     if o.info.fusion == Fusion.BROADCAST or w.ndim == 0:
@@ -187,7 +217,18 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
                                         if w.ndim <= len(dom) else w.shape)
                     b = np.broadcast_to(b, dom)
                     if all(s == 0 for s in b.strides[:nl]):
-                        srcs.append(("inv", b[(0,) * nl + (Ellipsis,)]))
+                        inv = b[(0,) * nl + (Ellipsis,)]
+                        if inv.shape == dom_tail and (j == 0 or inv.size > 1 and o.info.fusion
+                                                      != Fusion.REDUCTION):
+                            # a row-invariant operand (a bias [T]) repeated once into a full
+                            # tile: the op then runs on same-shape contiguous operands, which
+                            # NumPy does ~1.5x faster than a broadcast over rows; a reduction's
+                            # reduced operand must be a full tile anyway (its axes are the tile's)
+                            rep = np.empty((tile_rows,) + dom_tail, dtype=inv.dtype)
+                            rep[...] = inv
+                            srcs.append(("rep", rep))
+                        else:
+                            srcs.append(("inv", inv))
                     else:
                         srcs.append(("rows", b.reshape((rows,) + dom_tail)))
             st.sources = srcs
@@ -195,41 +236,79 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
             attrs = _reduction_attrs(o, len(tail)) if o.info.fusion == Fusion.REDUCTION \
                 else o.attr_values()
             st.call = Call(attrs, infos, tensor_info(o.results[0].type))
-            st.fast = _fast_path(o, infos, st.call)
             res = o.results[0]
             dt = STORAGE[st.call.result.dtype]
+            # operands used for the last time here give their buffers back first: the op may
+            # then write in place over one of them (every runner reads an operand element
+            # before writing the same element, or computes its whole result before storing)
+            for v in {v for v in o.operand_slots() if v is not None and v in tiled}:
+                if last_use.get(v) == i and v in buf_of:
+                    pool.setdefault(buf_specs[buf_of[v]], []).append(buf_of[v])
+            slot_of[res] = len(slot_of)
             if res in leaving:
                 st.out2d = np.empty((rows,) + st.tail, dtype=dt)
-            st.buf = np.empty((tile_rows,) + st.tail, dtype=dt)
+            else:
+                key = ((tile_rows,) + st.tail, np.dtype(dt))
+                free = pool.get(key)
+                if free:
+                    buf_of[res] = free.pop()
+                else:
+                    buf_of[res] = len(buf_specs)
+                    buf_specs.append(key)
+                bid[i] = buf_of[res]
+                if res not in last_use:   # dead value: its buffer is free again
+                    pool.setdefault(key, []).append(buf_of[res])
 
         # the tile loop
-        if any(st.sources != [("whole", None)] for st in steps):
-            tenv: dict[SSAValue, np.ndarray] = {}
-            r0 = 0
-            while r0 < rows:
-                r1 = min(rows, r0 + tile_rows)
-                tr = r1 - r0
-                for st in steps:
-                    if st.sources == [("whole", None)]:
-                        continue
-                    o = st.op
-                    xs: list[np.ndarray | None] = []
-                    for kind, src in st.sources:
-                        if kind == "tile":
-                            xs.append(tenv[src])
-                        elif kind == "rows":
-                            xs.append(src[r0:r1])
-                        elif kind == "none":
-                            xs.append(None)
-                        else:
-                            xs.append(src)
-                    out = st.out2d[r0:r1] if st.out2d is not None else st.buf[:tr]
-                    if st.fast is not None:
-                        st.fast(xs, out, r0, tr)
-                    else:
-                        out[...] = _generic(o, st, xs, r0, tr, rows, nl)
-                    tenv[o.results[0]] = out
-                r0 = r1
+        if tiled_steps:
+            n_tiles = -(-rows // tile_rows)
+            nthreads = max(1, min(THREADS, n_tiles // 4))
+            if rows * max(1, _prod(tail)) < PARALLEL_MIN_ELEMENTS:
+                nthreads = 1
+
+            def worker(first: int, step: int) -> None:
+                # own buffers and own fast-path scratch per worker; tiles write disjoint rows
+                bufs = [np.empty(shape, dtype=dt) for shape, dt in buf_specs]
+                plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call), st.sources,
+                         st.out2d, bufs[bid[i]] if i in bid else None, slot_of[st.op.results[0]])
+                        for i, st in enumerate(tiled_steps)]
+                vals: list[np.ndarray | None] = [None] * len(slot_of)
+                with np.errstate(all="ignore"):
+                    for t_ in range(first, n_tiles, step):
+                        r0 = t_ * tile_rows
+                        r1 = min(rows, r0 + tile_rows)
+                        tr = r1 - r0
+                        for st, o, fast, sources, out2d, buf, slot in plan:
+                            xs: list[np.ndarray | None] = []
+                            for kind, src in sources:
+                                if kind == "tile":
+                                    xs.append(vals[src])
+                                elif kind == "rows":
+                                    xs.append(src[r0:r1])
+                                elif kind == "rep":
+                                    xs.append(src if tr == tile_rows else src[:tr])
+                                elif kind == "none":
+                                    xs.append(None)
+                                else:
+                                    xs.append(src)
+                            if out2d is not None:
+                                out = out2d[r0:r1]
+                            else:
+                                out = buf if tr == tile_rows else buf[:tr]
+                            if fast is not None:
+                                fast(xs, out, r0, tr)
+                            else:
+                                out[...] = _generic(o, st, xs, r0, tr, rows, nl)
+                            vals[slot] = out
+
+            if nthreads == 1:
+                worker(0, 1)
+            else:
+                # NumPy releases the GIL inside ufunc loops: tiles run on all cores, like
+                # XLA:CPU's thread pool (the benchmark reports 1 thread and all threads)
+                with ThreadPoolExecutor(nthreads) as ex:
+                    for f in [ex.submit(worker, k, nthreads) for k in range(nthreads)]:
+                        f.result()
 
     # results
     outs: list[np.ndarray] = []
@@ -253,11 +332,14 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
     return outs
 
 
-def _choose_rows(rows: int, steps: list[_Step]) -> int:
+def _choose_rows(rows: int, steps: list[_Step], row_group: bool) -> int:
     widest = max((_prod(st.op.results[0].type.get_shape()) // max(rows, 1)  # type: ignore
                   for st in steps), default=1)
     per_row = max(1, widest) * 4
-    return max(1, min(rows, TILE_BYTES // per_row))
+    target = TILE_BYTES if TILE_BYTES is not None else (ROW_TILE_BYTES if row_group
+                                                        else LOOP_TILE_BYTES)
+    n = max(1, min(rows, target // per_row))
+    return n if n >= rows else 1 << (n.bit_length() - 1)   # a power of two (aligned tiles)
 
 
 def _generic(o: LaminaOp, st: _Step, xs: list[np.ndarray | None], r0: int, tr: int,
@@ -307,27 +389,76 @@ def _fast_path(o: LaminaOp, infos: list, call: Call) -> Callable[..., None] | No
     return None
 
 
+_UINT = {4: np.uint32, 8: np.uint64}
+_MIX_STEPS = ((np.uint32(16), None), (None, np.uint32(0x7FEB352D)), (np.uint32(15), None),
+              (None, np.uint32(0x846CA68B)), (np.uint32(16), None))
+
+
 def _dropout_fast(call: Call, dtype: np.dtype) -> Callable[..., None]:
+    """`rng`'s mask for the tile, in a few in-place uint32 passes on preallocated buffers.
+
+    Tiles from `_choose_rows` hold a power-of-two count of elements n' <= P (P a power of two) and
+    start at a global index `start` that is a multiple of P. Then for 0 <= j < P
+        (start + j) ^ key == ((start ^ key) & ~(P - 1)) + (j ^ (key & (P - 1)))
+    so the index-xor-key words are ONE add of a per-kernel constant array `j ^ (key & (P-1))`
+    (built once per key) instead of an arange, an add and an xor per tile. Other tiles take the
+    plain path (add of the tile start to a preallocated arange, xor). Then `rng.mix` in 8 in-place
+    passes, and the select `keep ? x * scale : 0` as integer AND of the product's bits with the
+    0 / all-ones word -(bits >= T) (the same +0.0 and the same products as the table kernel).
+    """
     seed = int(call.attrs["seed"])
     rate = float(call.attrs["rate"])
     thr = np.uint32(rng.threshold(rate))
     scale = dtype.type(1.0 / (1.0 - rate))
-    zero = dtype.type(0)
-    scratch: dict[str, np.ndarray] = {}
+    ut = _UINT[dtype.itemsize]
+    scratch: dict[Any, np.ndarray] = {}
+
+    def buffer(name: str, n: int, dt: Any) -> np.ndarray:
+        b = scratch.get(name)
+        if b is None or b.size < n:
+            b = scratch[name] = np.empty(n, dtype=dt)
+        return b[:n]
 
     def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
         x = xs[0]
         np.multiply(x, scale, out=out)
         if rate <= 0:
             return
-        inner = out.size // max(tr, 1)
-        bits = rng.bits_for_range(seed, r0 * inner, out.size).reshape(out.shape)
-        drop = scratch.get("drop")
-        if drop is None or drop.size < out.size:
-            drop = scratch["drop"] = np.empty(out.size, dtype=bool)
-        d = drop[: out.size].reshape(out.shape)
-        np.less(bits, thr, out=d)
-        np.copyto(out, zero, where=d)
+        n = out.size
+        start = r0 * (n // max(tr, 1))
+        hi = start >> 32
+        lo = buffer("lo", n, np.uint32)
+        tmp = buffer("tmp", n, np.uint32)
+        p2 = 1 << max(n - 1, 0).bit_length()
+        if p2 <= 1 << 24 and start % p2 == 0:
+            k = rng.key(seed, hi)
+            pre = scratch.get(("pre", p2, k))
+            if pre is None:
+                pre = np.arange(p2, dtype=np.uint32)
+                pre ^= np.uint32(k & (p2 - 1))
+                scratch[("pre", p2, k)] = pre
+            np.add(pre[:n], np.uint32(((start & 0xFFFFFFFF) ^ k) & ~(p2 - 1) & 0xFFFFFFFF),
+                   out=lo)
+        elif hi == (start + n - 1) >> 32:
+            base = scratch.get("base")
+            if base is None or base.size < n:
+                base = scratch["base"] = np.arange(n, dtype=np.uint32)
+            np.add(base[:n], np.uint32(start & 0xFFFFFFFF), out=lo)
+            np.bitwise_xor(lo, np.uint32(rng.key(seed, hi)), out=lo)
+        else:   # the tile crosses a 2**32 boundary of the global index
+            lo[...] = rng.bits_for_range(seed, start, n)
+        if p2 <= 1 << 24 and start % p2 == 0 or hi == (start + n - 1) >> 32:
+            for sh, mul in _MIX_STEPS:    # rng.mix_inplace, without temporaries
+                if sh is not None:
+                    np.right_shift(lo, sh, out=tmp)
+                    np.bitwise_xor(lo, tmp, out=lo)
+                else:
+                    np.multiply(lo, mul, out=lo)
+        mask = tmp if ut is np.uint32 else buffer("mask", n, ut)
+        np.greater_equal(lo, thr, out=mask, casting="unsafe")     # 1 = keep
+        np.negative(mask, out=mask)                                # all ones = keep
+        flat = out.reshape(-1).view(ut)
+        np.bitwise_and(flat, mask, out=flat)
 
     return run
 
