@@ -155,9 +155,11 @@ class FusedOp(IRDLOperation):
         in_types = parser.parse_comma_separated_list(Parser.Delimiter.PAREN, parser.parse_type)
         parser.parse_punctuation("->")
         if parser.parse_optional_punctuation("("):
-            out_types = parser.parse_comma_separated_list(Parser.Delimiter.NONE,
-                                                          parser.parse_type)
-            parser.parse_punctuation(")")
+            out_types = []
+            if not parser.parse_optional_punctuation(")"):  # `-> ()`: a group with no results
+                out_types = parser.parse_comma_separated_list(Parser.Delimiter.NONE,
+                                                              parser.parse_type)
+                parser.parse_punctuation(")")
         else:
             out_types = [parser.parse_type()]
         if len(in_types) != len(pairs):

@@ -155,6 +155,44 @@ class _Group:
     first: int           # position of the earliest member
     encoding: Attribute | None
     members: list[Operation]
+    last: int = -1       # position of the latest member
+
+
+class _MinTree:
+    """Range-minimum over positions with point updates (a segment tree), for `_FuncFusion.bound`.
+
+    Slot i holds the `first` of the multi-member group whose latest member is at position i."""
+
+    def __init__(self, n: int) -> None:
+        self.size = 1
+        while self.size < max(n, 1):
+            self.size *= 2
+        self.inf = n
+        self.tree = [n] * (2 * self.size)
+
+    def set(self, i: int, value: int) -> None:
+        i += self.size
+        self.tree[i] = value
+        i //= 2
+        while i:
+            self.tree[i] = min(self.tree[2 * i], self.tree[2 * i + 1])
+            i //= 2
+
+    def min_from(self, lo: int) -> int:
+        """min over slots lo .. n-1."""
+        res = self.inf
+        lo += self.size
+        hi = 2 * self.size
+        while lo < hi:
+            if lo & 1:
+                res = min(res, self.tree[lo])
+                lo += 1
+            if hi & 1:
+                hi -= 1
+                res = min(res, self.tree[hi])
+            lo //= 2
+            hi //= 2
+        return res
 
 
 class _Namer:
@@ -209,6 +247,7 @@ class _FuncFusion:
         self.hoisted: set[Operation] = set()
         self.space_of: dict[Operation, _Space] = {}
         self.name = _Namer(func) if log is not None else None
+        self.spans = _MinTree(len(self.ops))
 
     # -- union-find --
     def find(self, i: int) -> int:
@@ -278,7 +317,7 @@ class _FuncFusion:
                 continue
             space = self.own_space(op)
             self.space_of[op] = space
-            self.groups[i] = _Group(i, space, 1, i, enc, [op])
+            self.groups[i] = _Group(i, space, 1, i, enc, [op], i)
             seen: set[int] = set()
             for v in op.operands:
                 prod = v.owner if isinstance(v.owner, Operation) else None
@@ -348,7 +387,11 @@ class _FuncFusion:
         del self.groups[drop.root]
         keep.space = space
         keep.size = mine.size + other.size
+        for g in (mine, other):  # the merged group replaces both in the span index
+            self.spans.set(g.last, self.spans.inf)
         keep.first = min(mine.first, other.first)
+        keep.last = max(mine.last, other.last)
+        self.spans.set(keep.last, keep.first)
         small, big = sorted((mine.members, other.members), key=len)
         big.extend(small)
         keep.members = big
@@ -392,7 +435,7 @@ class _FuncFusion:
         the whole group (it becomes one op), so all its members' operands are followed.
         """
         roots = {mine.root, other.root}
-        lo = min(mine.first, other.first)
+        lo = self.bound(min(mine.first, other.first))
         members = [op] if mine.size == 1 else list(mine.members)
         if other.size > 1 or mine.size > 1:
             members += other.members
@@ -439,6 +482,18 @@ class _FuncFusion:
                         if p not in seen and (p in self.space_of or self.pos[p] >= lo):
                             stack.append(p)
         return None
+
+    def bound(self, lo: int) -> int:
+        """The lowest position a descendant of ops at positions >= `lo` can have.
+
+        Plain edges only go forward, but in the contracted graph a group is one node: entering
+        it at a late member leads to the users of its earliest member. So every group that has a
+        member at or after the bound pulls the bound down to its first member, to a fixpoint.
+        Ops before the bound cannot lie on a cycle through the merged groups, which is what lets
+        the cycle search stop there."""
+        while (first := self.spans.min_from(lo)) < lo:
+            lo = first
+        return lo
 
     def in_roots(self, p: Operation, roots: set[int]) -> bool:
         return p in self.space_of and self.find(self.pos[p]) in roots
