@@ -1,8 +1,10 @@
 """Test setup: `tests/` on sys.path (so tests import `strategies.programs`) and Hypothesis profiles.
 
 Profiles (pick with the environment variable HYPOTHESIS_PROFILE, default "ci"):
-  ci        deadline=None, too_slow suppressed, max_examples=100
-  thorough  the same with max_examples=2000
+  ci        deadline=None, too_slow suppressed, max_examples=100, derandomized: `make test` and
+            CI draw the same examples every run, so a red run is reproducible and never luck
+  thorough  max_examples=2000, randomized: explores new examples each run (failures are saved
+            in .hypothesis/ and replayed first next time)
   dev       max_examples=20 (quick local iteration)
 
 Tests that need fewer or more examples than a normal test should scale with the profile instead of
@@ -23,7 +25,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                      HealthCheck.data_too_large])
-settings.register_profile("ci", max_examples=100, **_COMMON)
+settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
 settings.register_profile("thorough", max_examples=2000, **_COMMON)
 settings.register_profile("dev", max_examples=20, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
