@@ -1,43 +1,33 @@
-"""Every pass `lamina-opt` and `lamina-run -p` know, by name: xDSL's generic cleanups plus Lamina's."""
+"""Every pass `lamina-opt` and `lamina-run -p` know, by name: xDSL's generic cleanups plus Lamina's.
+
+Passes are imported only when a pipeline names them (as xDSL does), so starting a tool does not
+pay for every pass module.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from xdsl.passes import ModulePass
 
+# pass name -> (module, class)
+PASSES: dict[str, tuple[str, str]] = {
+    "canonicalize": ("xdsl.transforms.canonicalize", "CanonicalizePass"),
+    "cse": ("xdsl.transforms.common_subexpression_elimination", "CommonSubexpressionElimination"),
+    "dce": ("xdsl.transforms.dead_code_elimination", "DeadCodeElimination"),
+    "fuse-elementwise": ("lamina.passes.fuse_elementwise", "FuseElementwise"),
+    "propagate-sharding": ("lamina.passes.propagate_sharding", "PropagateSharding"),
+    "insert-collectives": ("lamina.passes.insert_collectives", "InsertCollectives"),
+    "annotate-lifetimes": ("lamina.passes.annotate_lifetimes", "AnnotateLifetimes"),
+    "assign-memory-tiers": ("lamina.passes.assign_memory_tiers", "AssignMemoryTiers"),
+}
 
-def _canonicalize() -> type[ModulePass]:
-    from xdsl.transforms.canonicalize import CanonicalizePass
 
-    return CanonicalizePass
-
-
-def _cse() -> type[ModulePass]:
-    from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
-
-    return CommonSubexpressionElimination
-
-
-def _dce() -> type[ModulePass]:
-    from xdsl.transforms.dead_code_elimination import DeadCodeElimination
-
-    return DeadCodeElimination
+def _factory(module: str, cls: str) -> Callable[[], type[ModulePass]]:
+    return lambda: getattr(importlib.import_module(module), cls)
 
 
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Pass name -> factory returning the pass class (imported lazily, as xDSL does)."""
-    return {
-        "canonicalize": _canonicalize,
-        "cse": _cse,
-        "dce": _dce,
-        "fuse-elementwise": lambda: __import__("lamina.passes.fuse_elementwise", fromlist=["_"]).FuseElementwise,
-        "propagate-sharding": lambda: __import__("lamina.passes.propagate_sharding",
-                                                 fromlist=["_"]).PropagateSharding,
-        "insert-collectives": lambda: __import__("lamina.passes.insert_collectives",
-                                                 fromlist=["_"]).InsertCollectives,
-        "annotate-lifetimes": lambda: __import__("lamina.passes.annotate_lifetimes",
-                                                 fromlist=["_"]).AnnotateLifetimes,
-        "assign-memory-tiers": lambda: __import__("lamina.passes.assign_memory_tiers",
-                                                  fromlist=["_"]).AssignMemoryTiers,
-    }
+    """Pass name -> factory returning the pass class."""
+    return {name: _factory(module, cls) for name, (module, cls) in PASSES.items()}

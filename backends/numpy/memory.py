@@ -39,7 +39,7 @@ from lamina.ir.memory import COMPUTE_TIERS, FreeOp, MoveOp, effective_tier, valu
 from lamina.ir.placement import TIERS, resolve
 from lamina.ir.target import Target
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import OpResult, Operation, SSAValue
+from xdsl.ir import Operation, OpResult, SSAValue
 
 
 def run_move(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
