@@ -10,9 +10,10 @@ compared (tolerances by element type, see `lamina.backends.compare`); exit 1 wit
 report when they disagree. Every run is checked execution (`lamina.backends.numpy.memory`): a use
 after `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the op;
 with `--target` so is a tier's capacity overflow (naming what was live). `--stats-json` writes
-`ops_executed`, `kernels`, `flops`, `bytes_accessed`, `peak_live_bytes`, `peak_bytes` (per memory tier, per device), `moved_bytes`
-(per tier pair, e.g. "hbm->host") and `outputs` (name, shape, dtype, and the errors under
-`--check`); with `--check` it also has `reference` (the same counters for the program as parsed).
+`ops_executed`, `kernels`, `flops`, `bytes_accessed`, `peak_live_bytes`, `peak_bytes` (per memory
+tier, per device), `moved_bytes` (per tier pair, e.g. "hbm->host") and `outputs` (name, shape,
+dtype, and the errors under `--check`); with `--check` it also has `reference` (the same counters
+for the program as parsed).
 A function with placed values runs on every device of its mesh (`lamina.backends.numpy.spmd`);
 its stats add `devices`, `collectives` (kind, axes, algorithm, bytes per device) and
 `comm_bytes_per_device`.
