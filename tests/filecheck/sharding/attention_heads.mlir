@@ -1,6 +1,8 @@
 // Attention split by heads: everything local until the output projection; one all_reduce.
 // RUN: lamina-opt %S/../../../samples/attention_heads.mlir -p 'propagate-sharding,insert-collectives{target=h100-node}' | filecheck %s
 // RUN: lamina-opt %S/../../../samples/attention_heads.mlir -p 'propagate-sharding,insert-collectives{target=h100-cluster}' | filecheck %s
+// RUN: lamina-opt %S/../../../samples/attention_heads.mlir -p 'propagate-sharding,insert-collectives{target=h200-node}' | filecheck %s
+// RUN: lamina-opt %S/../../../samples/attention_heads.mlir -p 'propagate-sharding,insert-collectives{target=tiny}' | filecheck %s
 
 // CHECK: %wo: tensor<256x64xf32, #lamina.place<@m, {{\[\[}}model], []]>>
 // CHECK: lamina.softmax {{.*}}{{\[\[}}model], [], []]

@@ -2,6 +2,7 @@
 // then one all_reduce of the output (12 MiB sent): 36 MiB per device, against GSPMD's 48 MiB.
 // RUN: lamina-opt %S/../../../samples/mlp_contracting.mlir -p 'propagate-sharding,insert-collectives{target=h100-node}' | filecheck %s
 // RUN: lamina-opt %S/../../../samples/mlp_contracting.mlir -p 'propagate-sharding,insert-collectives{target=h100-cluster}' | filecheck %s
+// RUN: lamina-opt %S/../../../samples/mlp_contracting.mlir -p 'propagate-sharding,insert-collectives{target=h200-node}' | filecheck %s
 // RUN: lamina-opt %S/../../../samples/mlp_contracting.mlir -p 'propagate-sharding,insert-collectives{target=h100-node}' --explain 2>&1 >/dev/null | filecheck %s --check-prefix=EXPLAIN
 
 // CHECK: lamina.reduce_scatter %h {axes = ["model"], algorithm = "ring", dim = 1 : i64, kind = "sum"}

@@ -1,7 +1,11 @@
 // The Megatron MLP needs exactly one all_reduce (4 MiB payload, 6 MiB sent per device), on both targets.
 // RUN: lamina-opt %S/../../../samples/mlp_megatron.mlir -p 'propagate-sharding,insert-collectives{target=h100-node}' | filecheck %s
 // RUN: lamina-opt %S/../../../samples/mlp_megatron.mlir -p 'propagate-sharding,insert-collectives{target=h100-cluster}' | filecheck %s
+// RUN: lamina-opt %S/../../../samples/mlp_megatron.mlir -p 'propagate-sharding,insert-collectives{target=h200-node}' | filecheck %s
 // RUN: lamina-opt %S/../../../samples/mlp_megatron.mlir -p 'propagate-sharding,insert-collectives{target=h100-node}' --explain 2>&1 >/dev/null | filecheck %s --check-prefix=EXPLAIN
+// The tiny target has 4 devices: the 2 x 4 mesh does not fit it, and that is one diagnostic.
+// RUN: not lamina-opt %S/../../../samples/mlp_megatron.mlir -p 'propagate-sharding,insert-collectives{target=tiny}' 2>&1 | filecheck %s --check-prefix=TINY
+// TINY: mlp_megatron.mlir:10:1: error: insert-collectives: mesh @m has 8 devices, target 'tiny' has 4
 
 // CHECK: %b1: tensor<4096xf32, #lamina.place<@m, {{\[\[}}model]]>>
 // CHECK-SAME: %w2: tensor<4096x1024xf32, #lamina.place<@m, {{\[\[}}model], []]>>
