@@ -84,6 +84,7 @@ class PlacementOp(IRDLOperation):
     outputs = var_result_def(AnyTensorType)
     axes = opt_prop_def(AnyAttr())
     algorithm = opt_prop_def(AnyAttr())
+    inner = opt_prop_def(AnyAttr())
     traits = traits_def(Pure())
 
     KEYS: ClassVar[tuple[str, ...]] = ()      # integer attributes this op needs
@@ -110,6 +111,11 @@ class PlacementOp(IRDLOperation):
         a = self.properties.get("kind")
         return a.data if isinstance(a, StringAttr) else "sum"
 
+    def inner_group(self) -> int | None:
+        """Devices per inner-level group of a hierarchical collective."""
+        a = self.properties.get("inner")
+        return a.value.data if isinstance(a, IntegerAttr) else None
+
     def algorithm_name(self) -> str | None:
         a = self.properties.get("algorithm")
         return a.data if isinstance(a, StringAttr) else None
@@ -131,7 +137,7 @@ class PlacementOp(IRDLOperation):
         if not self.VARIADIC and len(self.inputs) != 1:
             raise VerifyException(f"{name} takes exactly one operand")
         for key in self.properties:
-            if key not in ("axes", "algorithm", "kind", *self.KEYS):
+            if key not in ("axes", "algorithm", "inner", "kind", *self.KEYS):
                 raise VerifyException(f"{name} has no attribute '{key}'")
         for key in self.KEYS:
             a = self.properties.get(key)
@@ -144,6 +150,16 @@ class PlacementOp(IRDLOperation):
         if alg is not None and not (isinstance(alg, StringAttr) and alg.data in ALGORITHMS):
             raise VerifyException(f"{name}: 'algorithm' must be one of "
                                   f"{', '.join(ALGORITHMS)}, got {alg}")
+        inner = self.properties.get("inner")
+        hierarchical = isinstance(alg, StringAttr) and alg.data == "hierarchical"
+        if hierarchical and inner is None:
+            raise VerifyException(f"{name}: algorithm \"hierarchical\" needs 'inner', the number "
+                                  "of devices per group of the inner link level")
+        if inner is not None:
+            if not hierarchical:
+                raise VerifyException(f"{name}: 'inner' goes only with algorithm \"hierarchical\"")
+            if not (isinstance(inner, IntegerAttr) and inner.value.data >= 2):
+                raise VerifyException(f"{name}: 'inner' must be an integer >= 2, got {inner}")
         axes_attr = self.properties.get("axes")
         if self.NEEDS_AXES:
             if not (isinstance(axes_attr, ArrayAttr) and axes_attr.data
@@ -230,7 +246,7 @@ class PlacementOp(IRDLOperation):
         if len(types) != len(operands):
             parser.raise_error(f"{cls.name}: {len(operands)} operands but {len(types)} types",
                                at_position=pos)
-        allowed = ("axes", "algorithm", "kind", *cls.KEYS)
+        allowed = ("axes", "algorithm", "inner", "kind", *cls.KEYS)
         for key in attrs:
             if key not in allowed:
                 parser.raise_error(f"{cls.name} has no attribute '{key}' (it takes "
@@ -363,5 +379,7 @@ def build(cls: type[PlacementOp], values: Sequence[SSAValue], result_types: Sequ
     if algorithm is not None:
         props["algorithm"] = StringAttr(algorithm)
     for k, v in ints_or_kind.items():
+        if v is None:
+            continue
         props[k] = StringAttr(v) if isinstance(v, str) else IntegerAttr(int(v), i64)
     return cls.build(operands=[list(values)], result_types=[list(result_types)], properties=props)

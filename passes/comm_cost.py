@@ -43,6 +43,7 @@ class Estimate:
     seconds: float
     latency: float = 0.0    # the alpha part of `seconds`
     alternatives: tuple[tuple[str, float], ...] = ()   # (algorithm, seconds) of the others
+    inner: int | None = None  # hierarchical: devices per group of the inner link level
 
     def describe(self) -> str:
         alts = ", ".join(f"{a} {s * 1e6:.1f} us" for a, s in self.alternatives)
@@ -130,7 +131,8 @@ def estimate(kind: str, payload: float, levels: Sequence[tuple[int, LinkLevel]],
     best = min(options, key=lambda a: (options[a][0], a != "ring"))
     alts = tuple((a, o[0]) for a, o in options.items() if a != best)
     t, sent, lat = options[best]
-    return Estimate(kind, best, n, payload, sent, t, lat, alts)
+    inner_n = levels[0][0] if best == "hierarchical" else None
+    return Estimate(kind, best, n, payload, sent, t, lat, alts, inner_n)
 
 
 def latency_dominated(e: Estimate) -> bool:

@@ -79,17 +79,18 @@ def _emit(cx: _Ctx, cls: type[PlacementOp], v: SSAValue, src: Spec, dst: Spec, m
     axes = tuple(attrs.pop("axes"))
     kind = cls.name[len("lamina."):]
     alg = None
+    inner = None
     if cls is not AllSliceOp:
         payload = cx.local_bytes(v, src) if PAYLOAD_OF[kind] == "in" else cx.local_bytes(v, dst)
         est = cx.cost(kind, axes, payload)
-        alg = est.algorithm
+        alg, inner = est.algorithm, est.inner
         if cx.log is not None:
             cx.log.add(before, f"{kind} over [{', '.join(axes)}] of {v.type}: {est.describe()}; "
                        f"{why}")
     elif cx.log is not None:
         cx.log.add(before, f"all_slice over [{', '.join(axes)}]: local, nothing sent; {why}")
     op = build_placement(cls, [v], [with_spec(v.type, mesh, dst)], axes=axes, algorithm=alg,
-                         **attrs)
+                         inner=inner, **attrs)
     op.location = before.location
     block = before.parent_block()
     assert block is not None
@@ -211,7 +212,7 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str) -> None:
         axes, kind = key
         est = cx.cost("all_reduce", axes, payload)
         op = build_placement(AllReduceOp, ins, outs, axes=axes, algorithm=est.algorithm,
-                             kind=kind)
+                             inner=est.inner, kind=kind)
         op.location = members[0].location
         block.insert_op_before(op, before)
         saved = sum(cx.cost("all_reduce", axes, sum(cx.local_bytes(x, spec_of(x.type))  # type: ignore[arg-type]
@@ -299,9 +300,11 @@ class InsertCollectives(LaminaPass):
                     payload = sum(cx.local_bytes(v, spec_of(v.type)) for v in  # type: ignore[arg-type]
                                   (op.inputs if PAYLOAD_OF[kind] == "in" else op.outputs))
                     est = cx.cost(kind, op.axis_names(), payload)
-                    from xdsl.dialects.builtin import StringAttr
+                    from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
 
                     op.properties["algorithm"] = StringAttr(est.algorithm)
+                    if est.inner is not None:
+                        op.properties["inner"] = IntegerAttr(est.inner, i64)
                     if log is not None:
                         log.add(op, f"{kind} over [{', '.join(op.axis_names())}] (written in the "
                                 f"program): {est.describe()}")

@@ -275,7 +275,7 @@ class SpmdRun:
     # -- collectives --
     def record(self, op: PlacementOp, payload: float, n: int) -> None:
         alg = op.algorithm_name()
-        sent = sent_bytes(op.short, alg, n, payload)
+        sent = sent_bytes(op.short, alg, n, payload, op.inner_group())
         self.collectives.append({"kind": op.short, "axes": list(op.axis_names()),
                                  "algorithm": alg or "ring", "devices": n,
                                  "payload_bytes": int(payload), "bytes_per_device": int(sent)})

@@ -14,6 +14,6 @@ func.func @f(%a: tensor<1024x1024xf32, #lamina.place<@m, [[], [node, gpu]]>>, %b
 
 // CHECK-DAG: all_reduce over [node, gpu] {{.*}}hierarchical: 4 MiB payload
 // CHECK-DAG: all_reduce over [node] {{.*}}tree: 4 KiB payload
-// CHECK: lamina.all_reduce %yr {axes = ["node", "gpu"], algorithm = "hierarchical", kind = "sum"}
+// CHECK: lamina.all_reduce %yr {axes = ["node", "gpu"], algorithm = "hierarchical", inner = 8 : i64, kind = "sum"}
 // CHECK: lamina.all_reduce %zr {axes = ["node"], algorithm = "tree", kind = "sum"}
 // NODE: error: insert-collectives: mesh @m has 32 devices, target 'h100-node' has 8
