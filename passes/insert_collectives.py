@@ -112,27 +112,30 @@ def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation)
         if not suffix:
             continue
         moved = False
-        if len(suffix) == 1:
-            g = suffix[0]
-            for e in range(rank):
-                he, we = cur.splits[e], D.splits[e]
-                if e != d and tuple(we[: len(he)]) == tuple(he) and len(we) > len(he) \
-                        and we[len(he)] == g:
-                    splits = list(cur.splits)
-                    splits[d] = tuple(have[:p])
-                    splits[e] = tuple(he) + (g,)
-                    nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
-                    a2a = cx.cost("all_to_all", (g,), cx.local_bytes(v, cur))
-                    ag = cx.cost("all_gather", (g,), cx.local_bytes(v, Spec(
-                        tuple(tuple(have[:p]) if k == d else cur.splits[k] for k in range(rank)))))
-                    v = _emit(cx, AllToAllOp, v, cur, nxt, mesh, before,
-                              f"moves axis {g} from dimension {d} to {e}: all_to_all "
-                              f"{a2a.seconds * 1e6:.1f} us beats all_gather + all_slice "
-                              f"{ag.seconds * 1e6:.1f} us",
-                              axes=(g,), split_dim=e, concat_dim=d)
-                    cur = nxt
-                    moved = True
-                    break
+        # the axes leaving dimension d, minor-most last, all wanted next by one other dimension e:
+        # one all_to_all over them moves the split ((n-1)/n of the local bytes sent per device)
+        k = len(suffix)
+        for e in range(rank):
+            he, we = cur.splits[e], D.splits[e]
+            if e != d and tuple(we[: len(he)]) == tuple(he) and \
+                    tuple(we[len(he): len(he) + k]) == suffix:
+                splits = list(cur.splits)
+                splits[d] = tuple(have[:p])
+                splits[e] = tuple(he) + suffix
+                nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
+                a2a = cx.cost("all_to_all", suffix, cx.local_bytes(v, cur))
+                ag = cx.cost("all_gather", suffix, cx.local_bytes(v, Spec(
+                    tuple(tuple(have[:p]) if j == d else cur.splits[j] for j in range(rank)))))
+                moving = ", ".join(suffix)
+                v = _emit(cx, AllToAllOp, v, cur, nxt, mesh, before,
+                          f"moves [{moving}] from dimension {d} to {e}: all_to_all "
+                          f"{a2a.seconds * 1e6:.1f} us, {fmt_bytes(a2a.sent)} sent "
+                          f"(all_gather + all_slice: {ag.seconds * 1e6:.1f} us, "
+                          f"{fmt_bytes(ag.sent)} sent)",
+                          axes=suffix, split_dim=e, concat_dim=d)
+                cur = nxt
+                moved = True
+                break
         if not moved:
             splits = list(cur.splits)
             splits[d] = tuple(have[:p])

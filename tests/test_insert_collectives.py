@@ -46,6 +46,14 @@ def test_moving_an_axis_is_an_all_to_all() -> None:
     np.testing.assert_array_equal(got, x)
 
 
+def test_moving_several_axes_is_one_all_to_all() -> None:
+    # both axes leave dim 0 and split dim 1 in the same order: one all_to_all over [data, model]
+    # (7/8 of the local shard sent) instead of all_gather + all_slice (7/8 of the whole tensor)
+    names, got, x = lower(T("[[data, model], []]"), T("[[], [data, model]]"))
+    assert names == ["lamina.all_to_all"]
+    np.testing.assert_array_equal(got, x)
+
+
 def test_gathers_then_a_local_slice() -> None:
     # data leaves dim 0 and model leaves dim 1 (gathers); data then splits dim 1: a local slice
     names, got, x = lower(T("[[data], [model]]"), T("[[], [data]]"))
