@@ -214,17 +214,19 @@ class LaminaOp(IRDLOperation):
             if (problem := _check_attr(spec, attr)) is not None:
                 raise VerifyException(f"{name}: {problem}")
         declared = tensor_info(self.results[0].type)
+        slots = self.operand_slots()
+        infos = [None if v is None else tensor_info(v.type) for v in slots]
+        attrs = self.attr_values()
         try:
-            expected = self.info.shape(self.operand_infos(), self.attr_values(), declared)
+            expected = self.info.shape(infos, attrs, declared)
         except ShapeError as e:
             raise VerifyException(f"{name}: {e}") from None
         if expected != declared:
             raise VerifyException(
                 f"{name}: result type {declared} does not match the expected {expected}"
             )
-        slots = self.operand_slots()
         problem = sharding_problem(self, self.info, [None if v is None else v.type for v in slots],
-                                   self.attr_values(), self.operand_infos(), declared)
+                                   attrs, infos, declared)
         if problem is not None:
             raise VerifyException(problem if problem.startswith(name) else f"{name}: {problem}")
 
