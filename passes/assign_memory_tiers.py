@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -209,20 +210,31 @@ def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
     return occ
 
 
+def offload_cost(prob: Problem, v: Value, tier: str, gaps: Sequence[Gap],
+                 prefetch: Sequence[int | None]) -> float:
+    """One value's exposed transfer time: the copy out before its first offloaded gap, plus each
+    offloaded gap's prefetch (a gap that runs to the end of the program has none). The objective
+    both solvers minimize, summed over values."""
+    total, first = 0.0, True
+    for g, p in zip(gaps, prefetch, strict=True):
+        if p is None:
+            continue
+        if first:
+            total += prob.out_cost(v, tier, g.a)
+            first = False
+        if not g.tail:
+            total += prob.in_cost(v, tier, p, g.b)
+    return total
+
+
 def plan_cost(prob: Problem, plan: Plan) -> float:
     total = 0.0
     for vi, v in enumerate(prob.values):
         t = plan.tier[vi]
-        first = True
-        for g, p in zip(gaps_of(v, vi), plan.prefetch[vi], strict=True):
-            if p is None:
-                continue
-            assert t is not None
-            if first:
-                total += prob.out_cost(v, t, g.a)
-                first = False
-            if not g.tail:
-                total += prob.in_cost(v, t, p, g.b)
+        if t is None:
+            assert all(p is None for p in plan.prefetch[vi])
+            continue
+        total += offload_cost(prob, v, t, gaps_of(v, vi), plan.prefetch[vi])
     return total
 
 
@@ -364,19 +376,12 @@ class _State:
     def value_cost(self, vi: int, override: tuple[int, int | None] | None = None) -> float:
         """The value's exposed transfer time (plan_cost's terms), with gap override[0] set to
         override[1] when given."""
-        prob, v = self.prob, self.prob.values[vi]
-        t = self.tier[vi] or prob.tiers()[0]
-        total, first = 0.0, True
-        for gi, g in enumerate(self.gaps[vi]):
-            p = override[1] if override is not None and override[0] == gi else self.pre[vi][gi]
-            if p is None:
-                continue
-            if first:
-                total += prob.out_cost(v, t, g.a)
-                first = False
-            if not g.tail:
-                total += prob.in_cost(v, t, p, g.b)
-        return total
+        prob = self.prob
+        pre = list(self.pre[vi])
+        if override is not None:
+            pre[override[0]] = override[1]
+        return offload_cost(prob, prob.values[vi], self.tier[vi] or prob.tiers()[0],
+                            self.gaps[vi], pre)
 
     def cost(self) -> float:
         return sum(self.vcost)
