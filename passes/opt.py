@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -115,8 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
         if isinstance(e, KeyboardInterrupt):
             return 130
-        import os
-
         if os.environ.get("LAMINA_TRACEBACK") and not isinstance(e, LaminaError):
             raise
         return report(e)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.source import verify
@@ -67,8 +68,6 @@ def run_pipeline(ctx: Context, module: ModuleOp, passes: list[ModulePass]) -> No
     except LaminaError:
         raise
     except Exception as e:  # a pass bug must still end in a diagnostic, not a traceback
-        import os
-
         if os.environ.get("LAMINA_TRACEBACK"):
             raise
         raise LaminaError(f"internal error while running passes: {type(e).__name__}: {e} "
