@@ -28,6 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import lamina.backends.numpy.fused as fused_exec
 import numpy as np
 from lamina.backends.compare import compare
 from lamina.backends.inputs import (
@@ -70,6 +71,9 @@ def arg_parser() -> argparse.ArgumentParser:
                    help="check memory-tier capacities against this target (name or .toml)")
     p.add_argument("--memory-plot", default=None, metavar="OUT.png",
                    help="draw bytes per tier per device over program points (needs matplotlib)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads for fused kernels' tile loops (default: LAMINA_FUSED_THREADS, "
+                        "else one per core); results do not depend on it")
     return p
 
 
@@ -84,6 +88,18 @@ def summarize(name: str, a: np.ndarray, dtype: str) -> str:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args = arg_parser().parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("lamina-run", f"argument --threads: must be at least 1, got {args.threads}")
+    old_threads = fused_exec.THREADS
+    fused_exec.THREADS = args.threads if args.threads is not None else old_threads
+    try:
+        fused_exec.thread_count()   # a bad LAMINA_FUSED_THREADS is reported before any work
+        return _run(args)
+    finally:
+        fused_exec.THREADS = old_threads
+
+
+def _run(args: argparse.Namespace) -> int:
     ctx = make_context()
     module: ModuleOp = load(args.file, ctx)
     reference = module.clone() if args.check else None

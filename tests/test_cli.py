@@ -8,6 +8,7 @@ and no output file written or clobbered (`-o`, `--outputs`, `--stats-json`).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -387,6 +388,19 @@ def test_run_unknown_flag_is_one_line(tmp_path: Path) -> None:
     assert_error(run("ok.mlir", "--seed", "x", cwd=tmp_path),
                  "lamina-run: error: argument --seed: invalid int value: 'x'")
     assert_error(run(cwd=tmp_path), "lamina-run: error: the following arguments are required: file")
+    assert_error(run("ok.mlir", "--threads", "0", cwd=tmp_path),
+                 "lamina-run: error: argument --threads: must be at least 1, got 0")
+
+
+def test_run_threads_option_and_environment(tmp_path: Path) -> None:
+    """--threads and LAMINA_FUSED_THREADS pick the tile-loop threads; a bad value is one error."""
+    write(tmp_path, "ok.mlir", GOOD)
+    res = run("ok.mlir", "-p", "fuse-elementwise", "--threads", "2", "--check", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    bad = subprocess.run([str(RUN), "ok.mlir", "-p", "fuse-elementwise"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "LAMINA_FUSED_THREADS": "two"})
+    assert_error(bad, "error: LAMINA_FUSED_THREADS must be a positive integer, got 'two'")
 
 
 @pytest.mark.parametrize("name, content, loc, message", [

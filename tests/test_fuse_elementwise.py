@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import lamina.backends.numpy.fused as fused_exec
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
+from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.fused import FUSION_KINDS, FusedOp
 from lamina.ir.lamina import LaminaOp
@@ -196,6 +199,45 @@ def test_large_tiles_match_whole_array(monkeypatch):
     monkeypatch.setattr(fused_exec, "TILE_BYTES", 16 * 1024)
     a, b, _ = check_same(text)
     assert np.array_equal(a.outputs[0], b.outputs[0])
+
+
+@pytest.mark.parametrize("shape,dtype", [((300, 256), "f32"), ((300, 100), "f32"),
+                                         ((160, 96), "f64")])
+def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
+    """Tiles on 2 threads give the unfused run's bits: aligned dropout tiles (256 columns), tiles
+    whose global start is not a multiple of their power-of-two size (100 columns), and f64."""
+    r, c = shape
+    text = SEED.replace("16x64", f"{r}x{c}").replace("64xf32", f"{c}xf32") \
+        .replace("f32>", f"{dtype}>")
+    monkeypatch.setattr(fused_exec, "TILE_BYTES", 8 * 1024)
+    monkeypatch.setattr(fused_exec, "PARALLEL_MIN_ELEMENTS", 1)
+    ctx, ref = parse(text)
+    m = fuse(text)
+    inputs = random_inputs(find_entry(ref, None), 3)
+    a = run(ref, inputs).outputs[0]
+    pools: list[int] = []
+    real_pool = fused_exec._pool
+    monkeypatch.setattr(fused_exec, "_pool", lambda n: pools.append(n) or real_pool(n))
+    outs = []
+    for threads in (1, 2):
+        monkeypatch.setattr(fused_exec, "THREADS", threads)
+        outs.append(run(m, inputs).outputs[0])
+    assert pools == [2]                        # the second run really used two threads
+    assert np.count_nonzero(a == 0) > 0        # dropout dropped something
+    for b in outs:
+        assert b.dtype == a.dtype
+        assert np.array_equal(a, b)
+
+
+def test_thread_count_from_environment(monkeypatch):
+    monkeypatch.setattr(fused_exec, "THREADS", None)
+    monkeypatch.setenv("LAMINA_FUSED_THREADS", "3")
+    assert fused_exec.thread_count() == 3
+    monkeypatch.setenv("LAMINA_FUSED_THREADS", "many")
+    with pytest.raises(LaminaError, match="LAMINA_FUSED_THREADS must be a positive integer"):
+        fused_exec.thread_count()
+    monkeypatch.delenv("LAMINA_FUSED_THREADS")
+    assert fused_exec.thread_count() == (os.cpu_count() or 1)
 
 
 # ---- the property test -------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import numpy as np
 from lamina.backends.numpy.runner import RunStats, device_nbytes, register_op_runner
 from lamina.ir import rng
 from lamina.ir import semantics as sem
+from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import LaminaOp, tensor_info
@@ -48,14 +49,68 @@ from xdsl.ir import Operation, SSAValue
 # tiles to exercise the tile loop). Tile row counts are rounded down to a power of two so that
 # dropout tiles start at aligned global indices (see `_dropout_fast`).
 TILE_BYTES: int | None = None
-# Worker threads for the tile loop (tiles are independent; NumPy drops the GIL in its loops):
-# LAMINA_FUSED_THREADS, default 1 (the interpreter's reference timing is single-threaded).
-# Only kernels of at least PARALLEL_MIN_ELEMENTS elements and 4 tiles per thread use them.
-THREADS = int(os.environ.get("LAMINA_FUSED_THREADS", "1") or 1)
+# Worker threads for the tile loop. Tiles are independent and NumPy drops the GIL inside its
+# loops, so a fused kernel runs its tiles on every core, as XLA:CPU's thread pool does. THREADS
+# (or the LAMINA_FUSED_THREADS environment variable, or `lamina-run --threads`) sets the count;
+# None means one per core. Which thread runs a tile never changes a result bit: each tile is
+# computed the same way wherever it runs. Only kernels of at least PARALLEL_MIN_ELEMENTS elements
+# with 4 tiles per thread use more than one (below that, handing tiles out costs more than it saves).
+THREADS: int | None = None
 PARALLEL_MIN_ELEMENTS = 1 << 20
-ROW_TILE_BYTES = 256 * 1024
+# 512 KiB (32 rows of f32[4096]) measured best for W1 with 1 and 2 threads; smaller tiles pay
+# NumPy's per-call cost and, with threads, a GIL hand-off per call, more often.
+ROW_TILE_BYTES = 512 * 1024
 LOOP_TILE_BYTES = 512 * 1024
+
+
+def thread_count() -> int:
+    """The number of tile-loop threads: THREADS, else LAMINA_FUSED_THREADS, else the core count."""
+    if THREADS is not None:
+        return max(1, THREADS)
+    env = os.environ.get("LAMINA_FUSED_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise LaminaError(f"LAMINA_FUSED_THREADS must be a positive integer, got '{env}'")
+        return int(env)
+    return os.cpu_count() or 1
+
+
 _NATIVE = {"f32": np.float32, "f64": np.float64}
+
+
+class _Scratch:
+    """Per-worker scratch shared by every fast path of a kernel.
+
+    Fast paths run one after another on a tile, and none keeps scratch contents from one call to
+    the next, so they can all use the same few buffers: the tile's working set (tile buffers plus
+    scratch) then stays small enough for the core's L2 instead of every step owning its own
+    temporaries. Slot `i` is raw bytes, viewed as whatever dtype and size the caller asks for.
+    """
+
+    def __init__(self) -> None:
+        self._raw: dict[int, np.ndarray] = {}
+
+    def get(self, slot: int, n: int, dtype: Any) -> np.ndarray:
+        dt = np.dtype(dtype)
+        need = n * dt.itemsize
+        raw = self._raw.get(slot)
+        if raw is None or raw.size < need:
+            raw = self._raw[slot] = np.empty(max(need, 64), dtype=np.uint8)
+        return raw[:need].view(dt)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    """One long-lived pool for every fused kernel (starting threads per kernel costs ~0.1 ms)."""
+    global _POOL, _POOL_SIZE
+    if _POOL is None or _POOL_SIZE < n:
+        if _POOL is not None:
+            _POOL.shutdown(wait=True)
+        _POOL, _POOL_SIZE = ThreadPoolExecutor(n, thread_name_prefix="lamina-tile"), n
+    return _POOL
 
 
 def _shape(v: SSAValue) -> tuple[int, ...]:
@@ -262,14 +317,16 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
         # the tile loop
         if tiled_steps:
             n_tiles = -(-rows // tile_rows)
-            nthreads = max(1, min(THREADS, n_tiles // 4))
+            nthreads = max(1, min(thread_count(), n_tiles // 4))
             if rows * max(1, _prod(tail)) < PARALLEL_MIN_ELEMENTS:
                 nthreads = 1
 
             def worker(first: int, step: int) -> None:
                 # own buffers and own fast-path scratch per worker; tiles write disjoint rows
                 bufs = [np.empty(shape, dtype=dt) for shape, dt in buf_specs]
-                plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call), st.sources,
+                scratch = _Scratch()
+                plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch),
+                         st.sources,
                          st.out2d, bufs[bid[i]] if i in bid else None, slot_of[st.op.results[0]])
                         for i, st in enumerate(tiled_steps)]
                 vals: list[np.ndarray | None] = [None] * len(slot_of)
@@ -306,9 +363,9 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
             else:
                 # NumPy releases the GIL inside ufunc loops: tiles run on all cores, like
                 # XLA:CPU's thread pool (the benchmark reports 1 thread and all threads)
-                with ThreadPoolExecutor(nthreads) as ex:
-                    for f in [ex.submit(worker, k, nthreads) for k in range(nthreads)]:
-                        f.result()
+                ex = _pool(nthreads)
+                for f in [ex.submit(worker, k, nthreads) for k in range(nthreads)]:
+                    f.result()
 
     # results
     outs: list[np.ndarray] = []
@@ -363,7 +420,8 @@ def _generic(o: LaminaOp, st: _Step, xs: list[np.ndarray | None], r0: int, tr: i
 
 # ---- optional in-place versions of table kernels (f32 / f64 only, same arithmetic order) -------
 
-def _fast_path(o: LaminaOp, infos: list, call: Call) -> Callable[..., None] | None:
+def _fast_path(o: LaminaOp, infos: list, call: Call,
+               scratch: _Scratch) -> Callable[..., None] | None:
     info = o.info
     dts = {t.dtype for t in infos if t is not None}
     res = call.result.dtype
@@ -381,100 +439,103 @@ def _fast_path(o: LaminaOp, infos: list, call: Call) -> Callable[..., None] | No
         return ufunc
     if info.kernel is sem.dropout_kernel and res == dt and all(t is None for t in infos[1:]) \
             and call.attrs.get("seed") is not None:
-        return _dropout_fast(call, np.dtype(_NATIVE[dt]))
+        return _dropout_fast(call, np.dtype(_NATIVE[dt]), scratch)
     if ew is sem.UNARY.get("gelu") and res == dt and call.attrs.get("approximate") == "tanh":
-        return _gelu_tanh_fast(np.dtype(_NATIVE[dt]))
+        return _gelu_tanh_fast(np.dtype(_NATIVE[dt]), scratch)
     if info.kernel is sem.layernorm_kernel and res == dt:
-        return _layernorm_fast(call, np.dtype(_NATIVE[dt]))
+        return _layernorm_fast(call, np.dtype(_NATIVE[dt]), scratch)
     return None
 
 
 _UINT = {4: np.uint32, 8: np.uint64}
-_MIX_STEPS = ((np.uint32(16), None), (None, np.uint32(0x7FEB352D)), (np.uint32(15), None),
-              (None, np.uint32(0x846CA68B)), (np.uint32(16), None))
+_M1, _M2 = np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
+_S15, _S16 = np.uint32(15), np.uint32(16)
+_PRE_MAX = 1 << 24    # largest tile (elements) that takes the precomputed-word path
 
 
-def _dropout_fast(call: Call, dtype: np.dtype) -> Callable[..., None]:
-    """`rng`'s mask for the tile, in a few in-place uint32 passes on preallocated buffers.
+def _dropout_fast(call: Call, dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
+    """`rng`'s mask for the tile, in a few in-place uint32 passes on shared scratch buffers.
 
     Tiles from `_choose_rows` hold a power-of-two count of elements n' <= P (P a power of two) and
-    start at a global index `start` that is a multiple of P. Then for 0 <= j < P
-        (start + j) ^ key == ((start ^ key) & ~(P - 1)) + (j ^ (key & (P - 1)))
-    so the index-xor-key words are ONE add of a per-kernel constant array `j ^ (key & (P-1))`
-    (built once per key) instead of an arange, an add and an xor per tile. Other tiles take the
-    plain path (add of the tile start to a preallocated arange, xor). Then `rng.mix` in 8 in-place
-    passes, and the select `keep ? x * scale : 0` as integer AND of the product's bits with the
-    0 / all-ones word -(bits >= T) (the same +0.0 and the same products as the table kernel).
+    start at a global index `start` that is a multiple of P. For 0 <= j < P, with C the tile's
+    word `(start ^ key) & ~(P - 1)` and pre[j] = j ^ (key & (P - 1)) < P,
+        (start + j) ^ key == C + pre[j] == C ^ pre[j]        (C has no bits below P)
+    and since a logical shift distributes over XOR, `rng.mix`'s first step (w ^= w >> 16) is
+        w ^ (w >> 16) == (C ^ (C >> 16)) ^ (pre[j] ^ (pre[j] >> 16)) == A ^ Q[j]
+    with A one scalar per tile and Q one array per (kernel, key). So the first three passes of
+    the mask (add index, shift, xor) are ONE xor of Q with A; the rest of `mix` is 6 in-place
+    passes. Tiles that are not aligned take the plain path (index, xor key, full `mix`).
+    The select `keep ? x * scale : 0` is an integer product of the bits of x * scale with the
+    0 / 1 word (bits >= T): the same +0.0 and the same products as the table kernel.
     """
     seed = int(call.attrs["seed"])
     rate = float(call.attrs["rate"])
     thr = np.uint32(rng.threshold(rate))
     scale = dtype.type(1.0 / (1.0 - rate))
     ut = _UINT[dtype.itemsize]
-    scratch: dict[Any, np.ndarray] = {}
+    keys: dict[int, int] = {}
+    tables: dict[tuple[int, int], np.ndarray] = {}
 
-    def buffer(name: str, n: int, dt: Any) -> np.ndarray:
-        b = scratch.get(name)
-        if b is None or b.size < n:
-            b = scratch[name] = np.empty(n, dtype=dt)
-        return b[:n]
+    def key(hi: int) -> int:
+        k = keys.get(hi)
+        if k is None:
+            k = keys[hi] = rng.key(seed, hi)
+        return k
 
     def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
-        x = xs[0]
-        np.multiply(x, scale, out=out)
+        np.multiply(xs[0], scale, out=out)
         if rate <= 0:
             return
         n = out.size
         start = r0 * (n // max(tr, 1))
         hi = start >> 32
-        lo = buffer("lo", n, np.uint32)
-        tmp = buffer("tmp", n, np.uint32)
+        w = scratch.get(0, n, np.uint32)
+        tmp = scratch.get(1, n, np.uint32)
         p2 = 1 << max(n - 1, 0).bit_length()
-        if p2 <= 1 << 24 and start % p2 == 0:
-            k = rng.key(seed, hi)
-            pre = scratch.get(("pre", p2, k))
-            if pre is None:
-                pre = np.arange(p2, dtype=np.uint32)
-                pre ^= np.uint32(k & (p2 - 1))
-                scratch[("pre", p2, k)] = pre
-            np.add(pre[:n], np.uint32(((start & 0xFFFFFFFF) ^ k) & ~(p2 - 1) & 0xFFFFFFFF),
-                   out=lo)
+        if p2 <= _PRE_MAX and start % p2 == 0:
+            k = key(hi)
+            q = tables.get((p2, k))
+            if q is None:
+                q = np.arange(p2, dtype=np.uint32)
+                q ^= np.uint32(k & (p2 - 1))
+                q ^= q >> _S16
+                tables[(p2, k)] = q
+            c = ((start & 0xFFFFFFFF) ^ k) & ~(p2 - 1) & 0xFFFFFFFF
+            np.bitwise_xor(q[:n], np.uint32(c ^ (c >> 16)), out=w)
+            first = 1                                   # mix's first xorshift is done
         elif hi == (start + n - 1) >> 32:
-            base = scratch.get("base")
-            if base is None or base.size < n:
-                base = scratch["base"] = np.arange(n, dtype=np.uint32)
-            np.add(base[:n], np.uint32(start & 0xFFFFFFFF), out=lo)
-            np.bitwise_xor(lo, np.uint32(rng.key(seed, hi)), out=lo)
+            np.add(np.arange(n, dtype=np.uint32), np.uint32(start & 0xFFFFFFFF), out=w)
+            np.bitwise_xor(w, np.uint32(key(hi)), out=w)
+            first = 0
         else:   # the tile crosses a 2**32 boundary of the global index
-            lo[...] = rng.bits_for_range(seed, start, n)
-        if p2 <= 1 << 24 and start % p2 == 0 or hi == (start + n - 1) >> 32:
-            for sh, mul in _MIX_STEPS:    # rng.mix_inplace, without temporaries
-                if sh is not None:
-                    np.right_shift(lo, sh, out=tmp)
-                    np.bitwise_xor(lo, tmp, out=lo)
-                else:
-                    np.multiply(lo, mul, out=lo)
-        mask = tmp if ut is np.uint32 else buffer("mask", n, ut)
-        np.greater_equal(lo, thr, out=mask, casting="unsafe")     # 1 = keep
-        np.negative(mask, out=mask)                                # all ones = keep
+            w[...] = rng.bits_for_range(seed, start, n)
+            first = 5
+        if first == 0:
+            np.right_shift(w, _S16, out=tmp)
+            np.bitwise_xor(w, tmp, out=w)
+        if first < 5:                                   # the rest of rng.mix, in place
+            np.multiply(w, _M1, out=w)
+            np.right_shift(w, _S15, out=tmp)
+            np.bitwise_xor(w, tmp, out=w)
+            np.multiply(w, _M2, out=w)
+            np.right_shift(w, _S16, out=tmp)
+            np.bitwise_xor(w, tmp, out=w)
+        mask = tmp if ut is np.uint32 else scratch.get(2, n, ut)
+        np.greater_equal(w, thr, out=mask, casting="unsafe")      # 1 = keep, 0 = drop
         flat = out.reshape(-1).view(ut)
-        np.bitwise_and(flat, mask, out=flat)
+        np.multiply(flat, mask, out=flat)
 
     return run
 
 
-def _gelu_tanh_fast(dtype: np.dtype) -> Callable[..., None]:
+def _gelu_tanh_fast(dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
     c = dtype.type
     k0, k1 = c(math.sqrt(2.0 / math.pi)), c(0.044715)
     half, one = c(0.5), c(1.0)
-    scratch: dict[str, np.ndarray] = {}
 
     def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
         x = np.broadcast_to(xs[0], out.shape)
-        t = scratch.get("t")
-        if t is None or t.size < out.size:
-            t = scratch["t"] = np.empty(out.size, dtype=dtype)
-        t = t[: out.size].reshape(out.shape)
+        t = scratch.get(0, out.size, dtype).reshape(out.shape)
         # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x))), left to right
         np.multiply(k1, x, out=t)
         np.multiply(t, x, out=t)
@@ -489,23 +550,22 @@ def _gelu_tanh_fast(dtype: np.dtype) -> Callable[..., None]:
     return run
 
 
-def _layernorm_fast(call: Call, dtype: np.dtype) -> Callable[..., None]:
+def _layernorm_fast(call: Call, dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
     eps = dtype.type(call.attrs["eps"])
-    scratch: dict[str, np.ndarray] = {}
+    stats: dict[str, np.ndarray] = {}
 
     def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
         x, scale, bias = (list(xs) + [None, None])[:3]
         axes = tuple(range(1, out.ndim))
         n = _prod(out.shape[1:])
         stat_shape = (out.shape[0],) + (1,) * (out.ndim - 1)
-        m = scratch.get("m")
+        m = stats.get("m")
         if m is None or m.shape[0] < out.shape[0]:
-            m = scratch["m"] = np.empty(stat_shape, dtype=dtype)
-            scratch["v"] = np.empty(stat_shape, dtype=dtype)
-            scratch["c"] = np.empty(out.shape, dtype=dtype)
+            m = stats["m"] = np.empty(stat_shape, dtype=dtype)
+            stats["v"] = np.empty(stat_shape, dtype=dtype)
         m = m[: out.shape[0]]
-        v = scratch["v"][: out.shape[0]]
-        c = scratch["c"][: out.shape[0]]
+        v = stats["v"][: out.shape[0]]
+        c = scratch.get(0, out.size, dtype).reshape(out.shape)
         # mean = x.mean(axes, keepdims); c = x - mean; var = (c*c).mean; y = c / sqrt(var + eps)
         np.add.reduce(x, axis=axes, keepdims=True, out=m)
         np.true_divide(m, n, out=m)
