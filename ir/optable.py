@@ -114,6 +114,15 @@ class OpInfo:
     linear_operands: tuple[int, ...] = ()
     ew: sem.Elementwise | None = None  # the elementwise formula, for fused/tiled execution
     launches_kernel: bool = True       # False for ops that are views or folded into their users
+    # True when an element's result depends on its place in the global tensor (dropout's mask):
+    # a backend running the op on a block (a tile, a device's shard) must pass `Call.block`
+    position_dependent: bool = False
+    # Sharding.REDUCTION: what a split reduced dimension leaves pending ("sum" / "max"), or None
+    # when a per-shard result cannot be combined into the whole one (a mean of unequal parts)
+    split_reduce: str | None = None
+    # Sharding.ROW_REDUCTION: True if the op normalizes dims axis..rank-1 (layernorm), False if
+    # only dim `axis` (softmax); those dims must be unsplit
+    normalizes_trailing: bool = True
 
     @property
     def full_name(self) -> str:
@@ -223,17 +232,18 @@ def _build() -> dict[str, OpInfo]:
                (OperandSpec("input"), OperandSpec("seed", optional=True)),
                (AttrSpec("rate", AttrKind.FLOAT, required=True), AttrSpec("seed", AttrKind.INT)),
                shapes.dropout, sem.dropout_kernel, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
-               Sharding.ELEMENTWISE, per_output(8), (0,)))
+               Sharding.ELEMENTWISE, per_output(8), (0,), position_dependent=True))
     add(OpInfo("constant", "a splat or dense tensor literal", (),
                (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
                sem.constant_kernel, Fusion.SOURCE, NONE, Sharding.REPLICATED, per_output(0),
                launches_kernel=False))
-    for name, fn, lin in (("reduce_sum", "sum", Linearity.ADDITIVE),
-                          ("reduce_mean", "mean", Linearity.ADDITIVE),
-                          ("reduce_max", "max", NONE)):
+    for name, fn, lin, split in (("reduce_sum", "sum", Linearity.ADDITIVE, "sum"),
+                                 ("reduce_mean", "mean", Linearity.ADDITIVE, None),
+                                 ("reduce_max", "max", NONE, "max")):
         add(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, shapes.reduce,
                    sem.reduce_kernel(getattr(np, fn)), Fusion.REDUCTION, lin,
-                   Sharding.REDUCTION, per_input(1), (0,) if lin != NONE else ()))
+                   Sharding.REDUCTION, per_input(1), (0,) if lin != NONE else (),
+                   split_reduce=split))
     add(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims axis..rank-1",
                (OperandSpec("input"), OperandSpec("scale", optional=True),
                 OperandSpec("bias", optional=True)),
@@ -245,7 +255,8 @@ def _build() -> dict[str, OpInfo]:
                Sharding.ROW_REDUCTION, per_input(5)))
     add(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
                (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, sem.softmax_kernel,
-               Fusion.REDUCTION, NONE, Sharding.ROW_REDUCTION, per_input(6)))
+               Fusion.REDUCTION, NONE, Sharding.ROW_REDUCTION, per_input(6),
+               normalizes_trailing=False))
     add(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (), shapes.matmul,
                sem.matmul_kernel, Fusion.OPAQUE, Linearity.ONE_SIDED, Sharding.MATMUL,
                _matmul_flops, (0, 1)))

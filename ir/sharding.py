@@ -178,11 +178,11 @@ def _infer(info: OpInfo, ops: Sequence[TensorInfo | None], specs: Sequence[Spec 
         for d in range(rank):
             if d in axes:
                 if sx.splits[d]:
-                    if info.name == "reduce_mean":
-                        raise ShardingError(f"{name}: cannot reduce_mean over split dimension {d} "
+                    if info.split_reduce is None:
+                        raise ShardingError(f"{name}: cannot {info.name} over split dimension {d} "
                                             f"({_fmt(sx.splits[d])}); gather it or use reduce_sum")
-                    if info.name == "reduce_max":
-                        kind = "max"
+                    if info.split_reduce != "sum":
+                        kind = info.split_reduce
                     new_partial.extend(sx.splits[d])
                 if keep:
                     splits.append(())
@@ -193,7 +193,7 @@ def _infer(info: OpInfo, ops: Sequence[TensorInfo | None], specs: Sequence[Spec 
         return Spec(tuple(splits), tuple(new_partial), kind)
     if rule is Sharding.ROW_REDUCTION:
         first = attrs["axis"] % rank
-        normalized = range(first, rank) if info.name != "softmax" else [first]
+        normalized = range(first, rank) if info.normalizes_trailing else [first]
         for d in normalized:
             if sx.splits[d]:
                 raise ShardingError(f"{name}: normalized dimension {d} must be unsplit, got "

@@ -236,7 +236,7 @@ class SpmdRun:
         info = op.info
         out: Shards = []
         memo: dict[tuple, np.ndarray] = {}
-        position_dependent = info.name == "dropout"
+        position_dependent = info.position_dependent
         for dev in range(self.mesh.devices):
             call = self.local_call(op, dev)
             local = [None if a is None else a[dev] for a in args]
