@@ -28,6 +28,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ir passes backends tests benchmarks
+	$(BIN)/pyright
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_foundation.py

@@ -96,7 +96,7 @@ def save_npz_atomic(path: str, arrays: dict[str, np.ndarray]) -> None:
     fd, tmp = _temp_beside(path, ".npz")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, allow_pickle=False, **arrays)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -62,10 +62,9 @@ SEGMENTS = "operandSegmentSizes"
 
 def dense_to_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     """The NumPy array (storage dtype) held by a dense elements attribute."""
-    t = attr.get_type()
-    dtype = element_name(t.element_type)
+    dtype = element_name(attr.get_element_type())
     assert dtype is not None
-    shape = tuple(t.get_shape())
+    shape = tuple(attr.get_shape())
     values = attr.get_values()
     if attr.is_splat() and len(values) == 1:
         arr = np.full(shape, values[0], dtype=np.float64 if dtype.startswith(("f", "b"))
@@ -89,7 +88,7 @@ def attr_value(spec: AttrSpec, attr: Attribute | None) -> Any:
         case AttrKind.STR:
             return cast(StringAttr, attr).data
         case AttrKind.INTS:
-            return tuple(cast(DenseArrayBase, attr).get_values())
+            return tuple(cast(DenseArrayBase[IntegerType], attr).get_values())
         case AttrKind.DENSE:
             dense = cast(DenseIntOrFPElementsAttr, attr)
             info = tensor_info(dense.get_type())
@@ -138,7 +137,7 @@ def _check_attr(spec: AttrSpec, attr: Attribute) -> str | None:
             want = "an integer array like array<i64: 0, 1>"
         case AttrKind.DENSE:
             ok = isinstance(attr, DenseIntOrFPElementsAttr) and \
-                element_name(attr.get_type().element_type) is not None
+                element_name(attr.get_element_type()) is not None
             want = "a dense<...> tensor literal of a supported element type"
     return None if ok else f"attribute '{spec.name}' must be {want}, got {attr}"
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from lamina.ir.placement import COMPUTE_TIERS, TIERS, PlaceAttr, place_of, tier_of
 from xdsl.dialects.builtin import AnyTensorType, IntegerAttr, NoneAttr, StringAttr, TensorType, i64
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -173,10 +173,12 @@ class MoveOp(IRDLOperation):
                          attributes=discardable)
 
 
-def _ancestor_in(op: Operation, block) -> Operation | None:
-    while op is not None and op.parent_block() is not block:
-        op = op.parent_op()
-    return op
+def ancestor_in(op: Operation, block: Block) -> Operation | None:
+    """`op` itself or the op enclosing it that sits directly in `block` (None if not inside)."""
+    cur: Operation | None = op
+    while cur is not None and cur.parent_block() is not block:
+        cur = cur.parent_op()
+    return cur
 
 
 @irdl_op_definition
@@ -235,7 +237,7 @@ def free_problem(free: FreeOp) -> str | None:
             return f"lamina.free: {name} is freed twice"
         if user.name == "func.return":
             return f"lamina.free: {name} is a function result and must not be freed"
-        anc = _ancestor_in(user, block) if block is not None else None
+        anc = ancestor_in(user, block) if block is not None else None
         if anc is None:
             continue  # used in an unrelated block: not ordered with this free
         if anc is free or free.is_before_in_block(anc):

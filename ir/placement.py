@@ -26,12 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from lamina.ir.optable import OpInfo
 from lamina.ir.sharding import ShardingError, Spec, infer
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
+    IntegerType,
     NoneAttr,
     StringAttr,
     SymbolNameConstraint,
@@ -69,20 +71,23 @@ class MeshOp(IRDLOperation):
             "shape": DenseArrayBase.from_list(i64, [n for _, n in axes]),
         })
 
+    def shape_values(self) -> tuple[int, ...]:
+        return cast(DenseArrayBase[IntegerType], self.shape).get_values()
+
     @property
     def axis_sizes(self) -> dict[str, int]:
-        return dict(zip((a.data for a in self.axes.data), self.shape.get_values(), strict=True))
+        return dict(zip((a.data for a in self.axes.data), self.shape_values(), strict=True))
 
     @property
     def num_devices(self) -> int:
         n = 1
-        for s in self.shape.get_values():
+        for s in self.shape_values():
             n *= int(s)
         return n
 
     def verify_(self) -> None:
         names = [a.data for a in self.axes.data]
-        sizes = list(self.shape.get_values())
+        sizes = list(self.shape_values())
         if not names:
             raise VerifyException("lamina.mesh: a mesh needs at least one axis")
         if len(names) != len(sizes):
@@ -302,7 +307,7 @@ def sharding_problem(op: Operation, info: OpInfo, operand_types: Sequence[Attrib
     if None in meshes:
         return None  # not (yet) fully placed: nothing to check
     if len(meshes) > 1:
-        return f"operands and result are placed on different meshes: {sorted(meshes)}"
+        return f"operands and result are placed on different meshes: {sorted(m for m in meshes if m)}"
     specs = [None if t is None else spec_of(t) for t in operand_types]
     try:
         expected = infer(info, operand_infos, specs, attrs, result_info)

@@ -158,6 +158,7 @@ def compare_kernel(fn: Elementwise) -> Kernel:
 
 def select_kernel(args: Sequence[np.ndarray | None], call: Call) -> np.ndarray:
     c, a, b = args
+    assert c is not None and a is not None and b is not None
     return to_storage(np.where(c, a, b), call.result.dtype)
 
 

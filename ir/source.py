@@ -63,8 +63,9 @@ class LocatedParser(Parser):
         # which made parsing quadratic in the program size; index the line starts once.
         if self._line_starts is None:
             content = self.lexer.input.content
-            newline = "\n" if isinstance(content, str) else b"\n"
-            self._line_starts = [0, *(m.end() for m in re.finditer(newline, content))]
+            ends = (m.end() for m in re.finditer("\n", content)) if isinstance(content, str) \
+                else (m.end() for m in re.finditer(b"\n", content))
+            self._line_starts = [0, *ends]
         line = bisect.bisect_right(self._line_starts, pos)
         return line, pos - self._line_starts[line - 1] + 1
 

@@ -25,18 +25,12 @@ from typing import ClassVar
 
 from lamina.ir.diagnostics import op_loc
 from lamina.ir.dtypes import nbytes
-from lamina.ir.memory import FreeOp
+from lamina.ir.memory import FreeOp, ancestor_in
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.traits import IsTerminator
-
-
-def _ancestor_in(op: Operation, block: Block) -> Operation | None:
-    while op is not None and op.parent_block() is not block:
-        op = op.parent_op()
-    return op
 
 
 def _name(v: SSAValue, names: dict[SSAValue, str]) -> str:
@@ -57,7 +51,7 @@ def annotate_block(block: Block, log: ExplainLog | None, names: dict[SSAValue, s
         last = d
         skip = False
         for use in v.uses:
-            anc = _ancestor_in(use.operation, block)
+            anc = ancestor_in(use.operation, block)
             if anc is None:
                 continue
             if isinstance(use.operation, FreeOp) or anc is term:
@@ -72,7 +66,7 @@ def annotate_block(block: Block, log: ExplainLog | None, names: dict[SSAValue, s
             defined = "argument" if d < 0 else f"defined by {ops[d].name}"
             loc = op_loc(where) if where is not None else None
             end = f"last used by {where.name}" + (f" at {loc}" if loc else "") \
-                if last > d else "never used"
+                if where is not None and last > d else "never used"
             log.add(ops[d] if d >= 0 else block.parent_op(),
                     f"live range of {_name(v, names)}: {defined}, {end}; spans {last - d} op(s), "
                     f"{nbytes(v.type)} bytes; freed after it")

@@ -77,19 +77,19 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import LaminaOp, tensor_info
-from lamina.ir.memory import FreeOp, MoveOp, tier_of, value_label, with_tier
+from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, tier_of, value_label, with_tier
 from lamina.ir.optable import lookup
 from lamina.ir.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 OFFLOAD_TIERS = ("host", "nvme")
 
@@ -117,7 +117,7 @@ class Problem:
     values: list[Value]
     capacity: dict[str, float]          # per tier (bytes per device)
     bandwidth: dict[str, float]         # offload tier -> bytes/s between it and hbm
-    fixed: dict[str, list[int]] = field(default_factory=dict)  # bytes per step (len K+1) per tier
+    fixed: dict[str, list[float]] = field(default_factory=dict)  # bytes per step (len K+1) per tier
 
     def __post_init__(self) -> None:
         self.prefix = [0.0]
@@ -715,7 +715,8 @@ def solve_ilp(prob: Problem, time_limit: float = 120.0) -> Plan:
     A = coo_array((data, (rows, cols)), shape=(nrow, n)).tocsr()
     c = np.array(cost)
     scale = 1e3 / float(c.max()) if n and c.max() > 0 else 1.0
-    res = milp(c * scale, constraints=LinearConstraint(A, lb, ub),
+    # scipy annotates lb/ub as float; they are array_like (one bound per row)
+    res = milp(c * scale, constraints=LinearConstraint(A, cast(Any, lb), cast(Any, ub)),
                integrality=np.ones(n), bounds=Bounds(0, 1),
                options={"time_limit": time_limit, "mip_rel_gap": 1e-6})
     if res.x is None:
@@ -844,6 +845,7 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0) -> _FuncM
         declared_off = tier in OFFLOAD_TIERS or tier == "sram"
         if declared_off and (d >= 0 and (isinstance(v.owner, MoveOp) or tier == "sram")):
             # a value the program already put in a tier (an explicit move, or sram): fixed
+            assert tier is not None
             lo = d
             for k in range(lo, min(end, K) + 1):
                 fixed.setdefault(tier, [0.0] * (K + 1))[k] += size
@@ -943,9 +945,9 @@ def rewrite(fm: _FuncModel, plan: Plan, log: ExplainLog | None) -> int:
             u = use.operation
             if u.parent_block() is None:
                 continue  # a move/free this rewrite made (inserted below)
-            while u.parent_block() is not block:
-                u = u.parent_op()
-            k = K if u is fm.ret else pos[u]
+            anc = ancestor_in(u, block)
+            assert anc is not None, "a use outside the function it is defined in"
+            k = K if anc is fm.ret else pos[anc]
             copy = copy_off
             for lo, hi, c in segments:
                 if lo <= k <= hi:
@@ -987,7 +989,7 @@ def _first(gs: list[Gap], ps: list[int | None]) -> int:
     return 0
 
 
-def _set_type(v: SSAValue, t: TensorType) -> None:
+def _set_type(v: SSAValue, t: Attribute) -> None:
     v._type = t  # xDSL 0.74 keeps the type in `_type`; values are retyped in place
 
 

@@ -351,6 +351,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
                             if out2d is not None:
                                 out = out2d[r0:r1]
                             else:
+                                assert buf is not None
                                 out = buf if tr == tile_rows else buf[:tr]
                             if fast is not None:
                                 fast(xs, out, r0, tr)

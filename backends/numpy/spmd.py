@@ -225,9 +225,11 @@ class SpmdRun:
         if op.info.sharding is Sharding.SLICE and slots[0] is not None:
             xs = spec_or_replicated(slots[0].type)
             limit = list(attrs["limit"])
+            x_info = infos[0]
+            assert x_info is not None
             for d, axes in enumerate(xs.splits):
                 if axes:
-                    limit[d] = infos[0].shape[d]  # a split dimension is sliced whole
+                    limit[d] = x_info.shape[d]  # a split dimension is sliced whole
             attrs["limit"] = tuple(limit)
         return Call(attrs, infos, TensorInfo(local, call.result.dtype),
                     Block(call.result.shape, offs))
