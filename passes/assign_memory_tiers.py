@@ -1020,14 +1020,13 @@ class AssignMemoryTiers(LaminaPass):
     """Choose tiers and insert moves so every step fits (see the module docstring)."""
 
     name: ClassVar[str] = "assign-memory-tiers"
+    minimums: ClassVar[dict[str, int]] = {"hbm_capacity": 0}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"solver": ("greedy", "ilp")}
     target: str = "h100-node"
     solver: str = "greedy"
     hbm_capacity: int = 0
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
-        if self.solver not in ("greedy", "ilp"):
-            raise LaminaError(f"assign-memory-tiers: solver must be greedy or ilp, got "
-                              f"'{self.solver}'")
         target = load_target(self.target)
         for op in list(module.walk()):
             if isinstance(op, FuncOp) and op.body.blocks:

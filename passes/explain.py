@@ -50,7 +50,24 @@ class LaminaPass(ModulePass):
     """
 
     name: ClassVar[str] = "lamina-pass"
+    # option (field name) -> smallest value it accepts; checked when the pass is built, so a bad
+    # value is a "bad option" diagnostic before any pass runs
+    minimums: ClassVar[dict[str, int]] = {}
+    # option -> the values it accepts
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
     explain: bool = False
+
+    def __post_init__(self) -> None:
+        for option, low in self.minimums.items():
+            value = getattr(self, option)
+            if value < low:
+                raise ValueError(f"{option.replace('_', '-')} must be at least {low}, got {value}")
+        for option, allowed in self.choices.items():
+            value = getattr(self, option)
+            if value not in allowed:
+                *head, last = allowed
+                words = f"{', '.join(head)} or {last}" if head else last
+                raise ValueError(f"{option.replace('_', '-')} must be {words}, got '{value}'")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         log = ExplainLog(self.name) if self.explain else None

@@ -225,6 +225,7 @@ class FuseElementwise(LaminaPass):
     """Fuse elementwise ops (and row-wise reductions with their prologue and epilogue)."""
 
     name: ClassVar[str] = "fuse-elementwise"
+    minimums: ClassVar[dict[str, int]] = {"max_group_size": 1}
     max_group_size: int = 256
     reduction_fusion: bool = True
 

@@ -1,14 +1,15 @@
 """`insert-collectives`: lower every `lamina.reshard` to the cheapest collectives for a target.
 
-    -p 'propagate-sharding,insert-collectives{target=h100-cluster explain=false}'
+    -p 'propagate-sharding,insert-collectives{target=h100-cluster bucket=true bucket-bytes=26214400}'
 
 `target` is a built-in target name or a TOML file (`lamina.ir.target`); mesh axes map onto its link
 levels by `Target.axis_level`, and every cost comes from `lamina.passes.comm_cost`.
 
 A reshard from placement S to D (one mesh, one shape) becomes, in this order:
-1. Splits S has and D does not (the minor end of a dimension's split): a single axis that D wants
-   as the next split of another dimension moves there with one all_to_all ((n-1)/n B sent)
-   instead of all_gather + all_slice ((n-1) B); anything else is an all_gather.
+1. Splits S has and D does not (the minor end of a dimension's split), from the minor end: the
+   longest run of them that D wants as the next splits of another dimension moves there with one
+   all_to_all ((n-1)/n B sent) instead of all_gather + all_slice ((n-1) B); an axis that cannot
+   move is all_gathered (consecutive ones in one all_gather), which may free the next run to move.
 2. Pending axes D does not keep: those D wants as the next splits of a dimension become one
    reduce_scatter onto it (a + b(n-1)/n B, against a + 2b(n-1)/n B for all_reduce + all_slice;
    this is also how "all_reduce followed by a local slice" is folded: a reshard whose operand is
@@ -17,7 +18,8 @@ A reshard from placement S to D (one mesh, one shape) becomes, in this order:
 Each collective gets `algorithm` = ring | tree | hierarchical, the cheapest by the model for the
 link levels its axes span. Finally, all_reduces whose time is mostly latency (`latency_dominated`)
 over the same axes and kind are merged into one bucketed all_reduce (one latency) placed right
-before the first op that uses any of them; one walk, so the pass stays linear.
+before the first op that uses any of them, at most `bucket-bytes` per device per bucket (default
+25 MiB, PyTorch DDP's bucket_cap_mb; 0 = no cap); one walk, so the pass stays linear.
 With `--explain` each collective is printed with its payload, bytes sent per device, estimated
 time, the algorithms it beat and why the sequence was chosen.
 """
@@ -39,7 +41,7 @@ from lamina.ir.collectives import (
     with_spec,
 )
 from lamina.ir.collectives import build as build_placement
-from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE
 from lamina.ir.lamina import tensor_info
 from lamina.ir.placement import find_mesh, spec_of
@@ -48,7 +50,7 @@ from lamina.ir.target import Target, load_target
 from lamina.passes.comm_cost import Estimate, estimate, fmt_bytes, latency_dominated, levels_of
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
@@ -102,48 +104,46 @@ def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation)
     """Emit the collectives that turn `v` (placed S) into placement D, before `before`."""
     cur = S
     rank = len(S.splits)
-    # 1. gathers (or all_to_all moves)
+    # 1. splits S has and D does not (each dimension's suffix past the prefix D keeps), from the
+    # minor end: the longest tail of the suffix that another dimension e wants next moves there
+    # with one all_to_all; an axis no tail ending at it can move is gathered first (runs of such
+    # axes are one all_gather). So [[data, model], []] -> [[model], [data]] gathers only model and
+    # moves data, instead of gathering both.
     for d in range(rank):
-        have, want = cur.splits[d], D.splits[d]
-        p = 0
-        while p < min(len(have), len(want)) and have[p] == want[p]:
-            p += 1
-        suffix = tuple(have[p:])
-        if not suffix:
-            continue
-        moved = False
-        # the axes leaving dimension d, minor-most last, all wanted next by one other dimension e:
-        # one all_to_all over them moves the split ((n-1)/n of the local bytes sent per device)
-        k = len(suffix)
-        for e in range(rank):
-            he, we = cur.splits[e], D.splits[e]
-            if e != d and tuple(we[: len(he)]) == tuple(he) and \
-                    tuple(we[len(he): len(he) + k]) == suffix:
-                splits = list(cur.splits)
-                splits[d] = tuple(have[:p])
-                splits[e] = tuple(he) + suffix
-                nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
-                a2a = cx.cost("all_to_all", suffix, cx.local_bytes(v, cur))
-                ag = cx.cost("all_gather", suffix, cx.local_bytes(v, Spec(
-                    tuple(tuple(have[:p]) if j == d else cur.splits[j] for j in range(rank)))))
-                moving = ", ".join(suffix)
-                v = _emit(cx, AllToAllOp, v, cur, nxt, mesh, before,
-                          f"moves [{moving}] from dimension {d} to {e}: all_to_all "
-                          f"{a2a.seconds * 1e6:.1f} us, {fmt_bytes(a2a.sent)} sent "
-                          f"(all_gather + all_slice: {ag.seconds * 1e6:.1f} us, "
-                          f"{fmt_bytes(ag.sent)} sent)",
-                          axes=suffix, split_dim=e, concat_dim=d)
-                cur = nxt
-                moved = True
+        gather: list[str] = []          # axes to gather from dim d, major to minor
+        while True:
+            have, want = cur.splits[d], D.splits[d]
+            p = 0
+            while p < min(len(have), len(want)) and have[p] == want[p]:
+                p += 1
+            suffix = tuple(have[p: len(have) - len(gather)])
+            if not suffix:
                 break
-        if not moved:
+            move = _find_move(cur, D, d, suffix)
+            if move is None:
+                gather.insert(0, suffix[-1])
+                continue
+            if gather:
+                v, cur = _gather(cx, v, cur, d, tuple(gather), mesh, before)
+                gather = []
+            j, e = move
+            tail = suffix[j:]
             splits = list(cur.splits)
-            splits[d] = tuple(have[:p])
+            splits[d] = tuple(cur.splits[d][: len(cur.splits[d]) - len(tail)])
+            splits[e] = tuple(cur.splits[e]) + tail
             nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
-            v = _emit(cx, AllGatherOp, v, cur, nxt, mesh, before,
-                      f"dimension {d} must not be split over [{', '.join(suffix)}] here",
-                      axes=suffix, dim=d)
+            a2a = cx.cost("all_to_all", tail, cx.local_bytes(v, cur))
+            ag = cx.cost("all_gather", tail, cx.local_bytes(v, Spec(
+                tuple(splits[d] if q == d else cur.splits[q] for q in range(rank)))))
+            v = _emit(cx, AllToAllOp, v, cur, nxt, mesh, before,
+                      f"moves [{', '.join(tail)}] from dimension {d} to {e}: all_to_all "
+                      f"{a2a.seconds * 1e6:.1f} us, {fmt_bytes(a2a.sent)} sent "
+                      f"(all_gather + all_slice: {ag.seconds * 1e6:.1f} us, "
+                      f"{fmt_bytes(ag.sent)} sent)",
+                      axes=tail, split_dim=e, concat_dim=d)
             cur = nxt
+        if gather:
+            v, cur = _gather(cx, v, cur, d, tuple(gather), mesh, before)
     # 2. reductions: reduce_scatter where D splits over pending axes next, else all_reduce
     R = [a for a in cur.partial if a not in D.partial]
     for d in range(rank):
@@ -196,13 +196,43 @@ def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation)
     return v
 
 
-def _bucket(cx: _Ctx, func: FuncOp, mesh: str) -> None:
-    """Merge latency-dominated all_reduces over the same axes (one walk, see module docstring)."""
+def _find_move(cur: Spec, D: Spec, d: int, suffix: tuple[str, ...]) -> tuple[int, int] | None:
+    """(j, e): the longest tail suffix[j:] that dimension e != d wants next, or None."""
+    for j in range(len(suffix)):
+        tail = suffix[j:]
+        for e in range(len(cur.splits)):
+            he, we = tuple(cur.splits[e]), tuple(D.splits[e])
+            if e != d and we[: len(he)] == he and we[len(he): len(he) + len(tail)] == tail:
+                return j, e
+    return None
+
+
+def _gather(cx: _Ctx, v: SSAValue, cur: Spec, d: int, axes: tuple[str, ...], mesh: str,
+            before: Operation) -> tuple[SSAValue, Spec]:
+    """all_gather the minor-most `axes` of dimension d."""
+    splits = list(cur.splits)
+    splits[d] = tuple(cur.splits[d][: len(cur.splits[d]) - len(axes)])
+    nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
+    v = _emit(cx, AllGatherOp, v, cur, nxt, mesh, before,
+              f"dimension {d} must not be split over [{', '.join(axes)}] here",
+              axes=axes, dim=d)
+    return v, nxt
+
+
+def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
+    """Merge latency-dominated all_reduces over the same axes (one walk, see module docstring).
+
+    A bucket holds at most `cap` bytes of payload per device (0: no cap): a member that would
+    overflow it closes the bucket (emitted before that member) and opens the next one, as
+    PyTorch DDP's bucket_cap_mb does, so one bucket never grows into a bandwidth-bound transfer
+    that the first consumer has to wait for whole."""
     block = func.body.block
     open_: dict[tuple, list[AllReduceOp]] = {}
+    open_bytes: dict[tuple, float] = {}
     member_of: dict[SSAValue, tuple] = {}
 
     def flush(key: tuple, before: Operation) -> None:
+        open_bytes.pop(key, None)
         members = open_.pop(key, [])
         for m in members:
             for r in m.outputs:
@@ -242,7 +272,14 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str) -> None:
                           cx.local_bytes(x, spec_of(x.type)))  # type: ignore[arg-type]
             if latency_dominated(est):
                 key = (op.axis_names(), op.reduce_kind())
+                payload = cx.local_bytes(x, spec_of(x.type))  # type: ignore[arg-type]
+                if cap and key in open_ and open_bytes[key] + payload > cap:
+                    if cx.log is not None:
+                        cx.log.add(op, f"bucket over [{', '.join(key[0])}] closed: adding "
+                                   f"{fmt_bytes(payload)} would pass bucket-bytes={cap}")
+                    flush(key, op)
                 open_.setdefault(key, []).append(op)
+                open_bytes[key] = open_bytes.get(key, 0.0) + payload
                 member_of[op.outputs[0]] = key
         if op is block.last_op:
             for key in list(open_):
@@ -252,8 +289,10 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str) -> None:
 @dataclass(frozen=True)
 class InsertCollectives(LaminaPass):
     name: ClassVar[str] = "insert-collectives"
+    minimums: ClassVar[dict[str, int]] = {"bucket_bytes": 0}
     target: str = "h100-node"
     bucket: bool = True
+    bucket_bytes: int = 25 * 1024 * 1024
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         target = load_target(self.target)
@@ -282,10 +321,7 @@ class InsertCollectives(LaminaPass):
                     folded, src = owner, owner.inputs[0]   # fold all_reduce + slice
                 S, D = spec_of(src.type), spec_of(op.outputs[0].type)
                 assert S is not None and D is not None
-                try:
-                    new = lower(cx, src, S, D, mesh_name, op)
-                except LaminaError:
-                    raise
+                new = lower(cx, src, S, D, mesh_name, op)
                 if log is not None and folded is not None:
                     log.add(op, "folded the all_reduce feeding this reshard into the lowering")
                 op.outputs[0].replace_all_uses_with(new)
@@ -299,18 +335,14 @@ class InsertCollectives(LaminaPass):
                 if isinstance(op, PlacementOp) and not isinstance(op, (AllSliceOp, ReshardOp)) \
                         and op.algorithm_name() is None:
                     kind = op.short
-                    x, r = op.inputs[0], op.outputs[0]
                     payload = sum(cx.local_bytes(v, spec_of(v.type)) for v in  # type: ignore[arg-type]
                                   (op.inputs if PAYLOAD_OF[kind] == "in" else op.outputs))
                     est = cx.cost(kind, op.axis_names(), payload)
-                    from xdsl.dialects.builtin import IntegerAttr, StringAttr, i64
-
                     op.properties["algorithm"] = StringAttr(est.algorithm)
                     if est.inner is not None:
                         op.properties["inner"] = IntegerAttr(est.inner, i64)
                     if log is not None:
                         log.add(op, f"{kind} over [{', '.join(op.axis_names())}] (written in the "
                                 f"program): {est.describe()}")
-                    del x, r
             if self.bucket:
-                _bucket(cx, func, mesh_name)
+                _bucket(cx, func, mesh_name, self.bucket_bytes)
