@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from lamina.backends.interface import RunResult, arg_names, find_entry
@@ -129,17 +129,25 @@ class ExecutionObserver:
     def on_return(self, index: int) -> None: ...
 
 
-def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
-                 stats: RunStats | None = None,
-                 observer: ExecutionObserver | None = None) -> RunResult:
-    """Run `func` on `inputs`, freeing each intermediate after its last use."""
-    stats = stats or RunStats()
+V = TypeVar("V")
+R = TypeVar("R")
+
+
+def drive(func: FuncOp, args: Sequence[V], execute: Callable[[Operation, list[V | None]], list[V]],
+          nbytes: Callable[[V], int], finish: Callable[[ReturnOp, list[V]], R], stats: RunStats,
+          observer: ExecutionObserver | None = None) -> R:
+    """The op loop every NumPy-backend runner shares: run `func`'s ops in order with `execute`,
+    report each step to `observer`, and drop every value after its last use.
+
+    A value is whatever the runner keeps per SSA value (one array here; one array per device under
+    the SPMD runner); `nbytes` sizes it for `peak_live_bytes` and `finish` turns the values the
+    func.return returns into the run's result.
+    """
     obs = observer or ExecutionObserver()
-    args = check_inputs(func, inputs)
     block = func.body.block
-    env: dict[SSAValue, np.ndarray] = dict(zip(block.args, args, strict=True))
+    env: dict[SSAValue, V] = dict(zip(block.args, args, strict=True))
     obs.on_start(func, block.args)
-    live = sum(a.nbytes for a in args)
+    live = sum(nbytes(a) for a in args)
     stats.peak_live_bytes = max(stats.peak_live_bytes, live)
     ops = list(block.ops)
     last = last_uses(ops)
@@ -148,30 +156,43 @@ def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
             obs.on_op(op, i)
             if isinstance(op, ReturnOp):
                 obs.on_return(i)
-                return RunResult([env[v] for v in op.operands], stats.as_dict())
+                return finish(op, [env[v] for v in op.operands])
             operands = [None if v is None else env[v] for v in
                         (op.operand_slots() if isinstance(op, LaminaOp) else op.operands)]
-            if isinstance(op, LaminaOp):
-                results = run_table_op(op, operands, stats)
-            elif (runner := _RUNNERS.get(type(op))) is not None:
-                results = runner(op, operands, stats)
-            else:
-                raise error_at(op, f"the NumPy backend cannot run '{op.name}'")
+            results = execute(op, operands)
             stats.ops_executed += 1
             for r, a in zip(op.results, results, strict=True):
                 obs.on_result(r, i)
                 if r in last:
                     env[r] = a
-                    live += a.nbytes
+                    live += nbytes(a)
                 else:
                     obs.on_free(r, i)
             stats.peak_live_bytes = max(stats.peak_live_bytes, live)
             for v in set(op.operands):
                 if last.get(v) == i:
-                    dropped = env.pop(v)
-                    live -= dropped.nbytes
+                    dropped = env.pop(v, None)
+                    if dropped is not None:
+                        live -= nbytes(dropped)
                     obs.on_free(v, i)
     raise error_at(func, f"@{func.sym_name.data} has no func.return")
+
+
+def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
+                 stats: RunStats | None = None,
+                 observer: ExecutionObserver | None = None) -> RunResult:
+    """Run `func` on `inputs`, freeing each intermediate after its last use."""
+    st = stats or RunStats()
+
+    def execute(op: Operation, operands: list[np.ndarray | None]) -> list[np.ndarray]:
+        if isinstance(op, LaminaOp):
+            return run_table_op(op, operands, st)
+        if (runner := _RUNNERS.get(type(op))) is not None:
+            return runner(op, operands, st)
+        raise error_at(op, f"the NumPy backend cannot run '{op.name}'")
+
+    return drive(func, check_inputs(func, inputs), execute, lambda a: a.nbytes,
+                 lambda ret, outs: RunResult(outs, st.as_dict()), st, observer)
 
 
 class NumpyBackend:

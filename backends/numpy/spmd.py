@@ -43,7 +43,6 @@ from lamina.backends.numpy.runner import (
     RunStats,
     check_inputs,
     device_nbytes,
-    last_uses,
 )
 from lamina.ir.collectives import (
     AllGatherOp,
@@ -340,65 +339,40 @@ class SpmdRun:
     def run(self, func: FuncOp, inputs: Sequence[np.ndarray],
             observer: ExecutionObserver | None = None) -> list[np.ndarray]:
         mesh = self.mesh
-        obs = observer or ExecutionObserver()
-        args = check_inputs(func, inputs)
-        block_ = func.body.block
-        env: dict[SSAValue, Shards] = {}
-        for v, a in zip(block_.args, args, strict=True):
-            env[v] = distribute(mesh, spec_or_replicated(v.type), a)
-        obs.on_start(func, block_.args)
-        live = sum(s[0].nbytes for s in env.values())  # per device (device 0)
-        self.stats.peak_live_bytes = max(self.stats.peak_live_bytes, live)
-        ops = list(block_.ops)
-        last = last_uses(ops)
-        with np.errstate(all="ignore"):
-            for i, op in enumerate(ops):
-                obs.on_op(op, i)
-                if isinstance(op, ReturnOp):
-                    obs.on_return(i)
-                    outs = []
-                    for v in op.operands:
-                        t = tensor_info(v.type)
-                        outs.append(assemble(mesh, spec_or_replicated(v.type), env[v], t.shape,
-                                             t.dtype))
-                    return outs
-                operands = [None if v is None else env[v] for v in
-                            (op.operand_slots() if isinstance(op, LaminaOp) else op.operands)]
-                if isinstance(op, LaminaOp):
-                    results = [self.run_local(op, operands)]
-                elif isinstance(op, FusedOp):
-                    results = self.run_fused(op, operands)  # type: ignore[arg-type]
-                    self.stats.kernels += 1 - sum(
-                        1 for o in op.body.block.ops if isinstance(o, LaminaOp)
-                        and o.info.launches_kernel)
-                elif isinstance(op, PlacementOp):
-                    results = self.run_collective(op, operands)  # type: ignore[arg-type]
-                elif (runner := base._RUNNERS.get(type(op))) is not None:
-                    results = [list(r) for r in zip(*[runner(op, [None if a is None else a[d]
-                                                                  for a in operands], RunStats())
-                                                       for d in range(mesh.devices)],
-                                                     strict=True)]
-                else:
-                    raise error_at(op, f"the SPMD interpreter cannot run '{op.name}'")
-                self.stats.ops_executed += 1
-                for k, (r, shards) in enumerate(zip(op.results, results, strict=True)):
-                    t = tensor_info(r.type)
-                    check_replicated(mesh, spec_or_replicated(r.type), shards, t.shape, op,
-                                     f"result {k}")
-                    obs.on_result(r, i)
-                    if r in last:
-                        env[r] = shards
-                        live += shards[0].nbytes
-                    else:
-                        obs.on_free(r, i)
-                self.stats.peak_live_bytes = max(self.stats.peak_live_bytes, live)
-                for v in set(op.operands):
-                    if last.get(v) == i:
-                        dropped = env.pop(v, None)
-                        if dropped is not None:
-                            live -= dropped[0].nbytes
-                        obs.on_free(v, i)
-        raise error_at(func, f"@{func.sym_name.data} has no func.return")
+        args = [distribute(mesh, spec_or_replicated(v.type), a)
+                for v, a in zip(func.body.block.args, check_inputs(func, inputs), strict=True)]
+
+        def execute(op: Operation, operands: list[Shards | None]) -> list[Shards]:
+            if isinstance(op, LaminaOp):
+                results = [self.run_local(op, operands)]
+            elif isinstance(op, FusedOp):
+                results = self.run_fused(op, operands)  # type: ignore[arg-type]
+                self.stats.kernels += 1 - sum(
+                    1 for o in op.body.block.ops if isinstance(o, LaminaOp)
+                    and o.info.launches_kernel)
+            elif isinstance(op, PlacementOp):
+                results = self.run_collective(op, operands)  # type: ignore[arg-type]
+            elif (runner := base._RUNNERS.get(type(op))) is not None:
+                results = [list(r) for r in zip(*[runner(op, [None if a is None else a[d]
+                                                              for a in operands], RunStats())
+                                                   for d in range(mesh.devices)], strict=True)]
+            else:
+                raise error_at(op, f"the SPMD interpreter cannot run '{op.name}'")
+            for k, (r, shards) in enumerate(zip(op.results, results, strict=True)):
+                check_replicated(mesh, spec_or_replicated(r.type), shards,
+                                 tensor_info(r.type).shape, op, f"result {k}")
+            return results
+
+        def finish(ret: ReturnOp, values: list[Shards]) -> list[np.ndarray]:
+            outs = []
+            for v, shards in zip(ret.operands, values, strict=True):
+                t = tensor_info(v.type)
+                outs.append(assemble(mesh, spec_or_replicated(v.type), shards, t.shape, t.dtype))
+            return outs
+
+        # sizes are per device (device 0's shard)
+        return base.drive(func, args, execute, lambda s: s[0].nbytes, finish, self.stats,
+                          observer)
 
 
 def placed_mesh(func: FuncOp) -> MeshOp | None:
