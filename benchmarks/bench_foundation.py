@@ -210,7 +210,7 @@ def table(title: str, rows: list[tuple[str, str, str]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--ops", type=int, default=10000, help="ops in the generated program")
     p.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
     p.add_argument("--chain-ops", type=int, default=300, help="ops in the long chain")

@@ -139,6 +139,7 @@ def run_lamina(path: str) -> dict:
     from lamina.ir.lamina import LaminaOp, tensor_info
     from lamina.ir.source import load, make_context
     from lamina.passes.pipeline import build_pipeline, run_pipeline
+    from xdsl.dialects.builtin import TensorType
 
     ctx = make_context()
     module = load(os.path.join(ROOT, path), ctx)
@@ -147,7 +148,9 @@ def run_lamina(path: str) -> dict:
     func = find_entry(module, None)
     inserted = [f"{op.short}[{','.join(op.axis_names())}]" for op in func.walk()
                 if isinstance(op, PlacementOp)]
-    mesh = mesh_of(placed_mesh(func))
+    mesh_op = placed_mesh(func)
+    assert mesh_op is not None, "propagate-sharding left nothing placed on a mesh"
+    mesh = mesh_of(mesh_op)
     gelu = 0
     for op in func.walk():
         if isinstance(op, LaminaOp) and op.info.name == "gelu":
@@ -155,8 +158,10 @@ def run_lamina(path: str) -> dict:
             gelu = math.prod(block(mesh, spec_or_replicated(r.type), tensor_info(r.type).shape,
                                    0)[1])
     rng = np.random.default_rng(0)
-    ins = [rng.standard_normal(tuple(t.get_shape())).astype(np.float32)
-           for t in func.function_type.inputs.data]
+    ins = []
+    for t in func.function_type.inputs.data:
+        assert isinstance(t, TensorType)
+        ins.append(rng.standard_normal(tuple(t.get_shape())).astype(np.float32))
     stats = run_spmd(func, ins).stats
     return {"inserted": inserted, "collectives": stats["collectives"],
             "comm": stats["comm_bytes_per_device"], "gelu": gelu}

@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
+from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp
 from lamina.ir.source import verify
 from lamina.passes.annotate_lifetimes import annotate
@@ -32,6 +33,7 @@ def body_names(m) -> list[str]:
     out = []
     for op in func.body.block.ops:
         if isinstance(op, FreeOp):
+            assert op.value.name_hint is not None
             out.append("free " + op.value.name_hint)
         else:
             out.append(op.results[0].name_hint if op.results else op.name)
@@ -84,6 +86,7 @@ def test_frees_inside_fused_bodies_and_uses_in_region_count():
     fused = [op for op in m.walk() if op.name == "lamina.fused"]
     assert fused
     for op in fused:
+        assert isinstance(op, FusedOp)
         body = list(op.body.block.ops)
         freed = [o.value for o in body if isinstance(o, FreeOp)]
         yielded = set(op.yield_op.operands)
@@ -148,7 +151,9 @@ def test_random_programs_same_outputs(p):
         np.testing.assert_array_equal(a, b)
     # every value but the results is freed exactly once
     func = find_entry(m, None)
-    results = set(func.body.block.last_op.operands)
+    ret = func.body.block.last_op
+    assert ret is not None
+    results = set(ret.operands)
     values = [*func.body.block.args, *(r for op in func.body.block.ops for r in op.results)]
     freed = [op.value for op in func.body.block.ops if isinstance(op, FreeOp)]
     assert len(freed) == len(set(freed))

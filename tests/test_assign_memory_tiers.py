@@ -29,6 +29,7 @@ from lamina.passes.pipeline import build_pipeline, run_pipeline
 from memtools import checked_run, parse, target_with
 from strategies import scaled
 from strategies.programs import programs
+from xdsl.dialects.builtin import TensorType
 
 
 def step_need(func, target) -> tuple[int, int]:
@@ -130,8 +131,10 @@ def test_training_step_sample_fits_tiny(spec):
     ctx, m0 = parse(SAMPLE)
     rng = np.random.default_rng(0)
     func0 = find_entry(m0, None)
-    inputs = [np.abs(rng.standard_normal([d for d in a.type.get_shape()])).astype(np.float32)
-              for a in func0.body.block.args]
+    inputs = []
+    for a in func0.body.block.args:
+        assert isinstance(a.type, TensorType)
+        inputs.append(np.abs(rng.standard_normal([d for d in a.type.get_shape()])).astype(np.float32))
     ref = run_function(func0, inputs).outputs
     ctx, m = parse(SAMPLE)
     with pytest.raises(LaminaError, match="capacity overflow in tier 'hbm'"):

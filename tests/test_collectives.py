@@ -9,6 +9,7 @@ import pytest
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
+from lamina.ir.collectives import PlacementOp
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.source import parse_text, verify
 from xdsl.printer import Printer
@@ -194,6 +195,7 @@ def test_spmd_exchanges_follow_the_op() -> None:
 
     run = SpmdRun(mesh, RunStats())
     op = next(o for o in find_entry(module, None).body.block.ops if o.name == "lamina.all_to_all")
+    assert isinstance(op, PlacementOp)
     (out,) = run.run_collective(op, [shards])
     dst = Spec((("model",), ()))
     for dev in range(8):
@@ -222,7 +224,9 @@ def test_replicated_type_with_differing_shards_is_reported() -> None:
     from lamina.backends.numpy.spmd import SpmdRun, mesh_of, placed_mesh
 
     with pytest.raises(LaminaError) as e:
-        SpmdRun(mesh_of(placed_mesh(func)), RunStats()).run(func, [x])
+        mesh_op = placed_mesh(func)
+        assert mesh_op is not None
+        SpmdRun(mesh_of(mesh_op), RunStats()).run(func, [x])
     assert "holds different data" in e.value.message
     assert e.value.loc is not None and e.value.loc.line == 3
 
@@ -267,7 +271,9 @@ def test_hierarchical_needs_its_inner_group_and_stats_use_it() -> None:
     verify(m)
     func = next(op for op in m.walk() if isinstance(op, FuncOp))
     x = np.ones((8, 16), np.float32)
-    run = SpmdRun(mesh_of(placed_mesh(func)), RunStats())
+    mesh_op = placed_mesh(func)
+    assert mesh_op is not None
+    run = SpmdRun(mesh_of(mesh_op), RunStats())
     run.run(func, [x])
     (c,) = run.collectives
     assert c["algorithm"] == "hierarchical"

@@ -11,6 +11,7 @@ from lamina.ir.memory import FreeOp, MoveOp, tier_problem, with_tier
 from lamina.ir.placement import tier_of
 from lamina.ir.source import make_context, parse_text
 from memtools import parse
+from xdsl.dialects.func import FuncOp
 from xdsl.printer import Printer
 
 H = "tensor<4x8xf32, #lamina.place<tier = host>>"
@@ -63,6 +64,7 @@ func.func @f(%x: tensor<4x8xf32, #lamina.place<@m, [[data], []]>>) -> tensor<4x8
   func.return %x : tensor<4x8xf32, #lamina.place<@m, [[data], []]>>
 }""")
     func = [op for op in m.walk() if op.name == "func.func"][0]
+    assert isinstance(func, FuncOp)
     t = with_tier(func.body.block.args[0].type, "host")
     assert str(t) == "tensor<4x8xf32, #lamina.place<@m, [[data], []], tier = host>>"
     assert with_tier(t, None) == func.body.block.args[0].type
@@ -138,7 +140,7 @@ def test_unknown_tier_is_a_parse_error():
   func.return %a : {U}
 }}""", "t.mlir", make_context())
     assert "unknown memory tier 'disk'" in e.value.message
-    assert e.value.loc.line == 2
+    assert e.value.loc is not None and e.value.loc.line == 2
 
 
 def test_tier_problem_none_for_compute_tiers():

@@ -29,6 +29,7 @@ from strategies.programs import (
     random_program,
     random_program_text,
 )
+from xdsl.dialects.builtin import TensorType
 from xdsl.printer import Printer
 
 
@@ -44,8 +45,11 @@ def check_program(p: GeneratedProgram) -> None:
     func = find_entry(module, "main")
     n = sum(isinstance(op, LaminaOp) for op in func.body.block.ops)
     assert n == p.n_ops
-    assert [(tuple(t.get_shape()), str(t.element_type)) for t in func.function_type.inputs.data] \
-        == [(s, d) for s, d in p.arg_types]
+    arg_types = []
+    for t in func.function_type.inputs.data:
+        assert isinstance(t, TensorType)
+        arg_types.append((tuple(t.get_shape()), str(t.element_type)))
+    assert arg_types == [(s, d) for s, d in p.arg_types]
     # custom form round trip
     printed = _print(module)
     again = parse_text(printed)

@@ -9,12 +9,13 @@ from lamina.backends.interface import find_entry
 from lamina.ir.placement import spec_of
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from xdsl.dialects.builtin import ModuleOp
 
 MESH = "lamina.mesh @m [data = 2, model = 4]\n"
 XS = "tensor<8x16xf32, #lamina.place<@m, [[data], []]>>"
 
 
-def propagate(text: str, explain: bool = False) -> tuple[object, str]:
+def propagate(text: str, explain: bool = False) -> tuple[ModuleOp, str]:
     ctx = make_context()
     m = parse_text(text, "p.mlir", ctx)
     verify(m)
@@ -101,9 +102,11 @@ def test_fused_group_is_placed_through_its_body_and_split_at_a_needed_reduction(
     kinds = [op.name for op in top]
     assert kinds == ["lamina.transpose", "lamina.fused", "lamina.all_reduce", "lamina.fused",
                      "func.return"], kinds
-    assert [o.name for o in top[1].body.block.ops] == ["lamina.neg", "lamina.reduce_sum",
-                                                       "lamina.yield"]
-    assert [o.name for o in top[3].body.block.ops] == ["lamina.sub", "lamina.exp", "lamina.yield"]
+    first, second = top[1], top[3]
+    assert isinstance(first, FusedOp) and isinstance(second, FusedOp)
+    assert [o.name for o in first.body.block.ops] == ["lamina.neg", "lamina.reduce_sum",
+                                                      "lamina.yield"]
+    assert [o.name for o in second.body.block.ops] == ["lamina.sub", "lamina.exp", "lamina.yield"]
     assert isinstance(top[2], AllReduceOp)
     for op in f.walk():
         if isinstance(op, FusedOp):

@@ -124,8 +124,10 @@ def test_megatron_sample_stats_and_result() -> None:
     run_pipeline(ctx, module, build_pipeline("propagate-sharding,insert-collectives"))
     func = find_entry(module, None)
     rng = np.random.default_rng(0)
-    ins = [rng.standard_normal(tuple(t.get_shape())) .astype(np.float32)
-           for t in func.function_type.inputs.data]
+    ins = []
+    for t in func.function_type.inputs.data:
+        assert isinstance(t, TensorType)
+        ins.append(rng.standard_normal(tuple(t.get_shape())).astype(np.float32))
     got = run_spmd(func, ins)
     ref = run_function(find_entry(reference, None), ins)
     scale = float(np.abs(ref.outputs[0]).max())
@@ -194,7 +196,7 @@ def test_unplaced_operand_that_breaks_the_rule_is_rejected() -> None:
     assert e.value.message == ("operand %w of %y = lamina.matmul is not placed while the result "
                                "is (read as replicated it breaks the matmul rule); run -p "
                                "propagate-sharding first")
-    assert e.value.loc.line == 3
+    assert e.value.loc is not None and e.value.loc.line == 3
 
 
 # -- the SPMD runner drives ExecutionObserver hooks: MemoryChecker per device, per tier --

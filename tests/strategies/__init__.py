@@ -10,4 +10,6 @@ def scaled(factor: float, minimum: int = 5) -> int:
     """
     from hypothesis import settings
 
-    return max(minimum, int(settings.default.max_examples * factor))
+    current = settings.default
+    assert current is not None, "no Hypothesis profile loaded (tests/conftest.py loads one)"
+    return max(minimum, int(current.max_examples * factor))

@@ -470,6 +470,8 @@ class _Gen:
             case "pow":
                 c = [a.lo ** b.lo, a.lo ** b.hi, a.hi ** b.lo, a.hi ** b.hi]
                 lo, hi = min(c), max(c)
+            case _:
+                raise AssertionError(f"binary op {op!r} not in {self.BINARY}")
         self.emit(op, [a, b], shape, a.dtype, lo, hi, exact)
 
     def cast_round_trip(self) -> None:
@@ -727,9 +729,9 @@ class _Gen:
         assert tf is not None
         out = _bcast(cond.shape, tf)
         if out is None:
-            t = f = self.operand_of_shape(cond.shape, t.dtype) if self.left() >= 2 else None
-            if t is None:
+            if self.left() < 2:
                 raise _Reject
+            t = f = self.operand_of_shape(cond.shape, t.dtype)
             out = cond.shape
         self.need(1)
         self.emit("select", [cond, t, f], out, t.dtype, min(t.lo, f.lo), max(t.hi, f.hi),
