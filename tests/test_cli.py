@@ -224,6 +224,20 @@ def test_opt_bad_pass_option(tmp_path: Path) -> None:
     assert_error(opt("-p", "cse{foo=1}", "ok.mlir", cwd=tmp_path), "(options: none)")
 
 
+@pytest.mark.parametrize("spec, message", [
+    ("fuse-elementwise{max-group-size=0}", "max-group-size must be at least 1, got 0"),
+    ("insert-collectives{bucket-bytes=-5}", "bucket-bytes must be at least 0, got -5"),
+    ("assign-memory-tiers{hbm-capacity=-1}", "hbm-capacity must be at least 0, got -1"),
+    ("assign-memory-tiers{solver=magic}", "solver must be greedy or ilp, got 'magic'"),
+])
+def test_opt_option_values_are_checked_before_any_pass_runs(tmp_path: Path, spec: str,
+                                                            message: str) -> None:
+    write(tmp_path, "ok.mlir", GOOD)
+    name = spec.split("{")[0]
+    assert_error(opt("-p", f"cse,{spec}", "ok.mlir", cwd=tmp_path),
+                 f"error: bad option for pass '{name}': {message}")
+
+
 @pytest.mark.parametrize("spec", ["cse{", "cse{a=1", "cse,,dce", "{"])
 def test_opt_malformed_pipeline(tmp_path: Path, spec: str) -> None:
     write(tmp_path, "ok.mlir", GOOD)

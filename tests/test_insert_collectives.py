@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
+from lamina.ir.lamina import tensor_info
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import scaled
@@ -138,7 +139,7 @@ def test_sharded_samples_match_single_device_on_small_shapes() -> None:
         run_pipeline(ctx, m, build_pipeline("propagate-sharding,insert-collectives"))
         f = find_entry(m, None)
         rng = np.random.default_rng(1)
-        ins = [rng.standard_normal(tuple(t.get_shape())).astype(np.float32)
+        ins = [rng.standard_normal(tensor_info(t).shape).astype(np.float32)
                for t in f.function_type.inputs.data]
         got = run_spmd(f, ins)
         want = run_function(find_entry(ref, None), ins)
@@ -152,6 +153,7 @@ def test_gspmd_benchmark_reads_collectives_and_ring_bytes_from_hlo() -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_gspmd", "benchmarks/bench_gspmd.py")
+    assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     hlo = (

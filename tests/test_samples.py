@@ -9,6 +9,7 @@ interpreter with `random_inputs(func, 0)`, producing finite float outputs of the
 from __future__ import annotations
 
 import glob
+import json
 import os
 from io import StringIO
 
@@ -17,6 +18,7 @@ import pytest
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import functions
 from lamina.backends.numpy.runner import run_function
+from lamina.backends.run import main as run_main
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.lamina import tensor_info
 from lamina.ir.source import load, parse_text, verify
@@ -85,3 +87,33 @@ def test_sample_runs_with_finite_outputs(path: str) -> None:
     assert ran or all(
         sum(int(np.prod(tensor_info(t).shape, dtype=np.int64))
             for t in f.function_type.inputs.data) >= MAX_ELEMENTS for f in funcs)
+
+
+def _entries() -> list[tuple[str, str]]:
+    out = []
+    for path in SAMPLES:
+        for func in functions(load(path)):
+            size = sum(int(np.prod(tensor_info(t).shape, dtype=np.int64))
+                       for t in func.function_type.inputs.data)
+            if size < MAX_ELEMENTS:
+                out.append((path, func.sym_name.data))
+    return out
+
+
+ENTRIES = _entries()
+
+
+@pytest.mark.parametrize("path, entry", ENTRIES,
+                         ids=[f"{os.path.basename(p)}@{e}" for p, e in ENTRIES])
+def test_sample_fuses_and_checks(path: str, entry: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`lamina-run SAMPLE --entry F -p fuse-elementwise --check` exits 0 on every sample function
+    (placed samples that need propagation get `propagate-sharding,insert-collectives` first), and
+    fusion never adds kernels."""
+    with open(path, encoding="utf-8") as f:
+        placed = "lamina.mesh" in f.read()
+    pipeline = ("propagate-sharding,insert-collectives," if placed else "") + "fuse-elementwise"
+    rc = run_main([path, "--entry", entry, "-p", pipeline, "--check", "--stats-json", "-"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    stats = json.loads(out[out.index("{"):])
+    assert stats["kernels"] <= stats["reference"]["kernels"], stats
