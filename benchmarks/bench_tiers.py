@@ -19,38 +19,27 @@ the gap columns and counted under "no ILP solution".
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 
 import numpy as np
 from lamina.ir.diagnostics import LaminaError
-from lamina.passes.assign_memory_tiers import Problem, Value, check_plan, solve_greedy, solve_ilp
+from lamina.passes.assign_memory_tiers import Problem, check_plan, solve_greedy, solve_ilp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from strategies.tiers import need_and_live, random_values  # noqa: E402
 
 
 def instance(n: int, seed: int) -> Problem:
     rng = np.random.default_rng(seed)
-    steps = n
-    values = []
-    for i in range(n):
-        d = i - 1 if i else -1
-        k = int(rng.integers(1, 4))
-        span = int(rng.integers(2, max(3, n // 3)))
-        needs = sorted({int(x) for x in rng.integers(d + 1, min(steps, d + 1 + span), size=k)})
-        needs = [x for x in needs if x > d] or [min(d + 1, steps - 1)]
-        values.append(Value(f"v{i}", int(rng.integers(1, 9)) * 4096, d, needs, needs[-1]))
-    need = [0] * (steps + 1)
-    for v in values:
-        for k in {*v.needs, *([v.define] if v.define >= 0 else [])}:
-            need[k] += v.size
-    live = [0] * (steps + 1)
-    for v in values:
-        for k in range(max(v.define, 0), v.end + 1):
-            live[k] += v.size
+    values = random_values(rng, n, max_span=n // 3)
+    need, live = need_and_live(values, n)
     lo, hi = max(need), max(live)
     cap = lo + float(rng.uniform(0.15, 0.5)) * (hi - lo)
-    compute = [float(x) for x in rng.uniform(0.2e-6, 3e-6, size=steps)]
-    return Problem(steps, compute, values, {"hbm": cap, "host": 16 * 2**20, "nvme": 2**30},
+    compute = [float(x) for x in rng.uniform(0.2e-6, 3e-6, size=n)]
+    return Problem(n, compute, values, {"hbm": cap, "host": 16 * 2**20, "nvme": 2**30},
                    {"host": 20e9, "nvme": 2e9})
 
 

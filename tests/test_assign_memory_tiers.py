@@ -16,7 +16,6 @@ from lamina.passes.annotate_lifetimes import annotate
 from lamina.passes.assign_memory_tiers import (
     Plan,
     Problem,
-    Value,
     assign_function,
     build_model,
     check_plan,
@@ -29,6 +28,7 @@ from lamina.passes.pipeline import build_pipeline, run_pipeline
 from memtools import checked_run, parse, target_with
 from strategies import scaled
 from strategies.programs import programs
+from strategies.tiers import need_and_live, random_values
 from xdsl.dialects.builtin import TensorType
 
 
@@ -83,21 +83,12 @@ def test_infeasible_capacity_gives_diagnostic(p, frac):
 
 
 def random_problem(rng: np.random.Generator, n: int, pressure: float) -> Problem:
-    steps = n
-    values = []
-    for i in range(n):
-        d = i - 1 if i else -1
-        k = int(rng.integers(1, 4))
-        needs = sorted({int(x) for x in rng.integers(max(d + 1, 0), steps, size=k)})
-        needs = [x for x in needs if x > d] or [min(d + 1, steps - 1)]
-        values.append(Value(f"v{i}", int(rng.integers(1, 9)) * 4096, d, needs, needs[-1]))
-    need = [0] * (steps + 1)
-    for v in values:
-        for k in {*v.needs, *([v.define] if v.define >= 0 else [])}:
-            need[k] += v.size
+    """Dense instances (reads anywhere later); HBM between the largest step need and the total."""
+    values = random_values(rng, n)
+    need, _ = need_and_live(values, n)
     cap = max(need) + pressure * (sum(v.size for v in values) - max(need)) * 0.3
-    compute = [float(x) for x in rng.uniform(0.2e-6, 3e-6, size=steps)]
-    return Problem(steps, compute, values, {"hbm": cap, "host": 1e12, "nvme": 1e13},
+    compute = [float(x) for x in rng.uniform(0.2e-6, 3e-6, size=n)]
+    return Problem(n, compute, values, {"hbm": cap, "host": 1e12, "nvme": 1e13},
                    {"host": 20e9, "nvme": 2e9})
 
 
