@@ -89,14 +89,23 @@ class _Scratch:
 
     def __init__(self) -> None:
         self._raw: dict[int, np.ndarray] = {}
+        self._views: dict[tuple[int, tuple[int, ...], Any], np.ndarray] = {}
 
-    def get(self, slot: int, n: int, dtype: Any) -> np.ndarray:
+    def get(self, slot: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """Slot `slot` viewed as an array of `shape` and `dtype` (the same view object for the
+        same request: every full tile asks for the same one, and the tile loop is hot)."""
+        key = (slot, shape, dtype)
+        view = self._views.get(key)
+        if view is not None:
+            return view
         dt = np.dtype(dtype)
-        need = n * dt.itemsize
+        need = math.prod(shape) * dt.itemsize
         raw = self._raw.get(slot)
         if raw is None or raw.size < need:
             raw = self._raw[slot] = np.empty(max(need, 64), dtype=np.uint8)
-        return raw[:need].view(dt)
+            self._views = {k: v for k, v in self._views.items() if k[0] != slot}
+        view = self._views[key] = raw[:need].view(dt).reshape(shape)
+        return view
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -490,8 +499,8 @@ def _dropout_fast(call: Call, dtype: np.dtype, scratch: _Scratch) -> Callable[..
         n = out.size
         start = r0 * (n // max(tr, 1))
         hi = start >> 32
-        w = scratch.get(0, n, np.uint32)
-        tmp = scratch.get(1, n, np.uint32)
+        w = scratch.get(0, (n,), np.uint32)
+        tmp = scratch.get(1, (n,), np.uint32)
         p2 = 1 << max(n - 1, 0).bit_length()
         if p2 <= _PRE_MAX and start % p2 == 0:
             k = key(hi)
@@ -521,7 +530,7 @@ def _dropout_fast(call: Call, dtype: np.dtype, scratch: _Scratch) -> Callable[..
             np.multiply(w, _M2, out=w)
             np.right_shift(w, _S16, out=tmp)
             np.bitwise_xor(w, tmp, out=w)
-        mask = tmp if ut is np.uint32 else scratch.get(2, n, ut)
+        mask = tmp if ut is np.uint32 else scratch.get(2, (n,), ut)
         np.greater_equal(w, thr, out=mask, casting="unsafe")      # 1 = keep, 0 = drop
         flat = out.reshape(-1).view(ut)
         np.multiply(flat, mask, out=flat)
@@ -535,8 +544,8 @@ def _gelu_tanh_fast(dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
     half, one = c(0.5), c(1.0)
 
     def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
-        x = np.broadcast_to(xs[0], out.shape)
-        t = scratch.get(0, out.size, dtype).reshape(out.shape)
+        x = xs[0] if xs[0].shape == out.shape else np.broadcast_to(xs[0], out.shape)
+        t = scratch.get(0, out.shape, dtype)
         # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x))), left to right
         np.multiply(k1, x, out=t)
         np.multiply(t, x, out=t)
@@ -553,20 +562,21 @@ def _gelu_tanh_fast(dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
 
 def _layernorm_fast(call: Call, dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
     eps = dtype.type(call.attrs["eps"])
-    stats: dict[str, np.ndarray] = {}
+    # per tile shape: reduced axes, element count, and the row statistics' buffers
+    plans: dict[tuple[int, ...], tuple[tuple[int, ...], int, np.ndarray, np.ndarray]] = {}
 
     def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
-        x, scale, bias = (list(xs) + [None, None])[:3]
-        axes = tuple(range(1, out.ndim))
-        n = _prod(out.shape[1:])
-        stat_shape = (out.shape[0],) + (1,) * (out.ndim - 1)
-        m = stats.get("m")
-        if m is None or m.shape[0] < out.shape[0]:
-            m = stats["m"] = np.empty(stat_shape, dtype=dtype)
-            stats["v"] = np.empty(stat_shape, dtype=dtype)
-        m = m[: out.shape[0]]
-        v = stats["v"][: out.shape[0]]
-        c = scratch.get(0, out.size, dtype).reshape(out.shape)
+        x = xs[0]
+        scale = xs[1] if len(xs) > 1 else None
+        bias = xs[2] if len(xs) > 2 else None
+        plan = plans.get(out.shape)
+        if plan is None:
+            stat_shape = (out.shape[0],) + (1,) * (out.ndim - 1)
+            plan = plans[out.shape] = (tuple(range(1, out.ndim)), _prod(out.shape[1:]),
+                                       np.empty(stat_shape, dtype=dtype),
+                                       np.empty(stat_shape, dtype=dtype))
+        axes, n, m, v = plan
+        c = scratch.get(0, out.shape, dtype)
         # mean = x.mean(axes, keepdims); c = x - mean; var = (c*c).mean; y = c / sqrt(var + eps)
         np.add.reduce(x, axis=axes, keepdims=True, out=m)
         np.true_divide(m, n, out=m)
