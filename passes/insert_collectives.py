@@ -44,6 +44,7 @@ from lamina.ir.collectives import build as build_placement
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE
 from lamina.ir.lamina import tensor_info
+from lamina.ir.memory import FreeOp
 from lamina.ir.placement import find_mesh, spec_of
 from lamina.ir.sharding import Spec
 from lamina.ir.target import Target, load_target
@@ -230,14 +231,21 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
     open_: dict[tuple, list[AllReduceOp]] = {}
     open_bytes: dict[tuple, float] = {}
     member_of: dict[SSAValue, tuple] = {}
+    input_of: dict[SSAValue, AllReduceOp] = {}
+    deferred: dict[tuple, list[tuple[FreeOp, AllReduceOp]]] = {}
 
     def flush(key: tuple, before: Operation) -> None:
         open_bytes.pop(key, None)
         members = open_.pop(key, [])
+        frees = deferred.pop(key, [])
         for m in members:
             for r in m.outputs:
                 member_of.pop(r, None)
+            for x in m.inputs:
+                input_of.pop(x, None)
         if len(members) < 2:
+            for f, m in frees:          # nothing merged: each free goes back after its member
+                block.insert_op_after(f, m)
             return
         ins = [x for m in members for x in m.inputs]
         outs = [r.type for m in members for r in m.outputs]
@@ -255,6 +263,8 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
             cx.log.add(members[0], f"bucket of {len(members)} all_reduces over "
                        f"[{', '.join(axes)}]: {est.describe()}; each was latency-bound, one "
                        f"launch saves {saved * 1e6:.1f} us")
+        for f, _ in reversed(frees):    # a member's input is freed after the merged op reads it
+            block.insert_op_after(f, op)
         results = [r for m in members for r in m.outputs]
         for old, new in zip(results, op.outputs, strict=True):
             old.replace_all_uses_with(new)
@@ -263,6 +273,13 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
             m.erase()
 
     for op in list(block.ops):
+        if isinstance(op, FreeOp) and op.operands[0] in input_of:
+            # annotate-lifetimes freed a member's input right after the member; the merged
+            # all_reduce reads it later, so the free waits for the bucket
+            m = input_of[op.operands[0]]
+            op.detach()
+            deferred.setdefault(member_of[m.outputs[0]], []).append((op, m))
+            continue
         deps = {member_of[v] for v in op.operands if v in member_of}
         for key in deps:
             flush(key, op)
@@ -281,6 +298,7 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
                 open_.setdefault(key, []).append(op)
                 open_bytes[key] = open_bytes.get(key, 0.0) + payload
                 member_of[op.outputs[0]] = key
+                input_of[x] = op
         if op is block.last_op:
             for key in list(open_):
                 flush(key, op)
@@ -316,14 +334,28 @@ class InsertCollectives(LaminaPass):
                 src = x
                 folded = None
                 owner = x.owner
+                frees = [u.operation for u in x.uses if isinstance(u.operation, FreeOp)]
                 if isinstance(owner, AllReduceOp) and len(owner.inputs) == 1 and \
-                        x.has_one_use():
+                        sum(1 for _ in x.uses) - len(frees) == 1:
                     folded, src = owner, owner.inputs[0]   # fold all_reduce + slice
                 S, D = spec_of(src.type), spec_of(op.outputs[0].type)
                 assert S is not None and D is not None
                 new = lower(cx, src, S, D, mesh_name, op)
                 if log is not None and folded is not None:
                     log.add(op, "folded the all_reduce feeding this reshard into the lowering")
+                if folded is not None:
+                    # lifetimes (annotate-lifetimes): the all_reduce's result is gone, and its
+                    # operand is now read here, so a free of it placed earlier moves here
+                    for f in frees:
+                        f.detach()
+                        f.erase()
+                    blk = op.parent_block()
+                    assert blk is not None
+                    for u in list(src.uses):
+                        f = u.operation
+                        if isinstance(f, FreeOp) and f.parent_block() is blk:
+                            f.detach()
+                            blk.insert_op_before(f, op)
                 op.outputs[0].replace_all_uses_with(new)
                 op.detach()
                 op.erase()

@@ -54,6 +54,7 @@ from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE
 from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import LaminaOp, tensor_info
+from lamina.ir.memory import FreeOp, MoveOp
 from lamina.ir.optable import Linearity, Sharding
 from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
 from lamina.ir.sharding import ShardingError, Spec, infer
@@ -447,6 +448,16 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
                     _set_operand(op, k, st.reshard(v, want, op, f"{op.name} is written for it"))
             for r in op.outputs:
                 st.spec[r] = spec_of(r.type)  # type: ignore[assignment]
+            continue
+        if isinstance(op, FreeOp):
+            continue  # ends a lifetime (annotate-lifetimes): no result to place
+        if isinstance(op, MoveOp):
+            # a tier change keeps the placement: the result takes its operand's splits
+            (v,) = op.operands
+            if v in st.free:
+                st.free.discard(v)
+                st.set_type(v, st.from_hint(v))
+            st.set_type(op.results[0], st.spec[v])
             continue
         if not isinstance(op, LaminaOp):
             raise error_at(op, f"propagate-sharding cannot place the results of '{op.name}'")

@@ -12,6 +12,7 @@ from lamina.ir.lamina import tensor_info
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import scaled
+from xdsl.dialects.func import FuncOp
 
 MESH = "lamina.mesh @m [data = 2, model = 4]\n"
 
@@ -170,3 +171,51 @@ def test_gspmd_benchmark_reads_collectives_and_ring_bytes_from_hlo() -> None:
     assert cs[0]["sent"] == 6 << 20 and cs[1]["sent"] == 48 << 20
     assert cs[2]["sent"] == 7 / 8 * 64 * 8 * 4
     assert bench.hlo_gelu_elements(hlo) == 1 << 20
+
+
+# ---- with lifetimes already annotated (annotate-lifetimes before the sharding passes) ----------
+
+def _lowered_with_frees(text: str, spec: str) -> tuple[list[str], FuncOp]:
+    ctx = make_context()
+    m = parse_text(text, "p.mlir", ctx)
+    verify(m)
+    run_pipeline(ctx, m, build_pipeline(spec))   # verifies after each pass (use after free too)
+    f = find_entry(m, None)
+    return [op.name for op in f.body.block.ops], f
+
+
+def test_fold_moves_the_operand_free_after_the_reduce_scatter() -> None:
+    p = T("[[], []]", "partial = sum[model]")
+    text = (MESH + f"func.func @f(%x: {p}) -> {T('[[model], []]')} {{\n"
+            f'  %a = lamina.all_reduce %x {{axes = ["model"]}} : {p} -> {T("[[], []]")}\n'
+            f"  %r = lamina.reshard %a : {T('[[], []]')} -> {T('[[model], []]')}\n"
+            f"  func.return %r : {T('[[model], []]')}\n}}\n")
+    names, f = _lowered_with_frees(text, "annotate-lifetimes,insert-collectives")
+    assert names == ["lamina.reduce_scatter", "lamina.free", "func.return"]
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_allclose(run_spmd(f, [x]).outputs[0], x, rtol=1e-6)
+
+
+def test_bucket_defers_the_frees_of_its_members_inputs() -> None:
+    text = open("samples/mlp_dp_training_step.mlir").read()
+    names, f = _lowered_with_frees(text, "annotate-lifetimes,insert-collectives")
+    k = names.index("lamina.all_reduce")
+    assert names.count("lamina.all_reduce") == 1
+    assert names[k + 1: k + 5] == ["lamina.free"] * 4      # %dw1p .. %db2p, after the bucket
+
+
+def test_annotate_lifetimes_may_run_before_propagate_sharding() -> None:
+    for path in ("samples/mlp_megatron.mlir", "samples/mlp_dp_training_step.mlir"):
+        text = open(path).read().replace("2048x", "64x").replace("x4096", "x128") \
+            .replace("4096x", "128x").replace("<4096", "<128").replace("x1024", "x32") \
+            .replace("1024x", "32x").replace("<1024", "<32")
+        ctx = make_context()
+        ref = parse_text(text, path, ctx)
+        _, f = _lowered_with_frees(text, "annotate-lifetimes,propagate-sharding,insert-collectives")
+        rng = np.random.default_rng(2)
+        ins = [rng.standard_normal(tensor_info(t).shape).astype(np.float32)
+               for t in f.function_type.inputs.data]
+        got = run_spmd(f, ins)
+        want = run_function(find_entry(ref, None), ins)
+        for g, w in zip(got.outputs, want.outputs, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
