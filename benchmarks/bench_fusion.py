@@ -97,9 +97,9 @@ func.func @main(%x: {X}, %w1: {W1}, %b1: {B1}, %w2: {W2}, %b2: {B2}) -> {Y} {{
 # ---- jax versions of the same math -------------------------------------------------------------
 
 def jax_fns():
-    try:
-        import jax
-        import jax.numpy as jnp
+    try:  # the optional [bench] extra: without it the jax column says n/a
+        import jax  # pyright: ignore[reportMissingImports]
+        import jax.numpy as jnp  # pyright: ignore[reportMissingImports]
     except ImportError:
         return None
     jax.config.update("jax_platforms", "cpu")

@@ -120,7 +120,7 @@ def hlo_gelu_elements(hlo: str) -> int | None:
 
 def run_jax() -> dict[str, str] | str:
     try:
-        import jax  # noqa: F401
+        import jax  # noqa: F401  # pyright: ignore[reportMissingImports] (optional [bench] extra)
     except ImportError:
         return "jax is not installed (pip install 'lamina[bench]'): GSPMD column skipped"
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
