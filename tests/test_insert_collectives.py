@@ -127,27 +127,38 @@ def test_all_reduce_followed_by_slice_folds_into_reduce_scatter() -> None:
     np.testing.assert_allclose(got, x, rtol=1e-6)
 
 
+def small_sample(path: str) -> str:
+    """A sample's text with its large dims (1024, 2048, 4096) shrunk to 32, 64, 128."""
+    return open(path).read().replace("2048x", "64x").replace("x4096", "x128") \
+        .replace("4096x", "128x").replace("<4096", "<128").replace("x1024", "x32") \
+        .replace("1024x", "32x").replace("<1024", "<32")
+
+
+def spmd_matches_reference(path: str, text: str, spec: str, seed: int) -> dict:
+    """Run `spec` on `text`, then the SPMD run against the single-device run of the original."""
+    ctx = make_context()
+    m = parse_text(text, path, ctx)
+    verify(m)
+    ref = m.clone()
+    run_pipeline(ctx, m, build_pipeline(spec))   # verifies after each pass
+    f = find_entry(m, None)
+    rng = np.random.default_rng(seed)
+    ins = [rng.standard_normal(tensor_info(t).shape).astype(np.float32)
+           for t in f.function_type.inputs.data]
+    got = run_spmd(f, ins)
+    want = run_function(find_entry(ref, None), ins)
+    for g, w in zip(got.outputs, want.outputs, strict=True):
+        scale = float(np.abs(w).max())
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale, err_msg=path)
+    return got.stats
+
+
 def test_sharded_samples_match_single_device_on_small_shapes() -> None:
     for path in ("samples/mlp_contracting.mlir", "samples/attention_heads.mlir",
                  "samples/mlp_dp_training_step.mlir"):
-        text = open(path).read().replace("2048x", "64x").replace("x4096", "x128") \
-            .replace("4096x", "128x").replace("<4096", "<128").replace("x1024", "x32") \
-            .replace("1024x", "32x").replace("<1024", "<32")
-        ctx = make_context()
-        m = parse_text(text, path, ctx)
-        verify(m)
-        ref = m.clone()
-        run_pipeline(ctx, m, build_pipeline("propagate-sharding,insert-collectives"))
-        f = find_entry(m, None)
-        rng = np.random.default_rng(1)
-        ins = [rng.standard_normal(tensor_info(t).shape).astype(np.float32)
-               for t in f.function_type.inputs.data]
-        got = run_spmd(f, ins)
-        want = run_function(find_entry(ref, None), ins)
-        for g, w in zip(got.outputs, want.outputs, strict=True):
-            scale = float(np.abs(w).max())
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale, err_msg=path)
-        assert got.stats["comm_bytes_per_device"] > 0
+        stats = spmd_matches_reference(path, small_sample(path),
+                                       "propagate-sharding,insert-collectives", 1)
+        assert stats["comm_bytes_per_device"] > 0
 
 
 def test_gspmd_benchmark_reads_collectives_and_ring_bytes_from_hlo() -> None:
@@ -206,16 +217,5 @@ def test_bucket_defers_the_frees_of_its_members_inputs() -> None:
 
 def test_annotate_lifetimes_may_run_before_propagate_sharding() -> None:
     for path in ("samples/mlp_megatron.mlir", "samples/mlp_dp_training_step.mlir"):
-        text = open(path).read().replace("2048x", "64x").replace("x4096", "x128") \
-            .replace("4096x", "128x").replace("<4096", "<128").replace("x1024", "x32") \
-            .replace("1024x", "32x").replace("<1024", "<32")
-        ctx = make_context()
-        ref = parse_text(text, path, ctx)
-        _, f = _lowered_with_frees(text, "annotate-lifetimes,propagate-sharding,insert-collectives")
-        rng = np.random.default_rng(2)
-        ins = [rng.standard_normal(tensor_info(t).shape).astype(np.float32)
-               for t in f.function_type.inputs.data]
-        got = run_spmd(f, ins)
-        want = run_function(find_entry(ref, None), ins)
-        for g, w in zip(got.outputs, want.outputs, strict=True):
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * float(np.abs(w).max()))
+        spmd_matches_reference(path, small_sample(path),
+                               "annotate-lifetimes,propagate-sharding,insert-collectives", 2)
