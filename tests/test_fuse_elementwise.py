@@ -253,7 +253,7 @@ def _body_ok(f: FusedOp) -> bool:
                for o in f.body.block.ops if o is not f.yield_op)
 
 
-def _property(prog, spec: str) -> None:
+def _property(prog, spec: str, threads: bool = False) -> None:
     ctx, ref = parse(prog.text)
     _, m = parse(prog.text)
     run_pipeline(ctx, m, build_pipeline(spec))
@@ -273,6 +273,16 @@ def _property(prog, spec: str) -> None:
         d = compare(f"out{i}", tensor_dtype(t), x, y)
         assert d.ok, d.line() + "\n" + prog.text + "\n" + text
     assert b.stats["kernels"] <= a.stats["kernels"]
+    if threads:
+        # the same fused program with its tiles on 2 threads: the same bits
+        old = fused_exec.THREADS, fused_exec.PARALLEL_MIN_ELEMENTS
+        fused_exec.THREADS, fused_exec.PARALLEL_MIN_ELEMENTS = 2, 1
+        try:
+            c = run(m, prog.inputs)
+        finally:
+            fused_exec.THREADS, fused_exec.PARALLEL_MIN_ELEMENTS = old
+        for x, y in zip(c.outputs, b.outputs, strict=True):
+            assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"), text
 
 
 @settings(max_examples=scaled(15))
@@ -281,7 +291,7 @@ def test_property_random_programs(prog):
     old = fused_exec.TILE_BYTES
     fused_exec.TILE_BYTES = 64   # one or two rows per tile: slicing and tile loops are exercised
     try:
-        _property(prog, "fuse-elementwise")
+        _property(prog, "fuse-elementwise", threads=True)
     finally:
         fused_exec.TILE_BYTES = old
 
