@@ -12,10 +12,15 @@ the tile (reductions see their axes renumbered to the tile). Ops that do not var
 inputs are sliced per tile (a [rows, 1] value takes its rows; a [T] value is used whole).
 
 Position-dependent ops (dropout) receive the tile's place in the global tensor (`Call.block`), so
-masks are the global ones bit for bit; dropout's fast path draws bits with `rng.bits_for_range` for
-the tile's contiguous global index range. The optional in-place fast paths below are keyed on the
+masks are the global ones bit for bit; dropout's fast path computes the same `rng` bits for the
+tile's contiguous global index range. The optional in-place fast paths below are keyed on the
 op table's own kernel/formula objects and mirror their arithmetic order exactly; any op without one
-runs its table kernel, so correctness never depends on them.
+runs its table kernel, so correctness never depends on them. Fast paths share a worker's scratch
+buffers (`_Scratch`), so a tile's working set is its tile buffers plus two scratch tiles.
+
+Tiles run on one thread per core (`thread_count`), each thread with its own tile buffers and
+scratch, on a long-lived pool; a tile is computed the same way on any thread, so results never
+depend on the thread count (the property test checks 1 against 2 threads bit for bit).
 
 Statistics: one fused op is one kernel; its bytes are its inputs' plus its results' bytes.
 """
