@@ -234,6 +234,37 @@ def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
         assert np.array_equal(a, b)
 
 
+def _run_in_child(m, inputs, conn) -> None:   # a forked child: run the fused program, send back
+    conn.send(run(m, inputs).outputs[0])
+    conn.close()
+
+
+def test_threaded_tiles_work_in_a_forked_child(monkeypatch):
+    """A fork inherits the tile pool object but not its threads; the child must not wait on it."""
+    import multiprocessing
+
+    monkeypatch.setattr(fused_exec, "TILE_BYTES", 8 * 1024)
+    monkeypatch.setattr(fused_exec, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(fused_exec, "THREADS", 2)
+    text = SEED.replace("16x64", "300x256").replace("64xf32", "256xf32")
+    m = fuse(text)
+    inputs = random_inputs(find_entry(m, None), 5)
+    here = run(m, inputs).outputs[0]             # the parent's pool now exists
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_run_in_child, args=(m, inputs, child))
+    proc.start()
+    try:
+        assert parent.poll(60), "the forked child hung on the parent's tile pool"
+        got = parent.recv()
+        proc.join(10)
+        assert proc.exitcode == 0
+        assert np.array_equal(got, here)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+
+
 def test_thread_count_from_environment(monkeypatch):
     monkeypatch.setattr(fused_exec, "THREADS", None)
     monkeypatch.setenv("LAMINA_FUSED_THREADS", "3")

@@ -115,15 +115,20 @@ class _Scratch:
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_SIZE = 0
+_POOL_PID = 0
 
 
 def _pool(n: int) -> ThreadPoolExecutor:
-    """One long-lived pool for every fused kernel (starting threads per kernel costs ~0.1 ms)."""
-    global _POOL, _POOL_SIZE
-    if _POOL is None or _POOL_SIZE < n:
-        if _POOL is not None:
+    """One long-lived pool for every fused kernel (starting threads per kernel costs ~0.1 ms).
+
+    A forked child (multiprocessing's default start method on Linux) inherits the pool object but
+    not its threads, and would wait forever on it: a new process gets a new pool."""
+    global _POOL, _POOL_SIZE, _POOL_PID
+    if _POOL is None or _POOL_SIZE < n or _POOL_PID != os.getpid():
+        if _POOL is not None and _POOL_PID == os.getpid():
             _POOL.shutdown(wait=True)
         _POOL, _POOL_SIZE = ThreadPoolExecutor(n, thread_name_prefix="lamina-tile"), n
+        _POOL_PID = os.getpid()
     return _POOL
 
 
