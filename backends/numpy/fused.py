@@ -27,6 +27,7 @@ Statistics: one fused op is one kernel; its bytes are its inputs' plus its resul
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Callable
@@ -340,7 +341,12 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
             if rows * max(1, _prod(tail)) < PARALLEL_MIN_ELEMENTS:
                 nthreads = 1
 
-            def worker(first: int, step: int) -> None:
+            # tiles are handed out one at a time from a shared counter (next() on it is atomic
+            # under the GIL): a thread slowed by the OS or a noisy neighbour simply takes fewer
+            # tiles, where a fixed split would leave the other core idle at the end
+            tiles = itertools.count()
+
+            def worker() -> None:
                 # own buffers and own fast-path scratch per worker; tiles write disjoint rows
                 bufs = [np.empty(shape, dtype=dt) for shape, dt in buf_specs]
                 scratch = _Scratch()
@@ -350,7 +356,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
                         for i, st in enumerate(tiled_steps)]
                 vals: list[np.ndarray | None] = [None] * len(slot_of)
                 with np.errstate(all="ignore"):
-                    for t_ in range(first, n_tiles, step):
+                    while (t_ := next(tiles)) < n_tiles:
                         r0 = t_ * tile_rows
                         r1 = min(rows, r0 + tile_rows)
                         tr = r1 - r0
@@ -379,12 +385,12 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
                             vals[slot] = out
 
             if nthreads == 1:
-                worker(0, 1)
+                worker()
             else:
                 # NumPy releases the GIL inside ufunc loops: tiles run on all cores, like
                 # XLA:CPU's thread pool (the benchmark reports 1 thread and all threads)
                 ex = _pool(nthreads)
-                for f in [ex.submit(worker, k, nthreads) for k in range(nthreads)]:
+                for f in [ex.submit(worker) for _ in range(nthreads)]:
                     f.result()
 
     # results
