@@ -161,6 +161,28 @@ def _mul_iv(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, floa
     return min(c), max(c)
 
 
+def _binary_bounds(op: str, a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """Interval bounds of `a op b` for the generator's binary ops (b > 0 for div, a > 0 for pow)."""
+    match op:
+        case "add":
+            return a[0] + b[0], a[1] + b[1]
+        case "sub":
+            return a[0] - b[1], a[1] - b[0]
+        case "mul":
+            return _mul_iv(a, b)
+        case "max":
+            return max(a[0], b[0]), max(a[1], b[1])
+        case "min":
+            return min(a[0], b[0]), min(a[1], b[1])
+        case "div":
+            return _mul_iv(a, (1 / b[1], 1 / b[0]))
+        case "pow":
+            c = [a[0] ** b[0], a[0] ** b[1], a[1] ** b[0], a[1] ** b[1]]
+            return min(c), max(c)
+        case _:
+            raise AssertionError(f"no bounds rule for binary op {op!r}")
+
+
 def _sigmoid(x: float) -> float:
     if x >= 0:
         return 1.0 / (1.0 + math.exp(-x))
@@ -453,25 +475,8 @@ class _Gen:
         self.need(1)
         shape = _bcast(a.shape, b.shape)
         assert shape is not None
-        exact = False
-        match op:
-            case "add":
-                lo, hi = a.lo + b.lo, a.hi + b.hi
-            case "sub":
-                lo, hi = a.lo - b.hi, a.hi - b.lo
-            case "mul":
-                lo, hi = _mul_iv((a.lo, a.hi), (b.lo, b.hi))
-            case "max":
-                lo, hi, exact = max(a.lo, b.lo), max(a.hi, b.hi), a.exact and b.exact
-            case "min":
-                lo, hi, exact = min(a.lo, b.lo), min(a.hi, b.hi), a.exact and b.exact
-            case "div":
-                lo, hi = _mul_iv((a.lo, a.hi), (1 / b.hi, 1 / b.lo))
-            case "pow":
-                c = [a.lo ** b.lo, a.lo ** b.hi, a.hi ** b.lo, a.hi ** b.hi]
-                lo, hi = min(c), max(c)
-            case _:
-                raise AssertionError(f"binary op {op!r} not in {self.BINARY}")
+        lo, hi = _binary_bounds(op, (a.lo, a.hi), (b.lo, b.hi))
+        exact = op in ("max", "min") and a.exact and b.exact
         self.emit(op, [a, b], shape, a.dtype, lo, hi, exact)
 
     def cast_round_trip(self) -> None:
@@ -686,17 +691,7 @@ class _Gen:
         lhs, rhs = (a, c) if self.ch.coin(0.7) else (c, a)
         out = _bcast(lhs.shape, rhs.shape)
         assert out is not None
-        match op:
-            case "add":
-                lo, hi = lhs.lo + rhs.lo, lhs.hi + rhs.hi
-            case "sub":
-                lo, hi = lhs.lo - rhs.hi, lhs.hi - rhs.lo
-            case "mul":
-                lo, hi = _mul_iv((lhs.lo, lhs.hi), (rhs.lo, rhs.hi))
-            case "max":
-                lo, hi = max(lhs.lo, rhs.lo), max(lhs.hi, rhs.hi)
-            case _:
-                lo, hi = min(lhs.lo, rhs.lo), min(lhs.hi, rhs.hi)
+        lo, hi = _binary_bounds(op, (lhs.lo, lhs.hi), (rhs.lo, rhs.hi))
         self.emit(op, [lhs, rhs], out, a.dtype, lo, hi,
                   op in ("max", "min") and a.exact)
 
