@@ -3,15 +3,24 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Lamina is installed in editable_mode=strict: build/ holds a tree of links to the sources, so
+# edits show at once, and a new or removed module needs a reinstall: the list of modules is part
+# of the stamp's prerequisites.
+CODE := api ir analysis passes backends frontends
+MODULES := $(VENV)/.modules
 
-.PHONY: demo test pytest lit lint bench clean
+.PHONY: demo test pytest lit lint imports bench clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(MODULES): FORCE | $(BIN)/python
+	@find $(CODE) -name '*.py' -not -path '*/__pycache__/*' 2>/dev/null | sort > $@.new
+	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(MODULES)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,12 +32,17 @@ demo: $(STAMP)
 	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout --seed 0 -p fuse-elementwise --check --stats-json -
 
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest tests
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/lit -v tests/filecheck
 
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
 lint: $(STAMP)
-	$(BIN)/ruff check ir passes backends tests benchmarks
+	$(BIN)/ruff check setup.py api ir analysis passes backends tests benchmarks
 	$(BIN)/pyright
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_foundation.py

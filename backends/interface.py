@@ -1,33 +1,94 @@
-"""What every Lamina backend offers: run one function of a module on host arrays.
+"""What every Lamina backend offers: run one function of a verified module on host arrays.
 
-The NumPy interpreter is the first backend; a JAX `shard_map` engine is planned. Both take the same
-verified module, the entry function's name and one array per argument, and give back one array per
-result plus a dictionary of statistics (the `--stats-json` payload). Keep backend-specific types out
-of this interface.
+A backend is one folder under `backends/` and one line in `lamina.backends.registry`. It is a class
+with a `name`, the set of program `features` it can run, and `run(module, entry, inputs, options)`
+returning one host array per function result plus a dictionary of statistics (the `--stats-json`
+payload). Before a backend runs a program, `check_supported` compares what the program uses with
+what the backend declares, so an unsupported feature is one diagnostic naming the backend and the
+first op that needs it, never a failure half-way through a run.
+
+Options that only some backends use (the NumPy interpreter's tile-loop threads, the JAX backend's
+device count) travel in `RunOptions`; a backend reads what it understands and says nothing about the
+rest. Nothing backend-specific (arrays of another library, device handles) crosses this interface:
+inputs and outputs are NumPy arrays in Lamina's storage dtypes (`lamina.ir.dtypes.STORAGE`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from enum import Enum
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.collectives import PlacementOp
+from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.fused import FusedOp
+from lamina.ir.memory import FreeOp, MoveOp
+from lamina.ir.placement import place_of
+from lamina.ir.target import Target
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation
+
+
+class Feature(Enum):
+    """A kind of program a backend may or may not run (values: how diagnostics name them)."""
+
+    PLACED = "placed programs (values on a device mesh, collectives)"
+    FUSED = "fused kernels (lamina.fused)"
+    TIERS = "memory tiers (lamina.move, values outside hbm)"
+    LIFETIMES = "explicit lifetimes (lamina.free)"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: options every backend understands, and ones only some use.
+
+    threads     NumPy: threads for fused kernels' tile loops (None: LAMINA_FUSED_THREADS, else
+                one per core); results never depend on it
+    tile_bytes  NumPy: bytes per tile buffer of a fused kernel (None: the measured defaults)
+    target      check every tier's capacity against this target while running (checked execution)
+    devices     JAX: devices to run on (None: the mesh's size)
+    repeats     JAX: timed runs after the first (their median is reported)
+    """
+
+    threads: int | None = None
+    tile_bytes: int | None = None
+    target: Target | None = None
+    devices: int | None = None
+    repeats: int = 1
+
+
+@dataclass
+class MemoryTrace:
+    """Bytes per tier per device at every program point of a run (for `--memory-plot`).
+
+    `timeline[i][tier]` is the bytes live in `tier` after point `labels[i]`; `moves` lists
+    (point, source tier, destination tier, bytes) of every `lamina.move`; `capacities` the
+    target's capacity per tier (empty without a target)."""
+
+    timeline: list[dict[str, int]]
+    labels: list[str]
+    moves: list[tuple[int, str, str, int]]
+    capacities: dict[str, float]
 
 
 @dataclass
 class RunResult:
     outputs: list[np.ndarray]
     stats: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryTrace | None = None
 
 
 class Backend(Protocol):
-    name: str
+    """A Lamina backend (see the module docstring)."""
 
-    def run(self, module: ModuleOp, entry: str, inputs: Sequence[np.ndarray]) -> RunResult: ...
+    name: ClassVar[str]
+    features: ClassVar[frozenset[Feature]]
+
+    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
+            options: RunOptions) -> RunResult: ...
 
 
 def functions(module: ModuleOp) -> list[FuncOp]:
@@ -57,3 +118,42 @@ def arg_names(func: FuncOp) -> list[str]:
 
 def output_names(func: FuncOp) -> list[str]:
     return [f"out{i}" for i in range(len(func.function_type.outputs.data))]
+
+
+def _op_features(op: Operation) -> list[Feature]:
+    found: list[Feature] = []
+    if isinstance(op, FusedOp):
+        found.append(Feature.FUSED)
+    if isinstance(op, MoveOp):
+        found.append(Feature.TIERS)
+    if isinstance(op, FreeOp):
+        found.append(Feature.LIFETIMES)
+    if isinstance(op, PlacementOp):
+        found.append(Feature.PLACED)
+    for v in op.results:
+        place = place_of(v.type)
+        if place is not None and place.mesh_name is not None:
+            found.append(Feature.PLACED)
+    return found
+
+
+def required_features(func: FuncOp) -> dict[Feature, Operation]:
+    """Every feature `func` uses, with the first op (in program order) that needs it."""
+    found: dict[Feature, Operation] = {}
+    for t in func.function_type.inputs.data:
+        place = place_of(t)
+        if place is not None and place.mesh_name is not None:
+            found.setdefault(Feature.PLACED, func)
+    for op in func.walk():
+        for f in _op_features(op):
+            found.setdefault(f, op)
+    return found
+
+
+def check_supported(backend: Backend, func: FuncOp) -> None:
+    """A diagnostic at the first op of `func` that needs a feature `backend` does not have."""
+    for feature, op in required_features(func).items():
+        if feature not in backend.features:
+            what = f"@{func.sym_name.data}" if op is func else op.name
+            raise error_at(op, f"backend '{backend.name}' does not support {feature.value}: "
+                           f"{what} needs it")

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 from lamina.backends.interface import find_entry
-from lamina.backends.numpy.runner import RunStats, run_function
+from lamina.backends.numpy.runner import run_function
 from lamina.ir.source import make_context, parse_text, verify
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
@@ -151,14 +151,13 @@ def bench_program(n_ops: int, repeats: int) -> list[tuple[str, str, str]]:
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((N, N), dtype=np.float32) for _ in range(2)]
 
-    def run() -> RunStats:
-        stats = RunStats()
-        result = run_function(func, inputs, stats)
+    def run() -> dict[str, Any]:
+        result = run_function(func, inputs)
         assert np.all(np.isfinite(result.outputs[0])), "benchmark program overflowed"
-        return stats
+        return result.stats
 
     t_run, stats = median_time(run, repeats)
-    assert stats.ops_executed == n_ops, (stats.ops_executed, n_ops)
+    assert stats["ops_executed"] == n_ops, (stats["ops_executed"], n_ops)
     all_bytes = intermediate_bytes(module)
     kib = len(text) / 1024
     return [
@@ -169,9 +168,9 @@ def bench_program(n_ops: int, repeats: int) -> list[tuple[str, str, str]]:
         (f"print custom form ({len(printed) / 1024:,.0f} KiB)", f"{t_print:8.3f} s",
          f"{n_ops / t_print:10,.0f} ops/s"),
         ("interpreter run", f"{t_run:8.3f} s", f"{n_ops / t_run:10,.0f} ops/s"),
-        ("  peak_live_bytes", mb(stats.peak_live_bytes), ""),
+        ("  peak_live_bytes", mb(stats["peak_live_bytes"]), ""),
         ("  all intermediates", mb(all_bytes),
-         f"{all_bytes / max(stats.peak_live_bytes, 1):,.0f}x the peak"),
+         f"{all_bytes / max(stats['peak_live_bytes'], 1):,.0f}x the peak"),
     ]
 
 
@@ -185,8 +184,8 @@ def bench_chain(n_ops: int, elems: int) -> list[tuple[str, str, str]]:
     tracemalloc.start()
     tracemalloc.reset_peak()
     t0 = time.perf_counter()
-    stats = RunStats()
-    result = run_function(func, [x], stats)
+    result = run_function(func, [x])
+    stats = result.stats
     elapsed = time.perf_counter() - t0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -194,8 +193,8 @@ def bench_chain(n_ops: int, elems: int) -> list[tuple[str, str, str]]:
     return [
         (f"chain run ({n_ops} ops on {elems:,} f32)", f"{elapsed:8.3f} s",
          f"{n_ops / elapsed:10,.0f} ops/s"),
-        ("  peak_live_bytes", mb(stats.peak_live_bytes),
-         f"{stats.peak_live_bytes / array:.1f} arrays"),
+        ("  peak_live_bytes", mb(stats["peak_live_bytes"]),
+         f"{stats['peak_live_bytes'] / array:.1f} arrays"),
         ("  tracemalloc peak", mb(peak), f"{peak / array:.1f} arrays"),
         ("  all intermediates", mb(n_ops * array), f"{n_ops} arrays"),
     ]

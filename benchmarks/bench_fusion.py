@@ -30,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import lamina.backends.numpy.fused as fused_exec  # noqa: E402
-from lamina.backends.interface import find_entry  # noqa: E402
+from lamina.backends.interface import RunOptions, find_entry  # noqa: E402
 from lamina.backends.numpy.runner import run_function  # noqa: E402
 from lamina.ir import rng  # noqa: E402
 from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
@@ -179,7 +179,7 @@ def bench_workloads(repeats: int, quick: bool) -> None:
     b1 = gen.standard_normal(f, dtype=np.float32)
     w2 = gen.standard_normal((f, d), dtype=np.float32) * 0.03
     b2 = gen.standard_normal(d, dtype=np.float32)
-    nt = fused_exec.thread_count()
+    nt = fused_exec.thread_count(RunOptions())
     bw1 = copy_bandwidth(1)
     bwn = copy_bandwidth(nt)
     bw = max(bw1, bwn)   # the floor uses the faster one: the stricter target
@@ -218,12 +218,11 @@ def bench_workloads(repeats: int, quick: bool) -> None:
                                     zip(res_u.outputs, res_f.outputs, strict=True)):
             name += " (fused differs!)"
         tu = median_time(lambda fr=fref, a=inputs: run_function(fr, a), repeats)
-        old_threads = fused_exec.THREADS
-        fused_exec.THREADS = 1
-        tf1 = median_time(lambda ff=ffused, a=inputs: run_function(ff, a), repeats)
-        fused_exec.THREADS = nt
-        tf = median_time(lambda ff=ffused, a=inputs: run_function(ff, a), repeats)
-        fused_exec.THREADS = old_threads
+        one, all_ = RunOptions(threads=1), RunOptions(threads=nt)
+        tf1 = median_time(lambda ff=ffused, a=inputs, o=one: run_function(ff, a, options=o),
+                          repeats)
+        tf = median_time(lambda ff=ffused, a=inputs, o=all_: run_function(ff, a, options=o),
+                         repeats)
         rows.append([name, shape, inputs, key, compulsory, res_f.outputs[0], tu, tf1, tf,
                      f"{res_u.stats['kernels']} -> {res_f.stats['kernels']}"])
     for row in rows:

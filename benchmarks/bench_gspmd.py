@@ -134,7 +134,7 @@ def run_jax() -> dict[str, str] | str:
 
 def run_lamina(path: str) -> dict:
     from lamina.backends.interface import find_entry
-    from lamina.backends.numpy.spmd import block, mesh_of, placed_mesh, run_spmd, spec_or_replicated
+    from lamina.backends.numpy.spmd import block, placed_mesh, run_spmd, spec_or_replicated
     from lamina.ir.collectives import PlacementOp
     from lamina.ir.lamina import LaminaOp, tensor_info
     from lamina.ir.source import load, make_context
@@ -150,7 +150,7 @@ def run_lamina(path: str) -> dict:
                 if isinstance(op, PlacementOp)]
     mesh_op = placed_mesh(func)
     assert mesh_op is not None, "propagate-sharding left nothing placed on a mesh"
-    mesh = mesh_of(mesh_op)
+    mesh = mesh_op.mesh
     gelu = 0
     for op in func.walk():
         if isinstance(op, LaminaOp) and op.info.name == "gelu":

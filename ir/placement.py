@@ -24,6 +24,7 @@ exists, one split list per dimension, every axis exists and appears at most once
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -52,6 +53,55 @@ COMPUTE_TIERS = ("sram", "hbm")
 PARTIAL_KINDS = ("sum", "max")
 
 
+@dataclass(frozen=True)
+class Mesh:
+    """A device mesh as plain Python: named axes and their sizes, devices numbered row-major.
+
+    The one shape in which passes, cost models and backends hold a mesh. The device with
+    coordinates (c0, c1, ...) on axes (a0, a1, ...) is number c0 * size(a1) * ... + c1 * ... (the
+    last axis varies fastest), the numbering `Target.axis_level` and JAX's `Mesh` of
+    `devices.reshape(sizes)` both use."""
+
+    name: str
+    axes: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def devices(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def axis_sizes(self) -> dict[str, int]:
+        return dict(zip(self.axes, self.sizes, strict=True))
+
+    def size(self, axes: Sequence[str]) -> int:
+        """Devices along `axes` together (1 for none)."""
+        return math.prod(self.sizes[self.axes.index(a)] for a in axes)
+
+    def coords(self, dev: int) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a, s in zip(reversed(self.axes), reversed(self.sizes), strict=True):
+            out[a] = dev % s
+            dev //= s
+        return out
+
+    def index(self, coords: dict[str, int], axes: Sequence[str]) -> int:
+        """Mixed-radix index of a device along `axes` (major to minor)."""
+        i = 0
+        for a in axes:
+            i = i * self.sizes[self.axes.index(a)] + coords[a]
+        return i
+
+    def groups(self, axes: Sequence[str]) -> list[list[int]]:
+        """Devices grouped by their coordinates off `axes`, each group ordered by `axes`' index."""
+        by_rest: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+        rest = [a for a in self.axes if a not in axes]
+        for d in range(self.devices):
+            c = self.coords(d)
+            by_rest.setdefault(tuple(c[a] for a in rest), []).append((self.index(c, axes), d))
+        return [[d for _, d in sorted(g)] for g in by_rest.values()]
+
+
 @irdl_op_definition
 class MeshOp(IRDLOperation):
     """`lamina.mesh @m [data = 2, model = 4]`: a named device mesh with named axes."""
@@ -75,15 +125,14 @@ class MeshOp(IRDLOperation):
         return cast(DenseArrayBase[IntegerType], self.shape).get_values()
 
     @property
-    def axis_sizes(self) -> dict[str, int]:
-        return dict(zip((a.data for a in self.axes.data), self.shape_values(), strict=True))
+    def mesh(self) -> Mesh:
+        """This mesh as a plain `Mesh`."""
+        return Mesh(self.sym_name.data, tuple(a.data for a in self.axes.data),
+                    tuple(int(s) for s in self.shape_values()))
 
     @property
-    def num_devices(self) -> int:
-        n = 1
-        for s in self.shape_values():
-            n *= int(s)
-        return n
+    def axis_sizes(self) -> dict[str, int]:
+        return self.mesh.axis_sizes
 
     def verify_(self) -> None:
         names = [a.data for a in self.axes.data]
@@ -209,19 +258,13 @@ def _parse_tier(parser: AttrParser) -> str:
 
 @dataclass(frozen=True)
 class Placement:
-    """A placement resolved against its mesh: plain Python, for passes and the SPMD interpreter."""
+    """A placement resolved against its mesh: plain Python, for passes and backends."""
 
-    mesh: str
-    axis_sizes: dict[str, int]
-    splits: tuple[tuple[str, ...], ...]
-    partial: tuple[str, ...]
-    partial_kind: str
+    mesh: Mesh
+    spec: Spec
 
     def shards(self, dim: int) -> int:
-        n = 1
-        for a in self.splits[dim]:
-            n *= self.axis_sizes[a]
-        return n
+        return self.mesh.size(self.spec.splits[dim])
 
     def local_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
         return tuple(d // self.shards(i) for i, d in enumerate(shape))
@@ -285,8 +328,9 @@ def resolve(t: Attribute, anchor: Operation) -> Placement | None:
         return None
     mesh = find_mesh(anchor, place.mesh_name)
     assert mesh is not None, "resolve() on an unverified placement"
-    return Placement(place.mesh_name, mesh.axis_sizes, tuple(tuple(d) for d in place.splits),
-                     tuple(place.partial_axes), place.partial_kind.data)
+    spec = spec_of(t)
+    assert spec is not None
+    return Placement(mesh.mesh, spec)
 
 
 def spec_of(t: Attribute) -> Spec | None:

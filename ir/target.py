@@ -169,7 +169,7 @@ def parse_target(text: str, source: str) -> Target:
 
 
 def builtin_targets() -> list[str]:
-    folder = resources.files("lamina.ir").joinpath("targets")
+    folder = resources.files("lamina.ir.targets")
     return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
@@ -185,5 +185,5 @@ def load_target(spec: str) -> Target:
     if spec not in names:
         raise LaminaError(f"unknown target '{spec}' (built-in targets: {', '.join(names)}; or "
                           "give a path to a .toml file)")
-    text = resources.files("lamina.ir").joinpath("targets", f"{spec}.toml").read_text("utf-8")
+    text = resources.files("lamina.ir.targets").joinpath(f"{spec}.toml").read_text("utf-8")
     return parse_target(text, f"<builtin {spec}>")

@@ -79,11 +79,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
+from lamina.analysis.fusion import sram_bytes
+from lamina.analysis.naming import Namer
+from lamina.analysis.sizes import local_bytes
 from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.dtypes import ITEMSIZE, tensor_dtype
 from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import LaminaOp, tensor_info
-from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, tier_of, value_label, with_tier
+from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, value_label, with_tier
 from lamina.ir.optable import lookup
+from lamina.ir.placement import tier_of
 from lamina.ir.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
@@ -750,16 +755,10 @@ def solve_ilp(prob: Problem, time_limit: float = 120.0) -> Plan:
 
 # ---- from IR to the model and back -------------------------------------------------------------
 
-def _local_bytes(v: SSAValue, anchor: Operation) -> int:
-    from lamina.backends.numpy.memory import local_nbytes
-
-    return local_nbytes(v, anchor)
-
-
 def step_time(op: Operation, target: Target, func: FuncOp) -> float:
     """Roofline seconds of one step per device."""
     hbm_bw = target.tier("hbm").bandwidth if any(t.name == "hbm" for t in target.tiers) else 1e12
-    moved = sum(_local_bytes(v, func) for v in (*op.operands, *op.results)
+    moved = sum(local_bytes(v, func) for v in (*op.operands, *op.results)
                 if isinstance(v.type, TensorType))
     if isinstance(op, MoveOp):
         return 0.0
@@ -773,15 +772,13 @@ def step_time(op: Operation, target: Target, func: FuncOp) -> float:
         res = o.results[0]
         glob = tensor_info(res.type)
         numel = max(1, math.prod(glob.shape))
-        local = _local_bytes(res, func) / max(1, numel * 1.0)
+        local = local_bytes(res, func) / max(1, numel * 1.0)
         scale = local / (_itemsize(res))
         flops += info.flops(o.operand_infos(), glob, o.attr_values()) * scale
     return max(flops / target.flops, moved / hbm_bw)
 
 
 def _itemsize(v: SSAValue) -> float:
-    from lamina.ir.dtypes import ITEMSIZE, tensor_dtype
-
     return float(ITEMSIZE[tensor_dtype(v.type)])
 
 
@@ -795,8 +792,6 @@ class _FuncModel:
 
 
 def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0) -> _FuncModel:
-    from lamina.backends.numpy.memory import Namer, fused_sram_bytes
-
     block = func.body.block
     ops = list(block.ops)
     ret = ops[-1]
@@ -815,12 +810,12 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0) -> _FuncM
     fixed = {t: [0.0] * (K + 1) for t in capacity}
     for i, o in enumerate(steps):
         if isinstance(o, FusedOp) and "sram" in fixed:
-            fixed["sram"][i] += fused_sram_bytes(o, target)
+            fixed["sram"][i] += sram_bytes(o, target)
     values: list[SSAValue] = []
     model: list[Value] = []
     for v, d in [*((a, -1) for a in block.args),
                  *((r, i) for i, o in enumerate(steps) for r in o.results)]:
-        size = _local_bytes(v, func)
+        size = local_bytes(v, func)
         needs: set[int] = set()
         end = d
         freed = False
@@ -864,7 +859,7 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0) -> _FuncM
 def _infeasible_error(fm: _FuncModel, e: Infeasible, target: Target) -> LaminaError:
     at: Operation = fm.steps[e.step] if e.step < len(fm.steps) else fm.ret
     what = f"{at.name}" if not at.results else f"{value_label(at.results[0])} = {at.name}"
-    own = sum(_local_bytes(v, fm.func) for v in {*at.operands, *at.results}
+    own = sum(local_bytes(v, fm.func) for v in {*at.operands, *at.results}
               if isinstance(v.type, TensorType))
     live = ", ".join(f"{fm.problem.values[vi].name} ({n} B)" for n, vi in e.live[:4])
     return error_at(at, f"assign-memory-tiers: no assignment fits tier '{e.tier}' at program point "

@@ -57,9 +57,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.ir.fused import FusedOp, YieldOp, make_body
+from lamina.analysis.fusion import build_fused, row_split
+from lamina.analysis.graph import UnionFind, contracted_order
+from lamina.analysis.naming import Namer
+from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import LaminaOp
-from lamina.ir.optable import Fusion, Sharding
+from lamina.ir.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
@@ -84,25 +87,6 @@ def _broadcasts_into(s: tuple[int, ...], d: tuple[int, ...]) -> bool:
     if len(s) > len(d):
         return False
     return all(a == 1 or a == b for a, b in zip(reversed(s), reversed(d), strict=False))
-
-
-def row_split(op: LaminaOp) -> int | None:
-    """k when `op` is a row-wise reduction over its input's trailing k dims, else None."""
-    info = op.info
-    x = op.operand_slots()[0]
-    if x is None:
-        return None
-    rank = len(_shape(x))
-    attrs = op.attr_values()
-    if info.sharding == Sharding.REDUCTION and "axes" in attrs:
-        axes = sorted({a % rank for a in attrs["axes"]}) if rank else []
-        k = len(axes)
-        return k if axes == list(range(rank - k, rank)) else None
-    if "axis" in attrs:
-        if rank == 0:
-            return None
-        return rank - attrs["axis"] % rank
-    return None
 
 
 @dataclass
@@ -195,31 +179,6 @@ class _MinTree:
         return res
 
 
-class _Namer:
-    """Value names as in the source (`%x`), numbers in definition order otherwise."""
-
-    def __init__(self, func: FuncOp):
-        self.names: dict[SSAValue, str] = {}
-        n = 0
-        for a in func.body.block.args:
-            if a.name_hint is None:
-                self.names[a] = str(n)
-                n += 1
-        for op in func.body.block.ops:
-            for r in op.results:
-                if r.name_hint is None:
-                    self.names[r] = str(n)
-                    n += 1
-
-    def __call__(self, v: SSAValue) -> str:
-        return "%" + (v.name_hint if v.name_hint is not None else self.names.get(v, "?"))
-
-    def op(self, op: Operation) -> str:
-        if op.results:
-            return f"{self(op.results[0])} = {op.name}"
-        return op.name
-
-
 @dataclass(frozen=True)
 class FuseElementwise(LaminaPass):
     """Fuse elementwise ops (and row-wise reductions with their prologue and epilogue)."""
@@ -243,21 +202,16 @@ class _FuncFusion:
         self.block: Block = func.body.block
         self.ops: list[Operation] = list(self.block.ops)
         self.pos: dict[Operation, int] = {op: i for i, op in enumerate(self.ops)}
-        self.parent: list[int] = list(range(len(self.ops)))
+        self.uf: UnionFind[int] = UnionFind()
         self.groups: dict[int, _Group] = {}
         self.hoisted: set[Operation] = set()
         self.space_of: dict[Operation, _Space] = {}
-        self.name = _Namer(func) if log is not None else None
+        self.name = Namer(func) if log is not None else None
         self.spans = _MinTree(len(self.ops))
 
     # -- union-find --
     def find(self, i: int) -> int:
-        root = i
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[i] != root:
-            self.parent[i], i = root, self.parent[i]
-        return root
+        return self.uf.find(i)
 
     def group_of(self, op: Operation | None) -> _Group | None:
         if op is None or op not in self.space_of:
@@ -384,7 +338,7 @@ class _FuncFusion:
         if hoist_mine:
             self.mark_hoisted(mine.root)
         keep, drop = (mine, other) if mine.root < other.root else (other, mine)
-        self.parent[drop.root] = keep.root
+        self.uf.union(keep.root, drop.root)
         del self.groups[drop.root]
         keep.space = space
         keep.size = mine.size + other.size
@@ -510,7 +464,11 @@ class _FuncFusion:
             return
         term = self.block.last_op
         while True:
-            order, node, left, succs = self.schedule(fused_groups)
+            def node_of(op: Operation, groups: dict[int, list[Operation]] = fused_groups) -> int:
+                r = self.find(self.pos[op]) if op in self.space_of else -1
+                return r if r in groups else -(self.pos[op] + 2)
+
+            order, left, succs = contracted_order(self.ops, node_of)
             if not left:
                 break
             # The position-bounded search missed a path through a group spanning the bound:
@@ -534,7 +492,7 @@ class _FuncFusion:
                 self.block.add_op(new_ops[n])
             else:
                 op = self.ops[-n - 2]
-                if op.parent is None and (node[op] < 0):
+                if op.parent is None:
                     self.block.add_op(op)
         # the terminator must stay last
         if term is not None and term.parent is self.block and self.block.last_op is not term:
@@ -547,90 +505,11 @@ class _FuncFusion:
                 op.detach()
                 op.erase()
 
-    def schedule(self, fused_groups: dict[int, list[Operation]]
-                 ) -> tuple[list[int], dict[Operation, int], list[int], dict[int, set[int]]]:
-        """Topological order of the contracted graph (earliest original position first), the
-        node of each op, and the groups left unscheduled (on or after a cycle)."""
-        import heapq
-
-        node: dict[Operation, int] = {}
-        for op in self.ops:
-            r = self.find(self.pos[op]) if op in self.space_of else -1
-            node[op] = r if r in fused_groups else -(self.pos[op] + 2)
-        first: dict[int, int] = {}
-        for op in self.ops:
-            first.setdefault(node[op], self.pos[op])
-        succs: dict[int, set[int]] = {n: set() for n in first}
-        indeg: dict[int, int] = dict.fromkeys(first, 0)
-        for op in self.ops:
-            b = node[op]
-            for v in op.operands:
-                p = v.owner
-                if isinstance(p, Operation) and p in node:
-                    a = node[p]
-                    if a != b and b not in succs[a]:
-                        succs[a].add(b)
-                        indeg[b] += 1
-        heap = [(first[n], n) for n, d in indeg.items() if d == 0]
-        heapq.heapify(heap)
-        order: list[int] = []
-        while heap:
-            _, n = heapq.heappop(heap)
-            order.append(n)
-            for s in succs[n]:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    heapq.heappush(heap, (first[s], s))
-        left = [n for n, d in indeg.items() if d > 0]
-        return order, node, left, succs
-
     def make_fused(self, members: list[Operation]) -> FusedOp:
-        mset = set(members)
-        inputs: list[SSAValue] = []
-        seen_in: set[SSAValue] = set()
-        consts: dict[Operation, list[SSAValue]] = {}
-        for m in members:
-            for v in m.operands:
-                p = v.owner
-                if isinstance(p, Operation) and p in mset:
-                    continue
-                if isinstance(p, Operation) and self.kind(p)[0] == "source" and p in self.pos:
-                    consts.setdefault(p, [])
-                    continue
-                if v not in seen_in:
-                    seen_in.add(v)
-                    inputs.append(v)
-        outputs: list[SSAValue] = []
-        for m in members:
-            for r in m.results:
-                if any(u.operation not in mset for u in r.uses):
-                    outputs.append(r)
-        region, body = make_body([v.type for v in inputs])
-        for a, v in zip(body.args, inputs, strict=True):
-            a.name_hint = v.name_hint
-            v.replace_uses_with_if(a, lambda u, ms=mset: u.operation in ms)
-        for c in consts:
-            clone = c.clone()
-            body.add_op(clone)
-            for old, new in zip(c.results, clone.results, strict=True):
-                old.replace_uses_with_if(new, lambda u, ms=mset: u.operation in ms)
-        for m in members:
-            m.detach()
-            body.add_op(m)
-        body.add_op(YieldOp(outputs))
-        kind = "row_reduction" if any(
-            isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION for m in members) \
-            else "loop"
-        fused = FusedOp(kind, inputs, [r.type for r in outputs], region)
-        fused.location = members[0].location
-        yield_op = body.last_op
-        for old, new in zip(outputs, fused.results, strict=True):
-            new.name_hint = old.name_hint
-            old.replace_uses_with_if(new, lambda u, y=yield_op: u.operation is not y
-                                     and u.operation.parent_op() is not fused)
+        fused = build_fused(members)
         if self.log is not None:
-            self.log.add(fused, f"group of {len(members)} ops -> lamina.fused \"{kind}\" with "
-                         f"{len(inputs)} inputs, {len(outputs)} outputs")
+            self.log.add(fused, f"group of {len(members)} ops -> lamina.fused \"{fused.fusion_kind}\" "
+                         f"with {len(fused.inputs)} inputs, {len(fused.outputs)} outputs")
         return fused
 
 

@@ -3,7 +3,7 @@
     -p 'propagate-sharding,insert-collectives{target=h100-cluster bucket=true bucket-bytes=26214400}'
 
 `target` is a built-in target name or a TOML file (`lamina.ir.target`); mesh axes map onto its link
-levels by `Target.axis_level`, and every cost comes from `lamina.passes.comm_cost`.
+levels by `Target.axis_level`, and every cost comes from `lamina.analysis.comm_cost`.
 
 A reshard from placement S to D (one mesh, one shape) becomes, in this order:
 1. Splits S has and D does not (the minor end of a dimension's split), from the minor end: the
@@ -26,10 +26,11 @@ time, the algorithms it beat and why the sequence was chosen.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from lamina.analysis.comm_cost import Estimate, estimate, latency_dominated, levels_of
+from lamina.analysis.sizes import fmt_bytes, spec_local_bytes
 from lamina.ir.collectives import (
     AllGatherOp,
     AllReduceOp,
@@ -42,13 +43,10 @@ from lamina.ir.collectives import (
 )
 from lamina.ir.collectives import build as build_placement
 from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import ITEMSIZE
-from lamina.ir.lamina import tensor_info
 from lamina.ir.memory import FreeOp
-from lamina.ir.placement import find_mesh, spec_of
+from lamina.ir.placement import Mesh, find_mesh, spec_of
 from lamina.ir.sharding import Spec
 from lamina.ir.target import Target, load_target
-from lamina.passes.comm_cost import Estimate, estimate, fmt_bytes, latency_dominated, levels_of
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
@@ -59,22 +57,17 @@ PAYLOAD_OF = {"all_reduce": "in", "reduce_scatter": "in", "all_to_all": "in", "a
 
 
 class _Ctx:
-    def __init__(self, target: Target, mesh_axes: list[str], mesh_shape: list[int],
-                 log: ExplainLog | None):
+    def __init__(self, target: Target, mesh: Mesh, log: ExplainLog | None):
         self.target = target
-        self.axes = mesh_axes
-        self.shape = mesh_shape
-        self.sizes = dict(zip(mesh_axes, mesh_shape, strict=True))
+        self.mesh = mesh
+        self.sizes = mesh.axis_sizes
         self.log = log
 
     def local_bytes(self, v: SSAValue, s: Spec) -> float:
-        info = tensor_info(v.type)
-        n = math.prod(self.sizes[a] for d in s.splits for a in d)
-        return math.prod(info.shape) * ITEMSIZE[info.dtype] / n
+        return spec_local_bytes(v.type, s, self.sizes)
 
     def cost(self, kind: str, axes: tuple[str, ...], payload: float) -> Estimate:
-        levels = levels_of(self.target, self.shape, [self.axes.index(a) for a in axes])
-        return estimate(kind, payload, levels, self.target)
+        return estimate(kind, payload, levels_of(self.target, self.mesh, axes), self.target)
 
 
 def _emit(cx: _Ctx, cls: type[PlacementOp], v: SSAValue, src: Spec, dst: Spec, mesh: str,
@@ -320,15 +313,15 @@ class InsertCollectives(LaminaPass):
             if not collectives:
                 continue
             mesh_name = collectives[0].mesh_name()
-            mesh = find_mesh(func, mesh_name)
-            if mesh is None:
+            mesh_op = find_mesh(func, mesh_name)
+            if mesh_op is None:
                 raise error_at(func, f"insert-collectives: unknown mesh @{mesh_name}")
-            shape = [int(s) for s in mesh.axis_sizes.values()]
-            if math.prod(shape) > target.devices:
-                raise error_at(mesh, f"insert-collectives: mesh @{mesh_name} has "
-                               f"{math.prod(shape)} devices, target '{target.name}' has "
+            mesh = mesh_op.mesh
+            if mesh.devices > target.devices:
+                raise error_at(mesh_op, f"insert-collectives: mesh @{mesh_name} has "
+                               f"{mesh.devices} devices, target '{target.name}' has "
                                f"{target.devices}")
-            cx = _Ctx(target, list(mesh.axis_sizes), shape, log)
+            cx = _Ctx(target, mesh, log)
             for op in reshards:
                 (x,) = op.inputs
                 src = x

@@ -48,10 +48,13 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from lamina.analysis.fusion import build_fused
+from lamina.analysis.graph import UnionFind, contracted_order
+from lamina.analysis.naming import Namer
+from lamina.analysis.sizes import type_bytes
 from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.collectives import build as build_placement
 from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import ITEMSIZE
 from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import LaminaOp, tensor_info
 from lamina.ir.memory import FreeOp, MoveOp
@@ -73,11 +76,6 @@ def _shape(v: SSAValue) -> tuple[int, ...]:
     return tuple(t.get_shape())
 
 
-def _nbytes(v: SSAValue) -> int:
-    info = tensor_info(v.type)
-    return math.prod(info.shape) * ITEMSIZE[info.dtype]
-
-
 def mesh_placed(v: SSAValue) -> Spec | None:
     return spec_of(v.type)
 
@@ -92,6 +90,7 @@ class _State:
     hint: dict[SSAValue, Hint]
     free: set[SSAValue]
     reshards: dict[tuple[SSAValue, Spec], SSAValue]
+    name: Namer
 
     def say(self, op: Operation | None, msg: str) -> None:
         if self.log is not None:
@@ -151,12 +150,8 @@ class _State:
         block.insert_op_before(op, before)
         self.spec[op.outputs[0]] = s
         self.reshards[key] = op.outputs[0]
-        self.say(before, f"reshard {_name(v)} from {self.spec[v]} to {s}: {why}")
+        self.say(before, f"reshard {self.name(v)} from {self.spec[v]} to {s}: {why}")
         return op.outputs[0]
-
-
-def _name(v: SSAValue) -> str:
-    return f"%{v.name_hint}" if v.name_hint else "a value"
 
 
 def _reduction_target(st: _State, v: SSAValue, s: Spec) -> Spec:
@@ -234,7 +229,7 @@ def _move_cost(st: _State, v: SSAValue, cur: Spec | None, new: Spec) -> float:
     if not cur.partial and all(tuple(n[: len(c)]) == tuple(c)
                                for c, n in zip(cur.splits, new.splits, strict=True)):
         return 0.0  # only adds splits: a local slice
-    return float(_nbytes(v)) / max(1, math.prod(st.sizes[a] for d in cur.splits for a in d))
+    return float(type_bytes(v.type)) / max(1, math.prod(st.sizes[a] for d in cur.splits for a in d))
 
 
 def _try(op: LaminaOp, specs: list[Spec | None], st: _State) -> Spec | None:
@@ -331,7 +326,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
         reasons.append(f"operand {i} is a pending sum that {op.name} cannot take")
 
     # rule 3: unplaced arguments follow a placed operand (or their hint)
-    leader = max(known, key=lambda i: (_nbytes(slots[i]), -i)) if known else None  # type: ignore
+    leader = max(known, key=lambda i: (type_bytes(slots[i].type), -i)) if known else None  # type: ignore
     for i in present:
         if specs[i] is None:
             v = slots[i]
@@ -343,7 +338,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
     if result is None:
         # rule 4: each placed operand as leader, cheapest move wins
         best: tuple[float, int, list[Spec | None]] | None = None
-        for lead in sorted(known, key=lambda i: (-_nbytes(slots[i]), i)):  # type: ignore
+        for lead in sorted(known, key=lambda i: (-type_bytes(slots[i].type), i)):  # type: ignore
             trial = list(specs)
             for i in present:
                 if i != lead:
@@ -381,7 +376,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
         if v in st.free:
             st.free.discard(v)
             st.set_type(v, s)
-            st.say(op, f"argument {_name(v)} placed {s}: its first use, {op.name}, needs it so "
+            st.say(op, f"argument {st.name(v)} placed {s}: its first use, {op.name}, needs it so "
                    "(inputs are distributed, nothing is communicated)")
         elif st.spec[v] != s:
             new = st.reshard(v, s, op, "; ".join(reasons) or f"the {info.sharding.value} rule")
@@ -393,7 +388,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
     why = "the " + info.sharding.value + " rule on its operands"
     if result.partial:
         why += " (a pending sum, reduced where a consumer needs it)"
-    st.say(op, f"{_name(r)} placed {result}: {why}")
+    st.say(op, f"{st.name(r)} placed {result}: {why}")
     if user is not None and user != result:
         # rule 1: the written placement wins; a reshard follows the op
         uses = list(r.uses)
@@ -417,7 +412,7 @@ def _operand_index(op: LaminaOp, slot: int) -> int:
 
 
 def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
-    st = _State(func, mesh.sym_name.data, mesh.axis_sizes, log, {}, {}, set(), {})
+    st = _State(func, mesh.sym_name.data, mesh.axis_sizes, log, {}, {}, set(), {}, Namer(func))
     block = func.body.block
     groups = _dissolve_fused(block)
     for a in block.args:
@@ -465,7 +460,7 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
     for a in block.args:
         if a in st.free:
             st.set_type(a, st.from_hint(a))
-            st.say(func, f"argument {_name(a)} is unused: placed {st.spec[a]} (its hint or the "
+            st.say(func, f"argument {st.name(a)} is unused: placed {st.spec[a]} (its hint or the "
                    "default, replicated)")
     outs = []
     if ret is not None:
@@ -537,13 +532,7 @@ def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
     mset = {m for m in members if not _is_source(m)}
     if not mset:
         return
-    root: dict[Operation, Operation] = {m: m for m in mset}
-
-    def find(m: Operation) -> Operation:
-        while root[m] is not m:
-            root[m] = root[root[m]]
-            m = root[m]
-        return m
+    uf: UnionFind[Operation] = UnionFind()
 
     # the range of the block the group's ops (and the reshards placed among them) occupy
     pos = {op: i for i, op in enumerate(block.ops)}
@@ -570,8 +559,8 @@ def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
         for v in m.operands:
             p = v.owner
             if isinstance(p, Operation) and p in mset and stage[p] == stage[m]:
-                root[find(p)] = find(m)
-    node = {o: (find(o) if o in mset else o) for o in rng}
+                uf.union(m, p)
+    node = {o: (uf.find(o) if o in mset else o) for o in rng}
     comps: dict[Operation, list[Operation]] = {}
     for o in rng:
         if o in mset:
@@ -579,31 +568,8 @@ def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
     if len(comps) == 1 and len(rng) == len(members):
         order = [next(iter(comps))]
     else:
-        succs: dict[Operation, set[Operation]] = {n: set() for n in node.values()}
-        indeg: dict[Operation, int] = dict.fromkeys(succs, 0)
-        for o in rng:
-            for v in o.operands:
-                p = v.owner
-                if isinstance(p, Operation) and p in node and node[p] is not node[o] \
-                        and node[o] not in succs[node[p]]:
-                    succs[node[p]].add(node[o])
-                    indeg[node[o]] += 1
-        firstpos = {}
-        for o in rng:
-            firstpos.setdefault(node[o], pos[o])
-        import heapq
-
-        heap = [(firstpos[n], id(n), n) for n, d in indeg.items() if d == 0]
-        heapq.heapify(heap)
-        order = []
-        while heap:
-            _, _, n = heapq.heappop(heap)
-            order.append(n)
-            for s in succs[n]:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    heapq.heappush(heap, (firstpos[s], id(s), s))
-        if len(order) != len(succs):
+        order, left, _ = contracted_order(rng, node.__getitem__)
+        if left:
             st.say(first, f"fused group of {len(mset)} ops left unfused: the reshards it needs "
                    "would form a cycle between its parts")
             return
@@ -617,7 +583,7 @@ def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
     for n in order:
         ops = comps.get(n, [n])
         if n in comps and (len(ops) > 1 or whole):
-            block.insert_op_before(_make_fused(ops, kind), anchor)
+            block.insert_op_before(build_fused(ops), anchor)
         else:
             for o in ops:
                 block.insert_op_before(o, anchor)
@@ -627,52 +593,6 @@ def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
         elif _is_source(m) and all(not r.uses for r in m.results):
             m.detach()
             m.erase()
-
-
-def _make_fused(members: list[Operation], kind: str) -> FusedOp:
-    """A fused op of (detached, ordered) `members`; constants they use are cloned into it."""
-    from lamina.ir.fused import FUSION_KINDS, YieldOp, make_body
-    from lamina.ir.optable import Fusion
-
-    mset = set(members)
-    inputs: list[SSAValue] = []
-    consts: list[Operation] = []
-    for m in members:
-        for v in m.operands:
-            p = v.owner
-            if isinstance(p, Operation) and p in mset:
-                continue
-            if isinstance(p, Operation) and _is_source(p):
-                if p not in consts:
-                    consts.append(p)
-                continue
-            if v not in inputs:
-                inputs.append(v)
-    outputs = [r for m in members for r in m.results
-               if any(u.operation not in mset for u in r.uses)]
-    region, body = make_body([v.type for v in inputs])
-    for a, v in zip(body.args, inputs, strict=True):
-        a.name_hint = v.name_hint
-        v.replace_uses_with_if(a, lambda u: u.operation in mset)
-    for c in consts:
-        clone = c.clone()
-        body.add_op(clone)
-        for old, new in zip(c.results, clone.results, strict=True):
-            old.replace_uses_with_if(new, lambda u: u.operation in mset)
-    for m in members:
-        body.add_op(m)
-    yield_op = YieldOp(outputs)
-    body.add_op(yield_op)
-    if kind not in FUSION_KINDS or not any(
-            isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION for m in members):
-        kind = "loop"
-    fused = FusedOp(kind, inputs, [r.type for r in outputs], region)
-    fused.location = members[0].location
-    for old, new in zip(outputs, fused.results, strict=True):
-        new.name_hint = old.name_hint
-        old.replace_uses_with_if(new, lambda u: u.operation is not yield_op
-                                 and u.operation not in mset)
-    return fused
 
 
 @dataclass(frozen=True)

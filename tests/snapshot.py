@@ -94,11 +94,11 @@ def _run_case(path: str, func: str, pipeline: str) -> tuple[str, str]:
             s = json.load(open(stats))
             lines.append(json.dumps(s, indent=1, sort_keys=True))
     key = f"run__{os.path.basename(path)}__{func}__{_slug(pipeline)}"
-    return key, "\n".join(lines) + "\n"
+    return key, "\n".join(lines).replace(tmp, "TMP") + "\n"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="Record every sample x pipeline's output.")
     ap.add_argument("out", help="directory to write the cases to")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args()

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from lamina.backends.run import main as run_main
+from lamina.cli.run import main as run_main
 from lamina.ir.diagnostics import LaminaError
 from memtools import checked_run, parse, target_with
 
@@ -59,7 +59,7 @@ func.func @f(%x: {T}, %y: {T}) -> {T} {{
     msg = e.value.message
     assert "capacity overflow in tier 'hbm' at %b = lamina.add: 65536 bytes per device live, " \
            "capacity 49152 (target 'tiny')" in msg
-    assert "live: %x (16.0 KiB), %y (16.0 KiB), %a (16.0 KiB), %b (16.0 KiB)" in msg
+    assert "live: %x (16 KiB), %y (16 KiB), %a (16 KiB), %b (16 KiB)" in msg
     assert e.value.loc is not None and e.value.loc.line == 4
 
 

@@ -177,7 +177,8 @@ def test_two_operand_only_for_all_reduce() -> None:
 
 def test_spmd_exchanges_follow_the_op() -> None:
     # all_to_all on real data: each device's local block is checked against the global layout
-    from lamina.backends.numpy.spmd import Mesh, block, distribute
+    from lamina.backends.numpy.spmd import block, distribute
+    from lamina.ir.placement import Mesh
     from lamina.ir.sharding import Spec
 
     mesh = Mesh("m", ("data", "model"), (2, 4))
@@ -190,10 +191,10 @@ def test_spmd_exchanges_follow_the_op() -> None:
     text = prog("all_to_all", '{split_dim = 0 : i64, concat_dim = 1 : i64, axes = ["model"]}',
                 T("8x16", "[[], [model]]"), T("8x16", "[[model], []]"))
     module = parse_text(text, "p.mlir")
-    from lamina.backends.numpy.runner import RunStats
+    from lamina.backends.numpy.runner import RunContext, RunStats
     from lamina.backends.numpy.spmd import SpmdRun
 
-    run = SpmdRun(mesh, RunStats())
+    run = SpmdRun(mesh, RunContext(RunStats()))
     op = next(o for o in find_entry(module, None).body.block.ops if o.name == "lamina.all_to_all")
     assert isinstance(op, PlacementOp)
     (out,) = run.run_collective(op, [shards])
@@ -220,13 +221,13 @@ def test_replicated_type_with_differing_shards_is_reported() -> None:
     assert e.value.message == ("the result of lamina.reduce_sum is not placed while its operands "
                                "are; run -p propagate-sharding first")
     # ... and the runner itself still checks the data against the claim, op by op
-    from lamina.backends.numpy.runner import RunStats
-    from lamina.backends.numpy.spmd import SpmdRun, mesh_of, placed_mesh
+    from lamina.backends.numpy.runner import RunContext, RunStats
+    from lamina.backends.numpy.spmd import SpmdRun, placed_mesh
 
     with pytest.raises(LaminaError) as e:
         mesh_op = placed_mesh(func)
         assert mesh_op is not None
-        SpmdRun(mesh_of(mesh_op), RunStats()).run(func, [x])
+        SpmdRun(mesh_op.mesh, RunContext(RunStats())).run(func, [x])
     assert "holds different data" in e.value.message
     assert e.value.loc is not None and e.value.loc.line == 3
 
@@ -262,9 +263,9 @@ def test_hierarchical_needs_its_inner_group_and_stats_use_it() -> None:
     # groups on a quarter (2 * 1/2 * B/4), all-gather in the group (3/4 B) = 1.75 B, the same total
     # as a ring (2 * 7/8 B): hierarchical moves the bytes onto the fast links, it does not send
     # fewer. The stats come from the recorded group size through the cost model's formula.
-    from lamina.backends.numpy.runner import RunStats
-    from lamina.backends.numpy.spmd import SpmdRun, mesh_of, placed_mesh
-    from lamina.passes.comm_cost import sent_bytes
+    from lamina.analysis.comm_cost import sent_bytes
+    from lamina.backends.numpy.runner import RunContext, RunStats
+    from lamina.backends.numpy.spmd import SpmdRun, placed_mesh
     from xdsl.dialects.func import FuncOp
 
     m = parse_text(prog('algorithm = "hierarchical", inner = 4 : i64'), "p.mlir")
@@ -273,7 +274,7 @@ def test_hierarchical_needs_its_inner_group_and_stats_use_it() -> None:
     x = np.ones((8, 16), np.float32)
     mesh_op = placed_mesh(func)
     assert mesh_op is not None
-    run = SpmdRun(mesh_of(mesh_op), RunStats())
+    run = SpmdRun(mesh_op.mesh, RunContext(RunStats()))
     run.run(func, [x])
     (c,) = run.collectives
     assert c["algorithm"] == "hierarchical"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
-from lamina.backends.interface import find_entry
+from lamina.backends.interface import RunOptions, find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import tensor_dtype
@@ -73,23 +73,21 @@ def fused_ops(m) -> list[FusedOp]:
     return [op for op in m.walk() if isinstance(op, FusedOp)]
 
 
-def run(m, inputs, entry=None):
-    return run_function(find_entry(m, entry), inputs)
+def run(m, inputs, entry=None, options: RunOptions | None = None):
+    return run_function(find_entry(m, entry), inputs, options=options)
 
 
-@pytest.fixture
-def tiny_tiles(monkeypatch):
-    """Tiles of one or two rows, so small programs exercise the tile loop and its slicing."""
-    monkeypatch.setattr(fused_exec, "TILE_BYTES", 64)
+TINY_TILES = RunOptions(tile_bytes=64)  # one or two rows: small programs exercise the tile loop
 
 
-def check_same(text: str, spec: str = "fuse-elementwise", seed: int = 0):
+def check_same(text: str, spec: str = "fuse-elementwise", seed: int = 0,
+               options: RunOptions | None = None):
     ctx, ref = parse(text)
     m = fuse(text, spec)
     func = find_entry(ref, None)
     inputs = random_inputs(func, seed)
     a = run(ref, inputs)
-    b = run(m, inputs)
+    b = run(m, inputs, options=options)
     for i, (x, y, t) in enumerate(zip(b.outputs, a.outputs, func.function_type.outputs.data,
                                       strict=True)):
         d = compare(f"out{i}", tensor_dtype(t), x, y)
@@ -97,8 +95,8 @@ def check_same(text: str, spec: str = "fuse-elementwise", seed: int = 0):
     return a, b, m
 
 
-def test_seed_example_is_one_kernel(tiny_tiles):
-    a, b, m = check_same(SEED)
+def test_seed_example_is_one_kernel():
+    a, b, m = check_same(SEED, options=TINY_TILES)
     (f,) = fused_ops(m)
     assert f.fusion_kind == "row_reduction"
     assert len(list(f.body.block.ops)) == 6
@@ -136,8 +134,8 @@ def test_max_group_size(n):
     check_same(MULTI, f"fuse-elementwise{{max-group-size={n}}}")
 
 
-def test_multi_output_and_diamond(tiny_tiles):
-    _, b, m = check_same(MULTI)
+def test_multi_output_and_diamond():
+    _, b, m = check_same(MULTI, options=TINY_TILES)
     (f,) = fused_ops(m)
     assert len(f.outputs) == 2 and b.stats["kernels"] == 1
 
@@ -201,8 +199,7 @@ func.func @f(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
 def test_large_tiles_match_whole_array(monkeypatch):
     """Enough rows for several real tiles (default tile size), exact against the unfused run."""
     text = SEED.replace("16x64", "300x256").replace("64xf32", "256xf32")
-    monkeypatch.setattr(fused_exec, "TILE_BYTES", 16 * 1024)
-    a, b, _ = check_same(text)
+    a, b, _ = check_same(text, options=RunOptions(tile_bytes=16 * 1024))
     assert np.array_equal(a.outputs[0], b.outputs[0])
 
 
@@ -214,7 +211,6 @@ def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
     r, c = shape
     text = SEED.replace("16x64", f"{r}x{c}").replace("64xf32", f"{c}xf32") \
         .replace("f32>", f"{dtype}>")
-    monkeypatch.setattr(fused_exec, "TILE_BYTES", 8 * 1024)
     monkeypatch.setattr(fused_exec, "PARALLEL_MIN_ELEMENTS", 1)
     ctx, ref = parse(text)
     m = fuse(text)
@@ -225,8 +221,8 @@ def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
     monkeypatch.setattr(fused_exec, "_pool", lambda n: pools.append(n) or real_pool(n))
     outs = []
     for threads in (1, 2):
-        monkeypatch.setattr(fused_exec, "THREADS", threads)
-        outs.append(run(m, inputs).outputs[0])
+        outs.append(run(m, inputs, options=RunOptions(threads=threads, tile_bytes=8 * 1024))
+                    .outputs[0])
     assert pools == [2]                        # the second run really used two threads
     assert np.count_nonzero(a == 0) > 0        # dropout dropped something
     for b in outs:
@@ -234,8 +230,11 @@ def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
         assert np.array_equal(a, b)
 
 
+CHILD_OPTIONS = RunOptions(threads=2, tile_bytes=8 * 1024)
+
+
 def _run_in_child(m, inputs, conn) -> None:   # a forked child: run the fused program, send back
-    conn.send(run(m, inputs).outputs[0])
+    conn.send(run(m, inputs, options=CHILD_OPTIONS).outputs[0])
     conn.close()
 
 
@@ -243,13 +242,11 @@ def test_threaded_tiles_work_in_a_forked_child(monkeypatch):
     """A fork inherits the tile pool object but not its threads; the child must not wait on it."""
     import multiprocessing
 
-    monkeypatch.setattr(fused_exec, "TILE_BYTES", 8 * 1024)
     monkeypatch.setattr(fused_exec, "PARALLEL_MIN_ELEMENTS", 1)
-    monkeypatch.setattr(fused_exec, "THREADS", 2)
     text = SEED.replace("16x64", "300x256").replace("64xf32", "256xf32")
     m = fuse(text)
     inputs = random_inputs(find_entry(m, None), 5)
-    here = run(m, inputs).outputs[0]             # the parent's pool now exists
+    here = run(m, inputs, options=CHILD_OPTIONS).outputs[0]   # the parent's pool now exists
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_run_in_child, args=(m, inputs, child))
@@ -265,15 +262,15 @@ def test_threaded_tiles_work_in_a_forked_child(monkeypatch):
             proc.kill()
 
 
-def test_thread_count_from_environment(monkeypatch):
-    monkeypatch.setattr(fused_exec, "THREADS", None)
+def test_thread_count_from_options_then_environment(monkeypatch):
     monkeypatch.setenv("LAMINA_FUSED_THREADS", "3")
-    assert fused_exec.thread_count() == 3
+    assert fused_exec.thread_count(RunOptions()) == 3
+    assert fused_exec.thread_count(RunOptions(threads=2)) == 2   # the option wins
     monkeypatch.setenv("LAMINA_FUSED_THREADS", "many")
     with pytest.raises(LaminaError, match="LAMINA_FUSED_THREADS must be a positive integer"):
-        fused_exec.thread_count()
+        fused_exec.thread_count(RunOptions())
     monkeypatch.delenv("LAMINA_FUSED_THREADS")
-    assert fused_exec.thread_count() == (os.cpu_count() or 1)
+    assert fused_exec.thread_count(RunOptions()) == (os.cpu_count() or 1)
 
 
 # ---- the property test -------------------------------------------------------------------------
@@ -284,7 +281,8 @@ def _body_ok(f: FusedOp) -> bool:
                for o in f.body.block.ops if o is not f.yield_op)
 
 
-def _property(prog, spec: str, threads: bool = False) -> None:
+def _property(prog, spec: str, threads: bool = False,
+              options: RunOptions | None = None) -> None:
     ctx, ref = parse(prog.text)
     _, m = parse(prog.text)
     run_pipeline(ctx, m, build_pipeline(spec))
@@ -297,7 +295,7 @@ def _property(prog, spec: str, threads: bool = False) -> None:
     assert str(m) == text
     # same results as the unfused program
     a = run(ref, prog.inputs)
-    b = run(m, prog.inputs)
+    b = run(m, prog.inputs, options=options)
     func = find_entry(ref, None)
     for i, (x, y, t) in enumerate(zip(b.outputs, a.outputs, func.function_type.outputs.data,
                                       strict=True)):
@@ -306,12 +304,12 @@ def _property(prog, spec: str, threads: bool = False) -> None:
     assert b.stats["kernels"] <= a.stats["kernels"]
     if threads:
         # the same fused program with its tiles on 2 threads: the same bits
-        old = fused_exec.THREADS, fused_exec.PARALLEL_MIN_ELEMENTS
-        fused_exec.THREADS, fused_exec.PARALLEL_MIN_ELEMENTS = 2, 1
+        old = fused_exec.PARALLEL_MIN_ELEMENTS
+        fused_exec.PARALLEL_MIN_ELEMENTS = 1
         try:
-            c = run(m, prog.inputs)
+            c = run(m, prog.inputs, options=RunOptions(threads=2, tile_bytes=(options or RunOptions()).tile_bytes))
         finally:
-            fused_exec.THREADS, fused_exec.PARALLEL_MIN_ELEMENTS = old
+            fused_exec.PARALLEL_MIN_ELEMENTS = old
         for x, y in zip(c.outputs, b.outputs, strict=True):
             assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"), text
 
@@ -319,12 +317,7 @@ def _property(prog, spec: str, threads: bool = False) -> None:
 @settings(max_examples=scaled(15))
 @given(programs(min_ops=2, max_ops=14, dtypes=("f32", "f64", "f16", "bf16")))
 def test_property_random_programs(prog):
-    old = fused_exec.TILE_BYTES
-    fused_exec.TILE_BYTES = 64   # one or two rows per tile: slicing and tile loops are exercised
-    try:
-        _property(prog, "fuse-elementwise", threads=True)
-    finally:
-        fused_exec.TILE_BYTES = old
+    _property(prog, "fuse-elementwise", threads=True, options=TINY_TILES)
 
 
 @settings(max_examples=scaled(5))

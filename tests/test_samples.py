@@ -18,7 +18,7 @@ import pytest
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import functions
 from lamina.backends.numpy.runner import run_function
-from lamina.backends.run import main as run_main
+from lamina.cli.run import main as run_main
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.lamina import tensor_info
 from lamina.ir.source import load, parse_text, verify

@@ -145,7 +145,7 @@ def _run_cli(*argv: str) -> tuple[int, str, str]:
     import io
     from contextlib import redirect_stderr, redirect_stdout
 
-    from lamina.backends.run import main
+    from lamina.cli.run import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):

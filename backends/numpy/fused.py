@@ -36,14 +36,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from lamina.backends.numpy.runner import RunStats, device_nbytes, register_op_runner
+from lamina.analysis.fusion import iteration_domain, row_split
+from lamina.backends.interface import RunOptions
+from lamina.backends.numpy.runner import RunContext, device_nbytes, register_op_runner
 from lamina.ir import rng
 from lamina.ir import semantics as sem
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion, Sharding
+from lamina.ir.memory import FreeOp
+from lamina.ir.optable import Fusion
 from lamina.ir.semantics import Block, Call
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
@@ -51,28 +54,25 @@ from xdsl.ir import Operation, SSAValue
 # Target bytes of one tile-sized buffer, per group kind, chosen by measurement on f32[8192,4096]
 # (benchmarks/bench_fusion.py; 2-core EPYC, 1 MiB L2 per core, 32 MiB L3): NumPy's per-call cost
 # (~1 us) has to be spread over enough elements, and the few live tile buffers (reused through a
-# free list, in place) should stay in L2/L3. TILE_BYTES, when set, overrides both (tests use tiny
-# tiles to exercise the tile loop). Tile row counts are rounded down to a power of two so that
-# dropout tiles start at aligned global indices (see `_dropout_fast`).
-TILE_BYTES: int | None = None
-# Worker threads for the tile loop. Tiles are independent and NumPy drops the GIL inside its
-# loops, so a fused kernel runs its tiles on every core, as XLA:CPU's thread pool does. THREADS
-# (or the LAMINA_FUSED_THREADS environment variable, or `lamina-run --threads`) sets the count;
-# None means one per core. Which thread runs a tile never changes a result bit: each tile is
-# computed the same way wherever it runs. Only kernels of at least PARALLEL_MIN_ELEMENTS elements
-# with 4 tiles per thread use more than one (below that, handing tiles out costs more than it saves).
-THREADS: int | None = None
-PARALLEL_MIN_ELEMENTS = 1 << 20
-# 512 KiB (32 rows of f32[4096]) measured best for W1 with 1 and 2 threads; smaller tiles pay
-# NumPy's per-call cost and, with threads, a GIL hand-off per call, more often.
+# free list, in place) should stay in L2/L3. 512 KiB (32 rows of f32[4096]) measured best for W1
+# with 1 and 2 threads; smaller tiles pay NumPy's per-call cost and, with threads, a GIL hand-off
+# per call, more often. `RunOptions.tile_bytes` overrides both (tests use tiny tiles to exercise
+# the tile loop). Tile row counts are rounded down to a power of two so that dropout tiles start
+# at aligned global indices (see `_dropout_fast`).
 ROW_TILE_BYTES = 512 * 1024
 LOOP_TILE_BYTES = 512 * 1024
+# Tiles are independent and NumPy drops the GIL inside its loops, so a fused kernel runs its tiles
+# on every core, as XLA:CPU's thread pool does (`thread_count`). Which thread runs a tile never
+# changes a result bit: each tile is computed the same way wherever it runs. Only kernels of at
+# least PARALLEL_MIN_ELEMENTS elements with 4 tiles per thread use more than one (below that,
+# handing tiles out costs more than it saves).
+PARALLEL_MIN_ELEMENTS = 1 << 20
 
 
-def thread_count() -> int:
-    """The number of tile-loop threads: THREADS, else LAMINA_FUSED_THREADS, else the core count."""
-    if THREADS is not None:
-        return max(1, THREADS)
+def thread_count(options: RunOptions) -> int:
+    """Tile-loop threads: `options.threads`, else LAMINA_FUSED_THREADS, else the core count."""
+    if options.threads is not None:
+        return max(1, options.threads)
     env = os.environ.get("LAMINA_FUSED_THREADS", "").strip()
     if env:
         if not env.isdigit() or int(env) < 1:
@@ -143,16 +143,6 @@ def _prod(s: tuple[int, ...]) -> int:
     return math.prod(s)
 
 
-def _row_split(op: LaminaOp) -> int:
-    x = op.operand_slots()[0]
-    assert x is not None
-    rank = len(_shape(x))
-    attrs = op.attr_values()
-    if op.info.sharding == Sharding.REDUCTION and "axes" in attrs:
-        return len({a % rank for a in attrs["axes"]})
-    return rank - attrs["axis"] % rank
-
-
 @dataclass
 class _Step:
     op: LaminaOp
@@ -165,14 +155,6 @@ class _Step:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _domain(op: LaminaOp) -> tuple[int, ...]:
-    if op.info.fusion == Fusion.REDUCTION:
-        x = op.operand_slots()[0]
-        assert x is not None
-        return _shape(x)
-    return _shape(op.results[0])
-
-
 def _reduction_attrs(op: LaminaOp, k: int) -> dict[str, Any]:
     attrs = dict(op.attr_values())
     if "axes" in attrs:
@@ -182,11 +164,12 @@ def _reduction_attrs(op: LaminaOp, k: int) -> dict[str, Any]:
     return attrs
 
 
-def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
+def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
     assert isinstance(op, FusedOp)
+    stats = ctx.stats
     block = op.body.block
     # lamina.free in a body (annotate-lifetimes) ends a tile buffer's lifetime: nothing to run
-    body = [o for o in block.ops if o is not op.yield_op and o.name != "lamina.free"]
+    body = [o for o in block.ops if o is not op.yield_op and not isinstance(o, FreeOp)]
     env: dict[SSAValue, np.ndarray] = {}
     for a, x in zip(block.args, args, strict=True):
         assert x is not None
@@ -195,8 +178,9 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
     # the iteration space
     reductions = [o for o in body if isinstance(o, LaminaOp) and o.info.fusion == Fusion.REDUCTION]
     if reductions:
-        d = _domain(reductions[0])
-        k = _row_split(reductions[0])
+        d = iteration_domain(reductions[0])
+        k = row_split(reductions[0])
+        assert k is not None, "a fused reduction is row-wise (fuse-elementwise's rule)"
         lead, tail = d[: len(d) - k], d[len(d) - k:]
     else:
         try:
@@ -241,7 +225,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
             assert isinstance(o, LaminaOp)
             slots = o.operand_slots()
             any_tiled = any(v is not None and v in tiled for v in slots)
-            dom = _domain(o)
+            dom = iteration_domain(o)
             is_red = o.info.fusion == Fusion.REDUCTION
             t = tail_of(dom)
             if rows > 1 and t is not None and (is_red or any_tiled or (
@@ -258,7 +242,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
                 steps.append(_Step(o, (), call, [("whole", None)]))
 
         tile_rows = _choose_rows(rows, [s for s in steps if s.sources != [("whole", None)]],
-                                 bool(reductions))
+                                 bool(reductions), ctx.options.tile_bytes)
         tiled_steps = [st for st in steps if st.sources != [("whole", None)]]
         # last use of every tiled value (index into tiled_steps), for buffer reuse
         last_use: dict[SSAValue, int] = {}
@@ -275,7 +259,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
         # prepare the tiled steps
         for i, st in enumerate(tiled_steps):
             o = st.op
-            dom = _domain(o)
+            dom = iteration_domain(o)
             dom_tail = dom[nl:]
             srcs: list[tuple[str, Any]] = []
             for j, v in enumerate(o.operand_slots()):
@@ -337,7 +321,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
         # the tile loop
         if tiled_steps:
             n_tiles = -(-rows // tile_rows)
-            nthreads = max(1, min(thread_count(), n_tiles // 4))
+            nthreads = max(1, min(thread_count(ctx.options), n_tiles // 4))
             if rows * max(1, _prod(tail)) < PARALLEL_MIN_ELEMENTS:
                 nthreads = 1
 
@@ -415,11 +399,11 @@ def run_fused(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> 
     return outs
 
 
-def _choose_rows(rows: int, steps: list[_Step], row_group: bool) -> int:
+def _choose_rows(rows: int, steps: list[_Step], row_group: bool, tile_bytes: int | None) -> int:
     widest = max((_prod(st.op.results[0].type.get_shape()) // max(rows, 1)  # type: ignore
                   for st in steps), default=1)
     per_row = max(1, widest) * 4
-    target = TILE_BYTES if TILE_BYTES is not None else (ROW_TILE_BYTES if row_group
+    target = tile_bytes if tile_bytes is not None else (ROW_TILE_BYTES if row_group
                                                         else LOOP_TILE_BYTES)
     n = max(1, min(rows, target // per_row))
     return n if n >= rows else 1 << (n.bit_length() - 1)   # a power of two (aligned tiles)

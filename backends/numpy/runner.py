@@ -6,6 +6,8 @@ a long chain of ops on large tensors holds only what is live (see `peak_live_byt
 
 Ops outside the op table (fused regions, collectives, moves, added by later layers) register a
 runner with `register_op_runner`; the op table stays the only place that knows per-op semantics.
+Every runner gets the run's `RunContext`: its statistics and the backend options it was started
+with (`lamina.backends.interface.RunOptions`), so no setting lives in a module global.
 """
 
 from __future__ import annotations
@@ -15,16 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
-from lamina.backends.interface import RunResult, arg_names, find_entry
+from lamina.backends.interface import RunOptions, RunResult, arg_names
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage
 from lamina.ir.lamina import LaminaOp, tensor_info
 from lamina.ir.semantics import Call
-from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
-OpRunner = Callable[[Operation, list[np.ndarray | None], "RunStats"], list[np.ndarray]]
+OpRunner = Callable[[Operation, list[np.ndarray | None], "RunContext"], list[np.ndarray]]
 _RUNNERS: dict[type[Operation], OpRunner] = {}
 
 
@@ -53,6 +54,14 @@ class RunStats:
         }
 
 
+@dataclass
+class RunContext:
+    """What every op runner of one run shares: the counters and the options."""
+
+    stats: RunStats
+    options: RunOptions = field(default_factory=RunOptions)
+
+
 def device_nbytes(a: np.ndarray, dtype: str) -> int:
     return int(a.size) * ITEMSIZE[dtype]
 
@@ -61,8 +70,9 @@ def make_call(op: LaminaOp) -> Call:
     return Call(op.attr_values(), op.operand_infos(), tensor_info(op.results[0].type))
 
 
-def run_table_op(op: LaminaOp, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
+def run_table_op(op: LaminaOp, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
     """Run one op-table op on whole arrays."""
+    stats = ctx.stats
     call = make_call(op)
     info = op.info
     out = info.kernel(args, call)
@@ -178,28 +188,26 @@ def drive(func: FuncOp, args: Sequence[V], execute: Callable[[Operation, list[V 
     raise error_at(func, f"@{func.sym_name.data} has no func.return")
 
 
+def op_runner(op: Operation) -> OpRunner | None:
+    """The runner registered for ops of `op`'s exact class, if any."""
+    return _RUNNERS.get(type(op))
+
+
 def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
-                 stats: RunStats | None = None,
-                 observer: ExecutionObserver | None = None) -> RunResult:
-    """Run `func` on `inputs`, freeing each intermediate after its last use."""
-    st = stats or RunStats()
+                 observer: ExecutionObserver | None = None,
+                 options: RunOptions | None = None) -> RunResult:
+    """Run `func` on whole arrays (one device), freeing each intermediate after its last use.
+
+    Placements in the types are not looked at: on whole arrays every collective is the identity,
+    which makes this the reference run a placed program is compared with."""
+    ctx = RunContext(RunStats(), options or RunOptions())
 
     def execute(op: Operation, operands: list[np.ndarray | None]) -> list[np.ndarray]:
         if isinstance(op, LaminaOp):
-            return run_table_op(op, operands, st)
-        if (runner := _RUNNERS.get(type(op))) is not None:
-            return runner(op, operands, st)
+            return run_table_op(op, operands, ctx)
+        if (runner := op_runner(op)) is not None:
+            return runner(op, operands, ctx)
         raise error_at(op, f"the NumPy backend cannot run '{op.name}'")
 
     return drive(func, check_inputs(func, inputs), execute, lambda a: a.nbytes,
-                 lambda ret, outs: RunResult(outs, st.as_dict()), st, observer)
-
-
-class NumpyBackend:
-    """The reference backend: every op by its NumPy kernel, whole arrays, one device."""
-
-    name = "numpy"
-
-    def run(self, module: ModuleOp, entry: str | None,
-            inputs: Sequence[np.ndarray]) -> RunResult:
-        return run_function(find_entry(module, entry), inputs)
+                 lambda ret, outs: RunResult(outs, ctx.stats.as_dict()), ctx.stats, observer)

@@ -32,14 +32,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from lamina.backends.interface import RunResult, find_entry
+from lamina.analysis.comm_cost import sent_bytes
+from lamina.backends.interface import RunOptions, RunResult
 from lamina.backends.numpy import runner as base
 from lamina.backends.numpy.runner import (
     ExecutionObserver,
+    RunContext,
     RunStats,
     check_inputs,
     device_nbytes,
@@ -57,59 +58,17 @@ from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage
 from lamina.ir.fused import FusedOp, YieldOp
 from lamina.ir.lamina import LaminaOp, tensor_info
+from lamina.ir.memory import FreeOp, value_label
 from lamina.ir.optable import Sharding
-from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
+from lamina.ir.placement import Mesh, MeshOp, find_mesh, place_of, spec_of
 from lamina.ir.semantics import Block, Call
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.sharding import Spec
-from lamina.passes.comm_cost import sent_bytes
-from xdsl.dialects.builtin import ModuleOp, TensorType
+from xdsl.dialects.builtin import TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Operation, SSAValue
 
 Shards = list[np.ndarray]
-
-
-@dataclass(frozen=True)
-class Mesh:
-    name: str
-    axes: tuple[str, ...]
-    sizes: tuple[int, ...]
-
-    @property
-    def devices(self) -> int:
-        return math.prod(self.sizes)
-
-    def coords(self, dev: int) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for a, s in zip(reversed(self.axes), reversed(self.sizes), strict=True):
-            out[a] = dev % s
-            dev //= s
-        return out
-
-    def size(self, axes: Sequence[str]) -> int:
-        return math.prod(self.sizes[self.axes.index(a)] for a in axes)
-
-    def index(self, coords: dict[str, int], axes: Sequence[str]) -> int:
-        """Mixed-radix index of a device along `axes` (major to minor)."""
-        i = 0
-        for a in axes:
-            i = i * self.sizes[self.axes.index(a)] + coords[a]
-        return i
-
-    def groups(self, axes: Sequence[str]) -> list[list[int]]:
-        """Devices grouped by their coordinates off `axes`, each group ordered by `axes`' index."""
-        by_rest: dict[tuple, list[tuple[int, int]]] = {}
-        rest = [a for a in self.axes if a not in axes]
-        for d in range(self.devices):
-            c = self.coords(d)
-            by_rest.setdefault(tuple(c[a] for a in rest), []).append((self.index(c, axes), d))
-        return [[d for _, d in sorted(g)] for g in by_rest.values()]
-
-
-def mesh_of(op: MeshOp) -> Mesh:
-    sizes = op.axis_sizes
-    return Mesh(op.sym_name.data, tuple(sizes), tuple(int(s) for s in sizes.values()))
 
 
 def spec_or_replicated(t: Attribute) -> Spec:
@@ -202,9 +161,10 @@ def first_device(mesh: Mesh, spec: Spec, shape: Sequence[int], key: tuple) -> in
 
 
 class SpmdRun:
-    def __init__(self, mesh: Mesh, stats: RunStats):
+    def __init__(self, mesh: Mesh, ctx: RunContext):
         self.mesh = mesh
-        self.stats = stats
+        self.ctx = ctx
+        self.stats = ctx.stats
         self.collectives: list[dict[str, Any]] = []
 
     # -- local ops --
@@ -265,7 +225,7 @@ class SpmdRun:
             if isinstance(inner, YieldOp):
                 return [env[v] for v in inner.operands]
             if not isinstance(inner, LaminaOp):
-                if inner.name == "lamina.free":
+                if isinstance(inner, FreeOp):
                     continue  # ends a tile buffer's lifetime (annotate-lifetimes): nothing to run
                 raise error_at(inner, f"the SPMD interpreter cannot run '{inner.name}' inside "
                                "lamina.fused")
@@ -352,9 +312,10 @@ class SpmdRun:
                     and o.info.launches_kernel)
             elif isinstance(op, PlacementOp):
                 results = self.run_collective(op, operands)  # type: ignore[arg-type]
-            elif (runner := base._RUNNERS.get(type(op))) is not None:
+            elif (runner := base.op_runner(op)) is not None:
                 results = [list(r) for r in zip(*[runner(op, [None if a is None else a[d]
-                                                              for a in operands], RunStats())
+                                                              for a in operands],
+                                                         RunContext(RunStats(), self.ctx.options))
                                                    for d in range(mesh.devices)], strict=True)]
             else:
                 raise error_at(op, f"the SPMD interpreter cannot run '{op.name}'")
@@ -400,10 +361,6 @@ def placed_mesh(func: FuncOp) -> MeshOp | None:
     return mesh
 
 
-def _label(v: SSAValue) -> str:
-    return f"%{v.name_hint}" if v.name_hint else "a value"
-
-
 def check_placed(func: FuncOp) -> None:
     """Reject, at the first offending op, a value left unplaced where reading it as replicated
     would not follow the op's sharding rule (a partially placed program: the user must run
@@ -430,47 +387,35 @@ def check_placed(func: FuncOp) -> None:
             want = None
         if want == spec_or_replicated(r.type):
             continue
-        what = f"{_label(r)} = {op.name}" if r.name_hint else f"the result of {op.name}"
+        what = f"{value_label(r)} = {op.name}" if r.name_hint else f"the result of {op.name}"
         if r_unplaced:
             raise error_at(op, f"{what} is not placed while its operands are; "
                            "run -p propagate-sharding first")
-        raise error_at(op, f"operand {_label(unplaced[0])} of {what} is not "
+        raise error_at(op, f"operand {value_label(unplaced[0])} of {what} is not "
                        "placed while the result is (read as replicated it breaks the "
                        f"{op.info.sharding.value} rule); run -p propagate-sharding first")
 
 
 def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None,
-             observer: ExecutionObserver | None = None) -> RunResult:
+             observer: ExecutionObserver | None = None,
+             options: RunOptions | None = None) -> RunResult:
     """Run placed `func` on every device of its mesh. `observer` gets the same hooks as under
     `run_function` (values' types carry their placements, so it can size local shards)."""
     mesh_op = mesh_op or placed_mesh(func)
     if mesh_op is None:
         raise LaminaError(f"@{func.sym_name.data} has no placed values to run on a mesh")
     check_placed(func)
-    stats = RunStats()
-    run = SpmdRun(mesh_of(mesh_op), stats)
+    ctx = RunContext(RunStats(), options or RunOptions())
+    run = SpmdRun(mesh_op.mesh, ctx)
     outputs = run.run(func, inputs, observer)
-    d = stats.as_dict()
+    d = ctx.stats.as_dict()
     d["devices"] = run.mesh.devices
     d["collectives"] = run.collectives
     d["comm_bytes_per_device"] = int(sum(c["bytes_per_device"] for c in run.collectives))
     return RunResult(outputs, d)
 
 
-class SpmdBackend:
-    """Every device of the mesh simulated; falls back to the plain runner for unplaced programs."""
-
-    name = "numpy-spmd"
-
-    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray]) -> RunResult:
-        func = find_entry(module, entry)
-        mesh = placed_mesh(func)
-        if mesh is None:
-            return base.run_function(func, inputs)
-        return run_spmd(func, inputs, mesh)
-
-
-def _identity(op: Operation, args: list[np.ndarray | None], stats: RunStats) -> list[np.ndarray]:
+def _identity(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
     # On whole (global) arrays every placement op is the identity: it only moves data.
     return [a for a in args if a is not None]
 

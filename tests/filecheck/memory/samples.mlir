@@ -6,7 +6,7 @@
 // RUN: lamina-run %S/../../../samples/mlp_training_offload.mlir -p 'fuse-elementwise,annotate-lifetimes,assign-memory-tiers{target=tiny}' --target tiny --check | filecheck %s --check-prefix=CHECK
 // RUN: lamina-run %S/../../../samples/zero_offload_step.mlir -p 'annotate-lifetimes,assign-memory-tiers{target=tiny}' --target tiny --stats-json - | filecheck %s --check-prefix=ZERO
 
-// CHAIN: long_chain_frees.mlir:{{[0-9]+}}:3: error: checked execution: capacity overflow in tier 'hbm' at %t3 = lamina.abs: 1310720 bytes per device live, capacity 1048576 (target 'tiny'); live: %x (256.0 KiB), %t0 (256.0 KiB), %t1 (256.0 KiB), %t2 (256.0 KiB) and 1 more
+// CHAIN: long_chain_frees.mlir:{{[0-9]+}}:3: error: checked execution: capacity overflow in tier 'hbm' at %t3 = lamina.abs: 1310720 bytes per device live, capacity 1048576 (target 'tiny'); live: %x (256 KiB), %t0 (256 KiB), %t1 (256 KiB), %t2 (256 KiB) and 1 more
 
 // FREED:      "peak_bytes": {
 // FREED-NEXT:   "sram": 0,

@@ -1,14 +1,16 @@
-"""`lamina-run`: run a function of a Lamina program with the NumPy interpreter.
+"""`lamina-run`: run a function of a Lamina program on a backend (default: the NumPy interpreter).
 
-    lamina-run FILE [-p PIPELINE] [--entry NAME] [--inputs IN.npz] [--seed N]
+    lamina-run FILE [-p PIPELINE] [--entry NAME] [--backend NAME] [--inputs IN.npz] [--seed N]
                [--outputs OUT.npz] [--check] [--stats-json PATH] [--print-outputs]
-               [--target NAME|FILE.toml] [--memory-plot OUT.png]
+               [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
 
 Without `--inputs`, inputs are drawn from the argument types and `--seed`. With `--check` the
 program runs twice on the same inputs, as parsed and after the pipeline, and every output is
 compared (tolerances by element type, see `lamina.backends.compare`); exit 1 with a per-output
-report when they disagree. Every run is checked execution (`lamina.backends.numpy.memory`): a use
-after `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the op;
+report when they disagree. The program as parsed always runs on the NumPy interpreter, whole
+arrays on one device: `--backend X --check` compares backend X after the pipeline against it.
+On the NumPy backend every run is checked execution (`lamina.backends.numpy.memory`): a use after
+`lamina.free`, a double free or a compute op touching a host/nvme value is an error at the op;
 with `--target` so is a tier's capacity overflow (naming what was live). `--stats-json` writes
 `ops_executed`, `kernels`, `flops`, `bytes_accessed`, `peak_live_bytes`, `peak_bytes` (per memory
 tier, per device), `moved_bytes` (per tier pair, e.g. "hbm->host") and `outputs` (name, shape,
@@ -28,19 +30,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import lamina.backends.numpy.fused as fused_exec
+import lamina
 import numpy as np
 from lamina.backends.compare import compare
-from lamina.backends.inputs import (
-    load_inputs,
-    random_inputs,
-    save_npz_atomic,
-    write_text_atomic,
-)
-from lamina.backends.interface import find_entry, output_names
-from lamina.backends.numpy.memory import MemoryChecker, plot_memory
-from lamina.backends.numpy.runner import NumpyBackend, run_function
-from lamina.backends.numpy.spmd import placed_mesh, run_spmd
+from lamina.backends.inputs import load_inputs, random_inputs
+from lamina.backends.interface import RunOptions, check_supported, find_entry, output_names
+from lamina.backends.numpy.backend import reference_run
+from lamina.backends.registry import backend_names, get_backend
+from lamina.cli.memory_plot import plot_memory
+from lamina.cli.outputs import save_npz_atomic, write_text_atomic
 from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
@@ -55,8 +53,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def arg_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="lamina-run", description="Run a Lamina program with the NumPy interpreter.")
+    p = _Parser(prog="lamina-run", description="Run a Lamina program on a backend.")
     p.add_argument("file", help="program (.mlir); '-' reads stdin")
+    p.add_argument("--version", action="version", version=f"lamina-run {lamina.__version__}")
+    p.add_argument("--backend", default="numpy",
+                   help=f"backend to run on: {', '.join(backend_names())} (default numpy)")
     p.add_argument("-p", "--passes", default="", help="pass pipeline to apply before running")
     p.add_argument("--entry", default=None, help="function to run (default: the only one)")
     p.add_argument("--inputs", default=None, help=".npz with one array per argument")
@@ -90,16 +91,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = arg_parser().parse_args(argv)
     if args.threads is not None and args.threads < 1:
         raise UsageError("lamina-run", f"argument --threads: must be at least 1, got {args.threads}")
-    old_threads = fused_exec.THREADS
-    fused_exec.THREADS = args.threads if args.threads is not None else old_threads
-    try:
-        fused_exec.thread_count()   # a bad LAMINA_FUSED_THREADS is reported before any work
-        return _run(args)
-    finally:
-        fused_exec.THREADS = old_threads
-
-
-def _run(args: argparse.Namespace) -> int:
+    backend = get_backend(args.backend)
     ctx = make_context()
     module: ModuleOp = load(args.file, ctx)
     reference = module.clone() if args.check else None
@@ -108,27 +100,25 @@ def _run(args: argparse.Namespace) -> int:
 
     func = find_entry(module, args.entry)
     entry = func.sym_name.data
+    check_supported(backend, func)
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
-    backend = NumpyBackend()  # the reference runs on whole arrays (collectives are identities)
     target = load_target(args.target) if args.target else None
-    checker = MemoryChecker(target)
-    mesh = placed_mesh(func)  # placed values: simulate every device of the mesh
-    result = run_spmd(func, inputs, mesh, observer=checker) if mesh is not None else \
-        run_function(func, inputs, observer=checker)
+    result = backend.run(module, entry, inputs, RunOptions(threads=args.threads, target=target))
     names = output_names(func)
     dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]
 
-    stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats,
-                             **checker.stats()}
+    stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
     if args.memory_plot:
-        plot_memory(checker, args.memory_plot, f"@{entry} on target "
+        if result.memory is None:
+            raise LaminaError(f"--memory-plot: backend '{backend.name}' records no memory trace")
+        plot_memory(result.memory, args.memory_plot, f"@{entry} on target "
                     f"'{target.name if target else 'none'}'")
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
                for n, a, d in zip(names, result.outputs, dtypes, strict=True)]
     failed = False
     report_lines: list[str] = []
     if reference is not None:
-        ref = backend.run(reference, entry, inputs)
+        ref = reference_run(reference, entry, inputs)
         stats["reference"] = ref.stats
         for out, n, a, r, d in zip(outputs, names, result.outputs, ref.outputs, dtypes,
                                    strict=True):

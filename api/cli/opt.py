@@ -17,9 +17,10 @@ import io
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import ClassVar, NoReturn
 
-from lamina.backends.inputs import write_text_atomic
+import lamina
+from lamina.cli.outputs import write_text_atomic
 from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.source import make_context, parse_text, read_source, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
@@ -32,6 +33,9 @@ SPLIT_MARKER = "// -----"
 
 
 class LaminaOptMain(xDSLOptMain):
+    version_format: ClassVar[str] = (f"lamina-opt {lamina.__version__} (Lamina), on xDSL "
+                                     "{xdsl_version}")
+
     def __init__(self, args: Sequence[str] | None = None):
         super().__init__(description="Lamina's modular optimizer driver", args=args)
 

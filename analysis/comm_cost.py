@@ -27,6 +27,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lamina.analysis.sizes import fmt_bytes
+from lamina.ir.placement import Mesh
 from lamina.ir.target import LinkLevel, Target
 
 FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0,
@@ -49,13 +51,6 @@ class Estimate:
         alts = ", ".join(f"{a} {s * 1e6:.1f} us" for a, s in self.alternatives)
         return (f"{self.algorithm}: {fmt_bytes(self.payload)} payload, {fmt_bytes(self.sent)} sent "
                 f"per device, {self.seconds * 1e6:.1f} us" + (f" (vs {alts})" if alts else ""))
-
-
-def fmt_bytes(b: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if b >= size:
-            return f"{b / size:.4g} {unit}"
-    return f"{b:.0f} B"
 
 
 def ring_sent(kind: str, n: int, payload: float) -> float:
@@ -89,15 +84,15 @@ def _ring_time(kind: str, n: int, payload: float, level: LinkLevel) -> float:
     return _ring_lat(kind, n, level) + ring_sent(kind, n, payload) / level.beta
 
 
-def levels_of(target: Target, mesh_shape: Sequence[int], axis_indices: Sequence[int]
-              ) -> list[tuple[int, LinkLevel]]:
-    """(devices, level) per link level the axes span, innermost first."""
+def levels_of(target: Target, mesh: Mesh, axes: Sequence[str]) -> list[tuple[int, LinkLevel]]:
+    """(devices, level) per link level the mesh axes `axes` span, innermost first."""
     by_level: dict[str, tuple[int, LinkLevel, int]] = {}
     order = [lv.name for lv in target.links]
-    for ax in axis_indices:
-        lv = target.axis_level(mesh_shape, ax)
+    for axis in axes:
+        ax = mesh.axes.index(axis)
+        lv = target.axis_level(mesh.sizes, ax)
         n, _, _ = by_level.get(lv.name, (1, lv, 0))
-        by_level[lv.name] = (n * int(mesh_shape[ax]), lv, order.index(lv.name))
+        by_level[lv.name] = (n * mesh.sizes[ax], lv, order.index(lv.name))
     return [(n, lv) for n, lv, _ in sorted(by_level.values(), key=lambda t: t[2])]
 
 

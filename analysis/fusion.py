@@ -1,0 +1,145 @@
+"""The fusion-group model: which rows a reduction reduces, a fused op's working set, and building a
+`lamina.fused` op from a group of ops.
+
+`fuse-elementwise` forms groups, `propagate-sharding` re-forms the groups a reshard splits, the
+fused executors run them tile by tile and the tier planner charges their working set to SRAM; all
+of them read these definitions, so they cannot disagree on what a group is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lamina.analysis.sizes import local_bytes
+from lamina.ir.fused import FusedOp, YieldOp, make_body
+from lamina.ir.lamina import LaminaOp
+from lamina.ir.memory import FreeOp
+from lamina.ir.optable import Fusion, Sharding
+from lamina.ir.target import Target
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation, OpResult, SSAValue
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def row_split(op: LaminaOp) -> int | None:
+    """k when `op` is a row-wise reduction over its input's trailing k dims, else None.
+
+    A reduce_* is row-wise when its `axes` are the trailing dims; a composite (layernorm,
+    softmax, ...) when its `axis` starts them: it needs every dim from `axis` on whole."""
+    x = op.operand_slots()[0]
+    if x is None:
+        return None
+    rank = len(_shape(x))
+    attrs = op.attr_values()
+    if op.info.sharding == Sharding.REDUCTION and "axes" in attrs:
+        axes = sorted({a % rank for a in attrs["axes"]}) if rank else []
+        k = len(axes)
+        return k if axes == list(range(rank - k, rank)) else None
+    if "axis" in attrs:
+        if rank == 0:
+            return None
+        return rank - attrs["axis"] % rank
+    return None
+
+
+def iteration_domain(op: LaminaOp) -> tuple[int, ...]:
+    """The shape an op iterates over inside a group: a reduction's input, else its result."""
+    if op.info.fusion == Fusion.REDUCTION:
+        x = op.operand_slots()[0]
+        assert x is not None
+        return _shape(x)
+    return _shape(op.results[0])
+
+
+def body_ops(op: FusedOp) -> list[LaminaOp]:
+    """The op-table ops of a fused body, in order (its `lamina.free`s and yield left out)."""
+    return [o for o in op.body.block.ops if isinstance(o, LaminaOp)]
+
+
+def fused_kind(members: Sequence[Operation]) -> str:
+    """"row_reduction" when a group holds a reduction, else "loop" (see `lamina.ir.fused`)."""
+    return "row_reduction" if any(isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION
+                                  for m in members) else "loop"
+
+
+def intermediate_bytes(op: FusedOp) -> int:
+    """Peak bytes per device of the values computed inside a fused op that are not its results.
+
+    Without `lamina.free` in the body every intermediate lives to the kernel's end (their sum);
+    a free inside the body (annotate-lifetimes) releases its intermediate's bytes."""
+    yielded = set(op.yield_op.operands)
+    live = peak = 0
+    for o in op.body.block.ops:
+        if isinstance(o, FreeOp):
+            if isinstance(o.value, OpResult) and o.value not in yielded:
+                live -= local_bytes(o.value, op)
+            continue
+        live += sum(local_bytes(r, op) for r in o.results if r not in yielded)
+        peak = max(peak, live)
+    return peak
+
+
+def sram_bytes(op: FusedOp, target: Target | None) -> int:
+    """The SRAM a fused op holds while it runs: its intermediates, at most the target's SRAM."""
+    total = intermediate_bytes(op)
+    if target is not None and any(t.name == "sram" for t in target.tiers):
+        total = min(total, int(target.tier("sram").capacity))
+    return total
+
+
+def _is_source(op: Operation) -> bool:
+    return isinstance(op, LaminaOp) and op.info.fusion == Fusion.SOURCE
+
+
+def build_fused(members: Sequence[Operation]) -> FusedOp:
+    """One `lamina.fused` op computing `members` (in this order), not yet inserted anywhere.
+
+    Its inputs are the values members read from outside the group (first use first); constants
+    they read are cloned into the body (a constant costs no kernel); its results are the member
+    results used outside the group, and those uses are redirected to the fused op's results.
+    Members are moved into the body (detached from their block if they were in one)."""
+    mset = set(members)
+    inputs: list[SSAValue] = []
+    seen_in: set[SSAValue] = set()
+    consts: list[Operation] = []
+    for m in members:
+        for v in m.operands:
+            p = v.owner
+            if isinstance(p, Operation) and p in mset:
+                continue
+            if isinstance(p, Operation) and _is_source(p):
+                if p not in consts:
+                    consts.append(p)
+                continue
+            if v not in seen_in:
+                seen_in.add(v)
+                inputs.append(v)
+    outputs = [r for m in members for r in m.results
+               if any(u.operation not in mset for u in r.uses)]
+    region, body = make_body([v.type for v in inputs])
+    for a, v in zip(body.args, inputs, strict=True):
+        a.name_hint = v.name_hint
+        v.replace_uses_with_if(a, lambda u: u.operation in mset)
+    for c in consts:
+        clone = c.clone()
+        body.add_op(clone)
+        for old, new in zip(c.results, clone.results, strict=True):
+            old.replace_uses_with_if(new, lambda u: u.operation in mset)
+    for m in members:
+        if m.parent is not None:
+            m.detach()
+        body.add_op(m)
+    yield_op = YieldOp(outputs)
+    body.add_op(yield_op)
+    fused = FusedOp(fused_kind(members), inputs, [r.type for r in outputs], region)
+    fused.location = members[0].location
+    for old, new in zip(outputs, fused.results, strict=True):
+        new.name_hint = old.name_hint
+        old.replace_uses_with_if(new, lambda u: u.operation is not yield_op
+                                 and u.operation not in mset)
+    return fused

@@ -1,0 +1,130 @@
+"""Lamina: a compiler IR for large-model training, on xDSL.
+
+The Python API, for scripts and notebooks (the command-line tools are `lamina.cli`):
+
+    import lamina
+    module = lamina.load("samples/mlp_block.mlir")            # parse and verify
+    lamina.apply(module, "fuse-elementwise,annotate-lifetimes")  # a pass pipeline, verified after each pass
+    print(lamina.to_text(module))                              # the MLIR text
+    run = lamina.run(module, {"x": x, "w1": w1, ...}, entry="mlp_block")   # NumPy in, NumPy out
+    run.outputs, run.stats
+
+Every failure raises `lamina.LaminaError`, whose `str()` is the one-line diagnostic the tools print.
+The package's layers (each imports only those below it): `lamina.ir` (dialect, op table, types,
+targets) <- `lamina.analysis` (what passes and backends share) <- `lamina.passes` |
+`lamina.backends` | `lamina.frontends` <- `lamina.cli` and this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lamina.ir.diagnostics import LaminaError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from xdsl.dialects.builtin import ModuleOp
+
+__version__ = "0.2.0"
+
+__all__ = ["LaminaError", "Run", "__version__", "apply", "load", "parse", "run", "to_text",
+           "verify"]
+
+
+def parse(text: str, name: str = "<string>") -> ModuleOp:
+    """Parse and verify a program written in Lamina's MLIR text format."""
+    from lamina.ir.source import parse_text
+    from lamina.ir.source import verify as verify_module
+
+    module = parse_text(text, name)
+    verify_module(module)
+    return module
+
+
+def load(path: str) -> ModuleOp:
+    """Read, parse and verify the program in the file `path`."""
+    from lamina.ir.source import load as load_module
+
+    return load_module(path)
+
+
+def verify(module: ModuleOp) -> None:
+    """Check every op, type and placement rule; the first failure raises LaminaError."""
+    from lamina.ir.source import verify as verify_module
+
+    verify_module(module)
+
+
+def to_text(module: ModuleOp, generic: bool = False) -> str:
+    """The program as MLIR text (Lamina's custom syntax, or MLIR's generic form)."""
+    import io
+
+    from xdsl.printer import Printer
+
+    out = io.StringIO()
+    Printer(stream=out, print_generic_format=generic).print_op(module)
+    return out.getvalue() + "\n"
+
+
+def apply(module: ModuleOp, pipeline: str, explain: bool = False) -> ModuleOp:
+    """Run a pass pipeline (`lamina-opt -p` syntax) on `module` in place and return it.
+
+    The module is verified after every pass; with `explain=True` the passes write their
+    decisions to stderr, as `--explain` does."""
+    from lamina.ir.source import make_context
+    from lamina.passes.pipeline import build_pipeline, run_pipeline
+
+    run_pipeline(make_context(), module, build_pipeline(pipeline, explain=explain))
+    return module
+
+
+@dataclass
+class Run:
+    """What `run` gives back: one array per function result, by name (`out0`, `out1`, ...),
+    and the statistics `lamina-run --stats-json` writes."""
+
+    outputs: dict[str, np.ndarray]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def run(module: ModuleOp, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
+        entry: str | None = None, backend: str = "numpy", seed: int = 0,
+        **options: Any) -> Run:
+    """Run function `entry` (the only one by default) of a verified module on a backend.
+
+    `inputs` maps argument names (`x` for `%x`) to arrays, or lists them in order; None draws
+    them from the argument types and `seed`, as `lamina-run` does. `options` are the backend's
+    (`lamina.backends.interface.RunOptions`: threads, target, ...)."""
+    from lamina.backends.inputs import random_inputs
+    from lamina.backends.interface import (
+        RunOptions,
+        arg_names,
+        check_supported,
+        find_entry,
+        output_names,
+    )
+    from lamina.backends.registry import get_backend
+    from lamina.ir.target import load_target
+
+    func = find_entry(module, entry)
+    if inputs is None:
+        arrays = random_inputs(func, seed)
+    elif isinstance(inputs, Mapping):
+        names = arg_names(func)
+        missing = [n for n in names if n not in inputs]
+        extra = sorted(set(inputs) - set(names))
+        if missing or extra:
+            raise LaminaError(f"inputs for @{func.sym_name.data} must be exactly its arguments "
+                              f"({', '.join(names)}); missing: {', '.join(missing) or 'none'}, "
+                              f"unknown: {', '.join(extra) or 'none'}")
+        arrays = [inputs[n] for n in names]
+    else:
+        arrays = list(inputs)
+    if isinstance(options.get("target"), str):
+        options["target"] = load_target(options["target"])
+    chosen = get_backend(backend)
+    check_supported(chosen, func)
+    result = chosen.run(module, func.sym_name.data, arrays, RunOptions(**options))
+    return Run(dict(zip(output_names(func), result.outputs, strict=True)), result.stats)

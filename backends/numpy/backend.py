@@ -1,0 +1,45 @@
+"""The NumPy interpreter as a `Backend`: every feature, checked execution, every device simulated.
+
+A function with placed values runs on every device of its mesh (`spmd`), anything else on whole
+arrays (`runner`); either way every run is checked execution (`memory.MemoryChecker`): a use
+after `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the
+op, and with `RunOptions.target` so is a tier's capacity overflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+from lamina.backends.interface import Feature, RunOptions, RunResult, find_entry
+from lamina.backends.numpy.fused import thread_count
+from lamina.backends.numpy.memory import MemoryChecker
+from lamina.backends.numpy.runner import run_function
+from lamina.backends.numpy.spmd import placed_mesh, run_spmd
+from xdsl.dialects.builtin import ModuleOp
+
+
+class NumpyBackend:
+    """Lamina's reference interpreter (see the module docstring)."""
+
+    name: ClassVar[str] = "numpy"
+    features: ClassVar[frozenset[Feature]] = frozenset(Feature)
+
+    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
+            options: RunOptions) -> RunResult:
+        thread_count(options)   # a bad LAMINA_FUSED_THREADS is reported before any work
+        func = find_entry(module, entry)
+        checker = MemoryChecker(options.target)
+        mesh = placed_mesh(func)
+        result = run_spmd(func, inputs, mesh, observer=checker, options=options) \
+            if mesh is not None else run_function(func, inputs, observer=checker, options=options)
+        result.stats.update(checker.stats())
+        result.memory = checker.trace()
+        return result
+
+
+def reference_run(module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray]) -> RunResult:
+    """The run every other is checked against (`--check`): whole arrays, one device, placements
+    read as the identity they are on whole arrays."""
+    return run_function(find_entry(module, entry), inputs)
