@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
 from lamina.ir.fused import FusedOp, YieldOp, make_body
-from lamina.ir.lamina import LaminaOp
 from lamina.ir.memory import FreeOp
-from lamina.ir.optable import Fusion, Sharding
+from lamina.ir.opbase import LaminaOp
+from lamina.ir.optable import Fusion
+from lamina.ir.sharding import Reduction
 from lamina.ir.target import Target
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, OpResult, SSAValue
@@ -36,7 +37,7 @@ def row_split(op: LaminaOp) -> int | None:
         return None
     rank = len(_shape(x))
     attrs = op.attr_values()
-    if op.info.sharding == Sharding.REDUCTION and "axes" in attrs:
+    if isinstance(op.info.sharding, Reduction) and "axes" in attrs:
         axes = sorted({a % rank for a in attrs["axes"]}) if rank else []
         k = len(axes)
         return k if axes == list(range(rank - k, rank)) else None

@@ -12,7 +12,7 @@ import numpy as np
 from lamina.backends.interface import arg_names
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import STORAGE, to_storage
-from lamina.ir.lamina import tensor_info
+from lamina.ir.opbase import tensor_info
 from xdsl.dialects.func import FuncOp
 
 

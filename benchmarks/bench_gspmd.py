@@ -136,7 +136,7 @@ def run_lamina(path: str) -> dict:
     from lamina.backends.interface import find_entry
     from lamina.backends.numpy.spmd import block, placed_mesh, run_spmd, spec_or_replicated
     from lamina.ir.collectives import PlacementOp
-    from lamina.ir.lamina import LaminaOp, tensor_info
+    from lamina.ir.opbase import LaminaOp, tensor_info
     from lamina.ir.source import load, make_context
     from lamina.passes.pipeline import build_pipeline, run_pipeline
     from xdsl.dialects.builtin import TensorType

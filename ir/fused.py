@@ -16,13 +16,15 @@ group's outputs, one per result. The kind string says how the group is executed:
     "row_reduction"  may also hold REDUCTION ops that reduce the same trailing dims: row tiles
 
 This module depends only on the op table (not on the generated op classes), so `lamina.ir.lamina`
-can import it to register both ops in the `lamina` dialect without an import cycle.
+can import it to register both ops in the `lamina` dialect without an import cycle; that is why the
+body check looks rows up by op name here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lamina.ir.memory import FreeOp
 from lamina.ir.optable import Fusion, lookup
 from xdsl.dialects.builtin import AnyTensorType, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
@@ -103,7 +105,7 @@ class FusedOp(IRDLOperation):
             raise VerifyException(f"lamina.fused: yields ({', '.join(map(str, got))}) but the "
                                   f"results are ({', '.join(map(str, want))})")
         for op in block.ops:
-            if op is term or op.name == "lamina.free":
+            if op is term or isinstance(op, FreeOp):
                 continue  # lamina.free: the end of an intermediate's tile buffer (annotate-lifetimes)
             info = lookup(op.name)
             if info is None:

@@ -1,11 +1,14 @@
 """The op table: the single source of every per-op fact in Lamina.
 
 One `OpInfo` per op says what the op is called, which operands and attributes it takes, its shape
-rule, its NumPy semantics, its class for fusion, whether a pending-reduction (`partial`) value may
-pass through it, its sharding rule and its cost. The dialect's op classes are generated from these
-entries (`lamina.ir.lamina`), the interpreter runs their kernels, and passes read their classes and
-costs; nothing else keeps a list of op names. Adding an elementwise op is one line in `UNARY_OPS` /
-`BINARY_OPS` below plus its formula in `lamina.ir.semantics`.
+rule, its semantics (an array-API formula, `lamina.ir.formulas`, which every backend evaluates with
+its own array namespace), its class for fusion, whether a pending-reduction (`partial`) value may
+pass through it, its sharding rule (a `lamina.ir.sharding.ShardingRule`) and its cost. The
+dialect's op classes are generated from these entries (`lamina.ir.lamina`, by `lamina.ir.opgen`),
+interpreters run their formulas, and passes read their classes, rules and costs: no other module
+keeps a list of op names. Adding an elementwise op is one line in `UNARY_OPS` / `BINARY_OPS` below
+(its formula is the namespace's function of the same name, or one in `lamina.ir.formulas`), then
+`python -m lamina.ir.opgen` to regenerate the op classes.
 """
 
 from __future__ import annotations
@@ -15,9 +18,12 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-from lamina.ir import semantics as sem
+from lamina.ir import formulas as fm
+from lamina.ir import numpy_kernels as npk
 from lamina.ir import shapes
+from lamina.ir import sharding as sh
 from lamina.ir.shapes import TensorInfo
+from lamina.ir.sharding import Linearity, ShardingRule
 
 
 class Fusion(Enum):
@@ -38,36 +44,6 @@ class Fusion(Enum):
     LAYOUT = "layout"
     OPAQUE = "opaque"
     SOURCE = "source"
-
-
-class Linearity(Enum):
-    """Whether a value that is a pending sum over devices (`partial`) may flow through the op.
-
-    ADDITIVE:   f(a1 + a2, b1 + b2) = f(a1, b1) + f(a2, b2): every operand may be partial (all or
-                none), the result is partial (add, sub, neg, reduce_sum, layout ops, float casts).
-    ONE_SIDED:  linear in each listed operand separately: exactly one of `linear_operands` may be
-                partial and the others must not be (mul, matmul; div in its numerator).
-    NONE:       a partial operand must be reduced first (exp, gelu, max, softmax, ...).
-    """
-
-    ADDITIVE = "additive"
-    ONE_SIDED = "one_sided"
-    NONE = "none"
-
-
-class Sharding(Enum):
-    """Which propagation rule maps operand placements to result placements (see the sharding pass)."""
-
-    ELEMENTWISE = "elementwise"        # dims aligned by broadcasting keep their splits
-    REDUCTION = "reduction"            # reduced dims drop their splits (-> partial for sums)
-    ROW_REDUCTION = "row_reduction"    # composites: normalized dims must be unsplit
-    MATMUL = "matmul"                  # batch/M/N splits pass, K split -> partial
-    TRANSPOSE = "transpose"            # splits move with the permutation
-    RESHAPE = "reshape"                # splits move with the dims they belong to
-    BROADCAST = "broadcast"            # splits follow broadcast_dimensions
-    SLICE = "slice"                    # sliced dims must be unsplit
-    CONCAT = "concat"                  # the concat dim must be unsplit
-    REPLICATED = "replicated"          # constants: replicated everywhere
 
 
 class AttrKind(Enum):
@@ -106,23 +82,25 @@ class OpInfo:
     operands: tuple[OperandSpec, ...]
     attrs: tuple[AttrSpec, ...]
     shape: ShapeRule
-    kernel: sem.Kernel
+    formula: fm.Formula                # the semantics, on any array-API namespace
     fusion: Fusion
     linearity: Linearity
-    sharding: Sharding
+    sharding: ShardingRule
     flops: Flops
     linear_operands: tuple[int, ...] = ()
-    ew: sem.Elementwise | None = None  # the elementwise formula, for fused/tiled execution
+    ew: fm.Elementwise | None = None   # the elementwise form `ew(xp, *xs, **attrs)`, if one
+    # True: float operands are computed in their compute type and the result rounded to its
+    # element type once (`formulas.compute_dtype`); False: the op moves or picks stored values
+    # (layout ops, select, compares) and sees and returns storage arrays unchanged
+    arith: bool = True
     launches_kernel: bool = True       # False for ops that are views or folded into their users
     # True when an element's result depends on its place in the global tensor (dropout's mask):
     # a backend running the op on a block (a tile, a device's shard) must pass `Call.block`
     position_dependent: bool = False
-    # Sharding.REDUCTION: what a split reduced dimension leaves pending ("sum" / "max"), or None
-    # when a per-shard result cannot be combined into the whole one (a mean of unequal parts)
-    split_reduce: str | None = None
-    # Sharding.ROW_REDUCTION: True if the op normalizes dims axis..rank-1 (layernorm), False if
-    # only dim `axis` (softmax); those dims must be unsplit
-    normalizes_trailing: bool = True
+    # NumPy specializations of the formula, same bits (`lamina.ir.numpy_kernels`)
+    numpy: npk.Kernel | None = None    # a faster whole-array kernel
+    ufunc: np.ufunc | None = None      # the one NumPy ufunc the formula is (in-place tiles)
+    tile: npk.TileFactory | None = None  # an in-place form for fused tiles
 
     @property
     def full_name(self) -> str:
@@ -159,128 +137,143 @@ def _matmul_flops(ops: Sequence[TensorInfo | None], res: TensorInfo, attrs: dict
 X = (OperandSpec("input"),)
 XY = (OperandSpec("lhs"), OperandSpec("rhs"))
 NONE = Linearity.NONE
+ELEMENTWISE = sh.Elementwise()
 
-# name, summary, flops per element, linearity, linear operands
-UNARY_OPS: tuple[tuple[str, str, float, Linearity, tuple[int, ...]], ...] = (
-    ("neg", "negation", 1, Linearity.ADDITIVE, (0,)),
-    ("abs", "absolute value", 1, NONE, ()),
-    ("exp", "natural exponential", 4, NONE, ()),
-    ("log", "natural logarithm", 4, NONE, ()),
-    ("tanh", "hyperbolic tangent", 6, NONE, ()),
-    ("sigmoid", "logistic sigmoid 1 / (1 + exp(-x))", 6, NONE, ()),
-    ("relu", "max(x, 0)", 1, NONE, ()),
+# name, summary, flops per element, linearity, linear operands, formula (None: the namespace's
+# function of the same name), NumPy ufunc (the same function, for in-place tiles)
+UNARY_OPS: tuple[tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, np.ufunc | None],
+                 ...] = (
+    ("neg", "negation", 1, Linearity.ADDITIVE, (0,), fm.neg, np.negative),
+    ("abs", "absolute value", 1, NONE, (), fm.via("abs"), np.absolute),
+    ("exp", "natural exponential", 4, NONE, (), fm.via("exp"), np.exp),
+    ("log", "natural logarithm", 4, NONE, (), fm.via("log"), np.log),
+    ("tanh", "hyperbolic tangent", 6, NONE, (), fm.via("tanh"), np.tanh),
+    ("sigmoid", "logistic sigmoid 1 / (1 + exp(-x))", 6, NONE, (), fm.sigmoid, None),
+    ("relu", "max(x, 0)", 1, NONE, (), fm.relu, None),
     ("gelu", "Gaussian error linear unit (erf form, or tanh form with approximate = \"tanh\")",
-     12, NONE, ()),
-    ("erf", "error function", 10, NONE, ()),
-    ("sqrt", "square root", 2, NONE, ()),
-    ("rsqrt", "1 / sqrt(x)", 3, NONE, ()),
-    ("reciprocal", "1 / x", 1, NONE, ()),
+     12, NONE, (), fm.gelu, None),
+    ("erf", "error function", 10, NONE, (), fm.erf, None),
+    ("sqrt", "square root", 2, NONE, (), fm.via("sqrt"), np.sqrt),
+    ("rsqrt", "1 / sqrt(x)", 3, NONE, (), fm.rsqrt, None),
+    ("reciprocal", "1 / x", 1, NONE, (), fm.reciprocal, None),
 )
 
-BINARY_OPS: tuple[tuple[str, str, float, Linearity, tuple[int, ...]], ...] = (
-    ("add", "sum", 1, Linearity.ADDITIVE, (0, 1)),
-    ("sub", "difference", 1, Linearity.ADDITIVE, (0, 1)),
-    ("mul", "product", 1, Linearity.ONE_SIDED, (0, 1)),
-    ("div", "quotient", 1, Linearity.ONE_SIDED, (0,)),
-    ("max", "elementwise maximum (NaN-propagating)", 1, NONE, ()),
-    ("min", "elementwise minimum (NaN-propagating)", 1, NONE, ()),
-    ("pow", "lhs raised to rhs", 8, NONE, ()),
+BINARY_OPS: tuple[tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, np.ufunc | None],
+                  ...] = (
+    ("add", "sum", 1, Linearity.ADDITIVE, (0, 1), fm.via("add"), np.add),
+    ("sub", "difference", 1, Linearity.ADDITIVE, (0, 1), fm.via("subtract"), np.subtract),
+    ("mul", "product", 1, Linearity.ONE_SIDED, (0, 1), fm.via("multiply"), np.multiply),
+    ("div", "quotient", 1, Linearity.ONE_SIDED, (0,), fm.via("divide"), np.divide),
+    ("max", "elementwise maximum (NaN-propagating)", 1, NONE, (), fm.via("maximum"), np.maximum),
+    ("min", "elementwise minimum (NaN-propagating)", 1, NONE, (), fm.via("minimum"), np.minimum),
+    ("pow", "lhs raised to rhs", 8, NONE, (), fm.via("pow"), np.power),
 )
 
-COMPARE_OPS: tuple[tuple[str, str], ...] = (
-    ("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="),
+# name, symbol, the namespace's function
+COMPARE_OPS: tuple[tuple[str, str, str, np.ufunc], ...] = (
+    ("eq", "==", "equal", np.equal), ("ne", "!=", "not_equal", np.not_equal),
+    ("lt", "<", "less", np.less), ("le", "<=", "less_equal", np.less_equal),
+    ("gt", ">", "greater", np.greater), ("ge", ">=", "greater_equal", np.greater_equal),
 )
 
 _UNARY_ATTRS: dict[str, tuple[AttrSpec, ...]] = {
     "gelu": (AttrSpec("approximate", AttrKind.STR, "none", choices=("none", "tanh")),),
 }
+_TILES: dict[str, npk.TileFactory] = {"gelu": npk.gelu_tile}
 
 _REDUCE_ATTRS = (AttrSpec("axes", AttrKind.INTS, required=True),
                  AttrSpec("keepdims", AttrKind.BOOL, False))
 _NORM_ATTRS = (AttrSpec("axis", AttrKind.INT, -1), AttrSpec("eps", AttrKind.FLOAT, 1e-5))
 
 
+def _elementwise_rows() -> list[OpInfo]:
+    rows: list[OpInfo] = []
+    for name, summary, flops, lin, lin_ops, ew, ufunc in UNARY_OPS:
+        rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), shapes.unary,
+                           fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
+                           per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name)))
+    for name, summary, flops, lin, lin_ops, ew, ufunc in BINARY_OPS:
+        rows.append(OpInfo(name, summary, XY, (), shapes.binary, fm.elementwise(ew),
+                           Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
+                           ew=ew, ufunc=ufunc))
+    for name, symbol, fn, ufunc in COMPARE_OPS:
+        ew = fm.via(fn)
+        rows.append(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (),
+                           shapes.compare, fm.elementwise(ew), Fusion.ELEMENTWISE, NONE,
+                           ELEMENTWISE, per_output(1), ew=ew, arith=False, ufunc=ufunc))
+    rows.append(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
+                       (OperandSpec("cond"), OperandSpec("true_value"),
+                        OperandSpec("false_value")), (),
+                       shapes.select, fm.select, Fusion.ELEMENTWISE, NONE, ELEMENTWISE,
+                       per_output(1), ew=fm.via("where"), arith=False))
+    rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
+                       Fusion.ELEMENTWISE, Linearity.ADDITIVE, ELEMENTWISE, per_output(1), (0,)))
+    rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
+                       "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
+                       (AttrSpec("rate", AttrKind.FLOAT, required=True),
+                        AttrSpec("seed", AttrKind.INT)),
+                       shapes.dropout, fm.dropout, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
+                       ELEMENTWISE, per_output(8), (0,), position_dependent=True,
+                       numpy=npk.dropout, tile=npk.dropout_tile))
+    return rows
+
+
+def _structural_rows() -> list[OpInfo]:
+    rows = [OpInfo("constant", "a splat or dense tensor literal", (),
+                   (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
+                   fm.constant, Fusion.SOURCE, NONE, sh.Replicated(), per_output(0),
+                   arith=False, launches_kernel=False)]
+    for name, fn, lin, combine in (("reduce_sum", "sum", Linearity.ADDITIVE, "sum"),
+                                   ("reduce_mean", "mean", Linearity.ADDITIVE, None),
+                                   ("reduce_max", "max", NONE, "max")):
+        rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, shapes.reduce,
+                           fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
+                           per_input(1), (0,) if lin != NONE else ()))
+    rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "
+                       "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
+                                        OperandSpec("bias", optional=True)),
+                       _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
+                       sh.RowReduction(trailing=True), per_input(8), tile=npk.layernorm_tile))
+    rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
+                       (OperandSpec("input"), OperandSpec("scale", optional=True)),
+                       _NORM_ATTRS, shapes.normalization, fm.rmsnorm, Fusion.REDUCTION, NONE,
+                       sh.RowReduction(trailing=True), per_input(5)))
+    rows.append(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
+                       (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.softmax,
+                       Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6)))
+    rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
+                       shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
+                       _matmul_flops, (0, 1)))
+    rows.append(OpInfo("transpose", "permute dimensions", X,
+                       (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
+                       fm.transpose, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Transpose(),
+                       per_output(0), (0,), arith=False))
+    rows.append(OpInfo("reshape", "same elements, new shape (row-major)", X, (), shapes.reshape,
+                       fm.reshape, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Reshape(), per_output(0),
+                       (0,), arith=False, launches_kernel=False))
+    rows.append(OpInfo("broadcast_in_dim", "replicate along new or size-1 dims (operand dim i -> "
+                       "result dim broadcast_dimensions[i])", X,
+                       (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
+                       shapes.broadcast_in_dim, fm.broadcast_in_dim, Fusion.BROADCAST,
+                       Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False))
+    rows.append(OpInfo("slice", "the elements start..limit by strides in each dim", X,
+                       (AttrSpec("start", AttrKind.INTS, required=True),
+                        AttrSpec("limit", AttrKind.INTS, required=True),
+                        AttrSpec("strides", AttrKind.INTS)),
+                       shapes.slice_, fm.slice_, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Slice(),
+                       per_output(0), (0,), arith=False))
+    rows.append(OpInfo("concat", "join operands along dim", (OperandSpec("inputs", variadic=True),),
+                       (AttrSpec("dim", AttrKind.INT, required=True),), shapes.concat, fm.concat,
+                       Fusion.LAYOUT, Linearity.ADDITIVE, sh.Concat(), per_output(0),
+                       arith=False))
+    return rows
+
+
 def _build() -> dict[str, OpInfo]:
     table: dict[str, OpInfo] = {}
-
-    def add(info: OpInfo) -> None:
+    for info in (*_elementwise_rows(), *_structural_rows()):
         assert info.name not in table, info.name
         table[info.name] = info
-
-    for name, summary, flops, lin, lin_ops in UNARY_OPS:
-        fn = sem.UNARY[name]
-        add(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), shapes.unary,
-                   sem.elementwise_kernel(fn), Fusion.ELEMENTWISE, lin, Sharding.ELEMENTWISE,
-                   per_output(flops), lin_ops, ew=fn))
-    for name, summary, flops, lin, lin_ops in BINARY_OPS:
-        fn = sem.BINARY[name]
-        add(OpInfo(name, summary, XY, (), shapes.binary, sem.elementwise_kernel(fn),
-                   Fusion.ELEMENTWISE, lin, Sharding.ELEMENTWISE, per_output(flops), lin_ops,
-                   ew=fn))
-    for name, symbol in COMPARE_OPS:
-        fn = sem.COMPARE[name]
-        add(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (), shapes.compare,
-                   sem.compare_kernel(fn), Fusion.ELEMENTWISE, NONE, Sharding.ELEMENTWISE,
-                   per_output(1), ew=fn))
-    add(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
-               (OperandSpec("cond"), OperandSpec("true_value"), OperandSpec("false_value")), (),
-               shapes.select, sem.select_kernel, Fusion.ELEMENTWISE, NONE, Sharding.ELEMENTWISE,
-               per_output(1), ew=np.where))
-    add(OpInfo("cast", "convert the element type", X, (), shapes.cast, sem.cast_kernel,
-               Fusion.ELEMENTWISE, Linearity.ADDITIVE, Sharding.ELEMENTWISE, per_output(1), (0,)))
-    add(OpInfo("dropout", "zero elements with probability rate, scale the rest by 1/(1-rate)",
-               (OperandSpec("input"), OperandSpec("seed", optional=True)),
-               (AttrSpec("rate", AttrKind.FLOAT, required=True), AttrSpec("seed", AttrKind.INT)),
-               shapes.dropout, sem.dropout_kernel, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
-               Sharding.ELEMENTWISE, per_output(8), (0,), position_dependent=True))
-    add(OpInfo("constant", "a splat or dense tensor literal", (),
-               (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
-               sem.constant_kernel, Fusion.SOURCE, NONE, Sharding.REPLICATED, per_output(0),
-               launches_kernel=False))
-    for name, fn, lin, split in (("reduce_sum", "sum", Linearity.ADDITIVE, "sum"),
-                                 ("reduce_mean", "mean", Linearity.ADDITIVE, None),
-                                 ("reduce_max", "max", NONE, "max")):
-        add(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, shapes.reduce,
-                   sem.reduce_kernel(getattr(np, fn)), Fusion.REDUCTION, lin,
-                   Sharding.REDUCTION, per_input(1), (0,) if lin != NONE else (),
-                   split_reduce=split))
-    add(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims axis..rank-1",
-               (OperandSpec("input"), OperandSpec("scale", optional=True),
-                OperandSpec("bias", optional=True)),
-               _NORM_ATTRS, shapes.normalization, sem.layernorm_kernel, Fusion.REDUCTION, NONE,
-               Sharding.ROW_REDUCTION, per_input(8)))
-    add(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
-               (OperandSpec("input"), OperandSpec("scale", optional=True)),
-               _NORM_ATTRS, shapes.normalization, sem.rmsnorm_kernel, Fusion.REDUCTION, NONE,
-               Sharding.ROW_REDUCTION, per_input(5)))
-    add(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
-               (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, sem.softmax_kernel,
-               Fusion.REDUCTION, NONE, Sharding.ROW_REDUCTION, per_input(6),
-               normalizes_trailing=False))
-    add(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (), shapes.matmul,
-               sem.matmul_kernel, Fusion.OPAQUE, Linearity.ONE_SIDED, Sharding.MATMUL,
-               _matmul_flops, (0, 1)))
-    add(OpInfo("transpose", "permute dimensions", X,
-               (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
-               sem.transpose_kernel, Fusion.LAYOUT, Linearity.ADDITIVE, Sharding.TRANSPOSE,
-               per_output(0), (0,)))
-    add(OpInfo("reshape", "same elements, new shape (row-major)", X, (), shapes.reshape,
-               sem.reshape_kernel, Fusion.LAYOUT, Linearity.ADDITIVE, Sharding.RESHAPE,
-               per_output(0), (0,), launches_kernel=False))
-    add(OpInfo("broadcast_in_dim", "replicate along new or size-1 dims (operand dim i -> "
-               "result dim broadcast_dimensions[i])", X,
-               (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
-               shapes.broadcast_in_dim, sem.broadcast_in_dim_kernel, Fusion.BROADCAST,
-               Linearity.ADDITIVE, Sharding.BROADCAST, per_output(0), (0,)))
-    add(OpInfo("slice", "the elements start..limit by strides in each dim", X,
-               (AttrSpec("start", AttrKind.INTS, required=True),
-                AttrSpec("limit", AttrKind.INTS, required=True),
-                AttrSpec("strides", AttrKind.INTS)),
-               shapes.slice_, sem.slice_kernel, Fusion.LAYOUT, Linearity.ADDITIVE,
-               Sharding.SLICE, per_output(0), (0,)))
-    add(OpInfo("concat", "join operands along dim", (OperandSpec("inputs", variadic=True),),
-               (AttrSpec("dim", AttrKind.INT, required=True),), shapes.concat, sem.concat_kernel,
-               Fusion.LAYOUT, Linearity.ADDITIVE, Sharding.CONCAT, per_output(0)))
     return table
 
 

@@ -359,7 +359,7 @@ def sharding_problem(op: Operation, info: OpInfo, operand_types: Sequence[Attrib
         return str(e)
     got = spec_of(result_type)
     if got != expected:
-        return f"result placement {got} does not follow the {info.sharding.value} rule, " \
+        return f"result placement {got} does not follow the {info.sharding.name} rule, " \
                f"which gives {expected}"
     return None
 

@@ -24,6 +24,8 @@ convention: kept elements are scaled up at training time).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 _M1 = np.uint32(0x7FEB352D)
@@ -118,3 +120,61 @@ def keep_mask(seed: int, rate: float, global_shape: tuple[int, ...],
         return np.ones(shape, dtype=bool)
     bits = bits_for_indices(seed, global_indices(tuple(global_shape), tuple(offsets), tuple(shape)))
     return bits >= np.uint32(threshold(rate))
+
+
+# ---- the same definition on any array-API namespace (NumPy, jax.numpy) ---------------------------
+#
+# Everything below is uint32 arithmetic that wraps modulo 2**32 (as both NumPy and XLA do), plus
+# uint64 for the global index; the seed may be a Python int or a rank-0 integer array (a seed
+# operand), and offsets may be traced scalars (a device's block under JAX's shard_map).
+
+def mix_xp(xp: Any, x: Any) -> Any:
+    """`mix` elementwise on a uint32 array of namespace `xp`."""
+    u = xp.uint32
+    x = xp.bitwise_xor(x, xp.bitwise_right_shift(x, xp.asarray(16, dtype=u)))
+    x = x * xp.asarray(0x7FEB352D, dtype=u)
+    x = xp.bitwise_xor(x, xp.bitwise_right_shift(x, xp.asarray(15, dtype=u)))
+    x = x * xp.asarray(0x846CA68B, dtype=u)
+    return xp.bitwise_xor(x, xp.bitwise_right_shift(x, xp.asarray(16, dtype=u)))
+
+
+def _split64(xp: Any, v: Any) -> tuple[Any, Any]:
+    """(low, high) uint32 words of a uint64 array."""
+    mask = xp.asarray(_MASK32, dtype=xp.uint64)
+    lo = xp.astype(xp.bitwise_and(v, mask), xp.uint32)
+    hi = xp.astype(xp.bitwise_right_shift(v, xp.asarray(32, dtype=xp.uint64)), xp.uint32)
+    return lo, hi
+
+
+def key_xp(xp: Any, seed: Any, hi: Any) -> Any:
+    """`key(h)` for a uint32 array of high index words and a seed (int or integer array)."""
+    u = xp.uint32
+    if isinstance(seed, int):
+        seed &= (1 << 64) - 1
+        s_lo, s_hi = xp.asarray(seed & _MASK32, dtype=u), xp.asarray(seed >> 32, dtype=u)
+    else:  # a two's-complement int32/int64 seed read as the unsigned 64-bit word
+        s_lo, s_hi = _split64(xp, xp.astype(xp.astype(seed, xp.int64), xp.uint64))
+    a = mix_xp(xp, xp.bitwise_xor(s_lo, xp.asarray(_GOLDEN, dtype=u)))
+    b = mix_xp(xp, xp.bitwise_xor(hi, xp.asarray(_HI_SALT, dtype=u)))
+    return mix_xp(xp, xp.bitwise_xor(xp.bitwise_xor(a, s_hi), b))
+
+
+def bits(xp: Any, seed: Any, index: Any) -> Any:
+    """`bits(i)` for a uint64 array of global flat indices."""
+    lo, hi = _split64(xp, index)
+    return mix_xp(xp, xp.bitwise_xor(lo, key_xp(xp, seed, hi)))
+
+
+def global_index(xp: Any, global_shape: tuple[int, ...], offsets: tuple[Any, ...],
+                 shape: tuple[int, ...]) -> Any:
+    """uint64 global flat indices of the block at `offsets` with `shape` in `global_shape`."""
+    u = xp.uint64
+    rank = len(global_shape)
+    idx = xp.zeros((1,) * rank, dtype=u)
+    stride = 1
+    for d in range(rank - 1, -1, -1):
+        ax = xp.astype(xp.arange(shape[d]), u) + xp.astype(xp.asarray(offsets[d]), u)
+        idx = idx + xp.reshape(ax * xp.asarray(stride, dtype=u),
+                               (1,) * d + (shape[d],) + (1,) * (rank - 1 - d))
+        stride *= global_shape[d]
+    return xp.broadcast_to(idx, shape)

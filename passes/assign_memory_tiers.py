@@ -85,9 +85,8 @@ from lamina.analysis.sizes import local_bytes
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import ITEMSIZE, tensor_dtype
 from lamina.ir.fused import FusedOp
-from lamina.ir.lamina import LaminaOp, tensor_info
 from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, value_label, with_tier
-from lamina.ir.optable import lookup
+from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.placement import tier_of
 from lamina.ir.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
@@ -766,9 +765,7 @@ def step_time(op: Operation, target: Target, func: FuncOp) -> float:
     ops = [op] if isinstance(op, LaminaOp) else \
         [o for o in op.body.block.ops if isinstance(o, LaminaOp)] if isinstance(op, FusedOp) else []
     for o in ops:
-        info = lookup(o.name)
-        if info is None:
-            continue
+        info = o.info
         res = o.results[0]
         glob = tensor_info(res.type)
         numel = max(1, math.prod(glob.shape))

@@ -61,7 +61,7 @@ from lamina.analysis.fusion import build_fused, row_split
 from lamina.analysis.graph import UnionFind, contracted_order
 from lamina.analysis.naming import Namer
 from lamina.ir.fused import FusedOp
-from lamina.ir.lamina import LaminaOp
+from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context

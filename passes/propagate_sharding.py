@@ -56,18 +56,15 @@ from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.collectives import build as build_placement
 from lamina.ir.diagnostics import error_at
 from lamina.ir.fused import FusedOp
-from lamina.ir.lamina import LaminaOp, tensor_info
 from lamina.ir.memory import FreeOp, MoveOp
-from lamina.ir.optable import Linearity, Sharding
+from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
-from lamina.ir.sharding import ShardingError, Spec, infer
+from lamina.ir.sharding import Hint, Linearity, ShardingError, Spec, infer
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
-
-Hint = tuple[tuple[str, ...] | None, ...]
 
 
 def _shape(v: SSAValue) -> tuple[int, ...]:
@@ -190,37 +187,12 @@ def _follow(op: LaminaOp, i: int, leader: int, specs: list[Spec | None], st: _St
     shape, lshape = _shape(v), _shape(L)
     ls = specs[leader]
     assert ls is not None
-    rule = info.sharding
-    if rule is Sharding.ELEMENTWISE or rule is Sharding.CONCAT:
-        rshape = _shape(op.results[0])
-        rank = len(rshape)
-        out: list[tuple[str, ...]] = []
-        for d, size in enumerate(shape):
-            rd = d + rank - len(shape)
-            ld = rd - (rank - len(lshape))
-            if rule is Sharding.CONCAT:
-                out.append(ls.splits[d])
-            elif size == rshape[rd] and 0 <= ld < len(lshape) and lshape[ld] == size:
-                out.append(ls.splits[ld])
-            else:
-                out.append(())
-        return st.clean(shape, out)
-    if rule is Sharding.MATMUL:
-        own = st.from_hint(v) if specs[i] is None else specs[i]
-        assert own is not None
-        out = [()] * len(shape)
-        # batch dims aligned from the right of the batch part
-        nb, lb = len(shape) - 2, len(lshape) - 2
-        for d in range(nb):
-            ld = d - (nb - lb)
-            if 0 <= ld < lb and lshape[ld] == shape[d]:
-                out[d] = ls.splits[ld]
-        if i == 1:   # rhs follows lhs: K from lhs, keep own N
-            out[-2], out[-1] = ls.splits[-1], own.splits[-1]
-        else:        # lhs follows rhs: K from rhs, keep own M
-            out[-1], out[-2] = ls.splits[-2], own.splits[-2]
-        return st.clean(shape, out)
-    return Spec.replicated(len(shape))
+    own = st.from_hint(v) if specs[i] is None else specs[i]
+    assert own is not None
+    splits = info.sharding.follow(i, shape, lshape, ls, own, _shape(op.results[0]))
+    if splits is None:
+        return Spec.replicated(len(shape))
+    return st.clean(shape, splits)
 
 
 def _move_cost(st: _State, v: SSAValue, cur: Spec | None, new: Spec) -> float:
@@ -252,49 +224,14 @@ def _backward_hints(st: _State, ops: list[Operation]) -> None:
         h: Hint | None = tuple(user.splits) if user is not None else st.hint.get(r)
         if h is None:
             continue
-        info, attrs = op.info, op.attr_values()
+        rule, attrs = op.info.sharding, op.attr_values()
         rshape = _shape(r)
-        rank = len(rshape)
         for i, v in enumerate(op.operand_slots()):
-            if v is None or v in st.hint or not _shape(v) and False:
+            if v is None or v in st.hint:
                 continue
-            shape = _shape(v)
-            out: list[tuple[str, ...] | None] = [None] * len(shape)
-            rule = info.sharding
-            if rule is Sharding.ELEMENTWISE:
-                for d, size in enumerate(shape):
-                    rd = d + rank - len(shape)
-                    out[d] = h[rd] if size == rshape[rd] else ()
-            elif rule is Sharding.TRANSPOSE:
-                for k, p in enumerate(attrs["permutation"]):
-                    out[p] = h[k]
-            elif rule is Sharding.BROADCAST:
-                for k, d in enumerate(attrs["broadcast_dimensions"]):
-                    out[k] = h[d] if shape[k] == rshape[d] else ()
-            elif rule is Sharding.SLICE:
-                for d in range(len(shape)):
-                    out[d] = h[d] if shape[d] == rshape[d] else ()
-            elif rule is Sharding.MATMUL and len(shape) >= 2:
-                if i == 0:
-                    out[-2] = h[-2]
-                else:
-                    out[-1] = h[-1]
-            elif rule is Sharding.REDUCTION and i == 0:
-                axes = {a % len(shape) for a in attrs["axes"]} if shape else set()
-                k = 0
-                for d in range(len(shape)):
-                    if d in axes:
-                        k += 1 if attrs["keepdims"] else 0
-                        continue
-                    out[d] = h[k]
-                    k += 1
-            elif rule is Sharding.ROW_REDUCTION and i == 0:
-                first = attrs["axis"] % len(shape)
-                for d in range(len(shape)):
-                    out[d] = () if d >= first else h[d]
-            else:
-                continue
-            st.hint[v] = tuple(out)
+            out = rule.operand_hint(i, _shape(v), rshape, h, attrs)
+            if out is not None:
+                st.hint[v] = out
 
 
 def _place_op(st: _State, op: LaminaOp) -> None:
@@ -366,7 +303,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
                 d -= 1
             specs = trial
             made = ", ".join(str(s) for s in specs if s is not None)
-            reasons.append(f"{info.sharding.value} rule: operands made {made}")
+            reasons.append(f"{info.sharding.name} rule: operands made {made}")
         result = _try(op, specs, st)
         assert result is not None, f"{op.name}: no placement satisfies its rule"
 
@@ -379,13 +316,13 @@ def _place_op(st: _State, op: LaminaOp) -> None:
             st.say(op, f"argument {st.name(v)} placed {s}: its first use, {op.name}, needs it so "
                    "(inputs are distributed, nothing is communicated)")
         elif st.spec[v] != s:
-            new = st.reshard(v, s, op, "; ".join(reasons) or f"the {info.sharding.value} rule")
+            new = st.reshard(v, s, op, "; ".join(reasons) or f"the {info.sharding.name} rule")
             _set_operand(op, _operand_index(op, k), new)
 
     r = op.results[0]
     user = mesh_placed(r)
     st.set_type(r, result)
-    why = "the " + info.sharding.value + " rule on its operands"
+    why = "the " + info.sharding.name + " rule on its operands"
     if result.partial:
         why += " (a pending sum, reduced where a consumer needs it)"
     st.say(op, f"{st.name(r)} placed {result}: {why}")

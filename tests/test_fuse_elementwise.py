@@ -15,7 +15,7 @@ from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.fused import FUSION_KINDS, FusedOp
-from lamina.ir.lamina import LaminaOp
+from lamina.ir.opbase import LaminaOp
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.lamina import LaminaOp
+from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import OPS
 from lamina.ir.source import parse_text, verify
 from strategies import scaled

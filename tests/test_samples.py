@@ -20,7 +20,7 @@ from lamina.backends.interface import functions
 from lamina.backends.numpy.runner import run_function
 from lamina.cli.run import main as run_main
 from lamina.ir.dtypes import STORAGE
-from lamina.ir.lamina import tensor_info
+from lamina.ir.opbase import tensor_info
 from lamina.ir.source import load, parse_text, verify
 from xdsl.printer import Printer
 

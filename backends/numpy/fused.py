@@ -38,16 +38,17 @@ from typing import Any
 import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
 from lamina.backends.interface import RunOptions
+from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import RunContext, device_nbytes, register_op_runner
-from lamina.ir import rng
-from lamina.ir import semantics as sem
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import STORAGE
+from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp
-from lamina.ir.lamina import LaminaOp, tensor_info
 from lamina.ir.memory import FreeOp
+from lamina.ir.numpy_kernels import TileRun
+from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import Fusion
-from lamina.ir.semantics import Block, Call
+from lamina.ir.shapes import TensorInfo
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
@@ -236,7 +237,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
             else:
                 # whole: runs once per kernel
                 call = Call(o.attr_values(), o.operand_infos(), tensor_info(o.results[0].type))
-                env[o.results[0]] = o.info.kernel([None if v is None else env[v] for v in slots],
+                env[o.results[0]] = kernel(o.info)([None if v is None else env[v] for v in slots],
                                                   call)
                 whole_ops.append(o)
                 steps.append(_Step(o, (), call, [("whole", None)]))
@@ -425,13 +426,15 @@ def _generic(o: LaminaOp, st: _Step, xs: list[np.ndarray | None], r0: int, tr: i
             xs = [np.broadcast_to(xs[0], tile_shape)] + xs[1:]
         call = Call(call.attrs, call.operands, call.result,
                     Block((rows,) + st.tail, (r0,) + (0,) * len(st.tail)))
-    return o.info.kernel(xs, call)
+    return kernel(o.info)(xs, call)
 
 
-# ---- optional in-place versions of table kernels (f32 / f64 only, same arithmetic order) -------
+# ---- in-place forms of the rows' formulas (f32 / f64 only, same arithmetic order) ---------------
 
-def _fast_path(o: LaminaOp, infos: list, call: Call,
-               scratch: _Scratch) -> Callable[..., None] | None:
+def _fast_path(o: LaminaOp, infos: list[TensorInfo | None], call: Call,
+               scratch: _Scratch) -> TileRun | None:
+    """The row's in-place tile form (`OpInfo.ufunc` / `OpInfo.tile`), when its operands share one
+    native float type; None runs the row's kernel on the tile instead."""
     info = o.info
     dts = {t.dtype for t in infos if t is not None}
     res = call.result.dtype
@@ -440,159 +443,15 @@ def _fast_path(o: LaminaOp, infos: list, call: Call,
     (dt,) = dts
     if dt not in _NATIVE:
         return None
-    ew = info.ew
-    if isinstance(ew, np.ufunc) and info.fusion == Fusion.ELEMENTWISE and (res == dt or
-                                                                           res == "i1"):
-        def ufunc(xs: list, out: np.ndarray, r0: int, tr: int, fn: np.ufunc = ew) -> None:
+    ufunc = info.ufunc
+    if ufunc is not None and info.fusion == Fusion.ELEMENTWISE and (res == dt or res == "i1"):
+        def run(xs: list[Any], out: np.ndarray, r0: int, tr: int, fn: np.ufunc = ufunc) -> None:
             fn(*xs, out=out)
 
-        return ufunc
-    if info.kernel is sem.dropout_kernel and res == dt and all(t is None for t in infos[1:]) \
-            and call.attrs.get("seed") is not None:
-        return _dropout_fast(call, np.dtype(_NATIVE[dt]), scratch)
-    if ew is sem.UNARY.get("gelu") and res == dt and call.attrs.get("approximate") == "tanh":
-        return _gelu_tanh_fast(np.dtype(_NATIVE[dt]), scratch)
-    if info.kernel is sem.layernorm_kernel and res == dt:
-        return _layernorm_fast(call, np.dtype(_NATIVE[dt]), scratch)
+        return run
+    if info.tile is not None and res == dt:
+        return info.tile(call, np.dtype(_NATIVE[dt]), scratch)
     return None
-
-
-_UINT = {4: np.uint32, 8: np.uint64}
-_M1, _M2 = np.uint32(0x7FEB352D), np.uint32(0x846CA68B)
-_S15, _S16 = np.uint32(15), np.uint32(16)
-_PRE_MAX = 1 << 24    # largest tile (elements) that takes the precomputed-word path
-
-
-def _dropout_fast(call: Call, dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
-    """`rng`'s mask for the tile, in a few in-place uint32 passes on shared scratch buffers.
-
-    Tiles from `_choose_rows` hold a power-of-two count of elements n' <= P (P a power of two) and
-    start at a global index `start` that is a multiple of P. For 0 <= j < P, with C the tile's
-    word `(start ^ key) & ~(P - 1)` and pre[j] = j ^ (key & (P - 1)) < P,
-        (start + j) ^ key == C + pre[j] == C ^ pre[j]        (C has no bits below P)
-    and since a logical shift distributes over XOR, `rng.mix`'s first step (w ^= w >> 16) is
-        w ^ (w >> 16) == (C ^ (C >> 16)) ^ (pre[j] ^ (pre[j] >> 16)) == A ^ Q[j]
-    with A one scalar per tile and Q one array per (kernel, key). So the first three passes of
-    the mask (add index, shift, xor) are ONE xor of Q with A; the rest of `mix` is 6 in-place
-    passes. Tiles that are not aligned take the plain path (index, xor key, full `mix`).
-    The select `keep ? x * scale : 0` is an integer product of the bits of x * scale with the
-    0 / 1 word (bits >= T): the same +0.0 and the same products as the table kernel.
-    """
-    seed = int(call.attrs["seed"])
-    rate = float(call.attrs["rate"])
-    thr = np.uint32(rng.threshold(rate))
-    scale = dtype.type(1.0 / (1.0 - rate))
-    ut = _UINT[dtype.itemsize]
-    keys: dict[int, int] = {}
-    tables: dict[tuple[int, int], np.ndarray] = {}
-
-    def key(hi: int) -> int:
-        k = keys.get(hi)
-        if k is None:
-            k = keys[hi] = rng.key(seed, hi)
-        return k
-
-    def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
-        np.multiply(xs[0], scale, out=out)
-        if rate <= 0:
-            return
-        n = out.size
-        start = r0 * (n // max(tr, 1))
-        hi = start >> 32
-        w = scratch.get(0, (n,), np.uint32)
-        tmp = scratch.get(1, (n,), np.uint32)
-        p2 = 1 << max(n - 1, 0).bit_length()
-        if p2 <= _PRE_MAX and start % p2 == 0:
-            k = key(hi)
-            q = tables.get((p2, k))
-            if q is None:
-                q = np.arange(p2, dtype=np.uint32)
-                q ^= np.uint32(k & (p2 - 1))
-                q ^= q >> _S16
-                tables[(p2, k)] = q
-            c = ((start & 0xFFFFFFFF) ^ k) & ~(p2 - 1) & 0xFFFFFFFF
-            np.bitwise_xor(q[:n], np.uint32(c ^ (c >> 16)), out=w)
-            first = 1                                   # mix's first xorshift is done
-        elif hi == (start + n - 1) >> 32:
-            np.add(np.arange(n, dtype=np.uint32), np.uint32(start & 0xFFFFFFFF), out=w)
-            np.bitwise_xor(w, np.uint32(key(hi)), out=w)
-            first = 0
-        else:   # the tile crosses a 2**32 boundary of the global index
-            w[...] = rng.bits_for_range(seed, start, n)
-            first = 5
-        if first == 0:
-            np.right_shift(w, _S16, out=tmp)
-            np.bitwise_xor(w, tmp, out=w)
-        if first < 5:                                   # the rest of rng.mix, in place
-            np.multiply(w, _M1, out=w)
-            np.right_shift(w, _S15, out=tmp)
-            np.bitwise_xor(w, tmp, out=w)
-            np.multiply(w, _M2, out=w)
-            np.right_shift(w, _S16, out=tmp)
-            np.bitwise_xor(w, tmp, out=w)
-        mask = tmp if ut is np.uint32 else scratch.get(2, (n,), ut)
-        np.greater_equal(w, thr, out=mask, casting="unsafe")      # 1 = keep, 0 = drop
-        flat = out.reshape(-1).view(ut)
-        np.multiply(flat, mask, out=flat)
-
-    return run
-
-
-def _gelu_tanh_fast(dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
-    c = dtype.type
-    k0, k1 = c(math.sqrt(2.0 / math.pi)), c(0.044715)
-    half, one = c(0.5), c(1.0)
-
-    def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
-        x = xs[0] if xs[0].shape == out.shape else np.broadcast_to(xs[0], out.shape)
-        t = scratch.get(0, out.shape, dtype)
-        # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x))), left to right
-        np.multiply(k1, x, out=t)
-        np.multiply(t, x, out=t)
-        np.multiply(t, x, out=t)
-        np.add(x, t, out=t)
-        np.multiply(k0, t, out=t)
-        np.tanh(t, out=t)
-        np.add(one, t, out=t)
-        np.multiply(half, x, out=out)
-        np.multiply(out, t, out=out)
-
-    return run
-
-
-def _layernorm_fast(call: Call, dtype: np.dtype, scratch: _Scratch) -> Callable[..., None]:
-    eps = dtype.type(call.attrs["eps"])
-    # per tile shape: reduced axes, element count, and the row statistics' buffers
-    plans: dict[tuple[int, ...], tuple[tuple[int, ...], int, np.ndarray, np.ndarray]] = {}
-
-    def run(xs: list, out: np.ndarray, r0: int, tr: int) -> None:
-        x = xs[0]
-        scale = xs[1] if len(xs) > 1 else None
-        bias = xs[2] if len(xs) > 2 else None
-        plan = plans.get(out.shape)
-        if plan is None:
-            stat_shape = (out.shape[0],) + (1,) * (out.ndim - 1)
-            plan = plans[out.shape] = (tuple(range(1, out.ndim)), _prod(out.shape[1:]),
-                                       np.empty(stat_shape, dtype=dtype),
-                                       np.empty(stat_shape, dtype=dtype))
-        axes, n, m, v = plan
-        c = scratch.get(0, out.shape, dtype)
-        # mean = x.mean(axes, keepdims); c = x - mean; var = (c*c).mean; y = c / sqrt(var + eps)
-        np.add.reduce(x, axis=axes, keepdims=True, out=m)
-        np.true_divide(m, n, out=m)
-        np.subtract(x, m, out=c)
-        np.multiply(c, c, out=out)
-        np.add.reduce(out, axis=axes, keepdims=True, out=v)
-        np.true_divide(v, n, out=v)
-        np.add(v, eps, out=v)
-        np.sqrt(v, out=v)
-        np.divide(c, v, out=out)
-        if scale is not None:
-            np.multiply(out, scale, out=out)
-        if bias is not None:
-            np.add(out, bias, out=out)
-
-    return run
 
 
 register_op_runner(FusedOp, run_fused)

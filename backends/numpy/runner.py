@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 from lamina.backends.interface import RunOptions, RunResult, arg_names
+from lamina.backends.numpy.kernels import kernel
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage
-from lamina.ir.lamina import LaminaOp, tensor_info
-from lamina.ir.semantics import Call
+from lamina.ir.formulas import Call
+from lamina.ir.opbase import LaminaOp, tensor_info
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
@@ -75,7 +76,7 @@ def run_table_op(op: LaminaOp, args: list[np.ndarray | None], ctx: RunContext) -
     stats = ctx.stats
     call = make_call(op)
     info = op.info
-    out = info.kernel(args, call)
+    out = kernel(info)(args, call)
     if out.shape != call.result.shape:
         raise error_at(op, f"{op.name}: kernel produced shape {out.shape}, type says "
                        f"{call.result.shape} (interpreter bug)")

@@ -38,6 +38,7 @@ import numpy as np
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.backends.interface import RunOptions, RunResult
 from lamina.backends.numpy import runner as base
+from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import (
     ExecutionObserver,
     RunContext,
@@ -56,12 +57,11 @@ from lamina.ir.collectives import (
 )
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage
+from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp, YieldOp
-from lamina.ir.lamina import LaminaOp, tensor_info
 from lamina.ir.memory import FreeOp, value_label
-from lamina.ir.optable import Sharding
+from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.placement import Mesh, MeshOp, find_mesh, place_of, spec_of
-from lamina.ir.semantics import Block, Call
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.sharding import Spec
 from xdsl.dialects.builtin import TensorType
@@ -180,16 +180,10 @@ class SpmdRun:
                                     t.dtype))
         rspec = spec_or_replicated(op.results[0].type)
         offs, local = block(self.mesh, rspec, call.result.shape, dev)
-        attrs = dict(call.attrs)
-        if op.info.sharding is Sharding.SLICE and slots[0] is not None:
-            xs = spec_or_replicated(slots[0].type)
-            limit = list(attrs["limit"])
-            x_info = infos[0]
-            assert x_info is not None
-            for d, axes in enumerate(xs.splits):
-                if axes:
-                    limit[d] = x_info.shape[d]  # a split dimension is sliced whole
-            attrs["limit"] = tuple(limit)
+        x = slots[0] if slots else None
+        attrs = op.info.sharding.local_attrs(dict(call.attrs),
+                                             spec_or_replicated(x.type) if x is not None else None,
+                                             infos[0] if infos else None)
         return Call(attrs, infos, TensorInfo(local, call.result.dtype),
                     Block(call.result.shape, offs))
 
@@ -204,7 +198,7 @@ class SpmdRun:
             key = tuple(id(a) for a in local) + ((call.block.offsets,) if position_dependent
                                                   and call.block is not None else ())
             if key not in memo:
-                r = info.kernel(local, call)
+                r = kernel(info)(local, call)
                 if r.shape != call.result.shape:
                     raise error_at(op, f"{op.name}: local kernel produced shape {r.shape}, the "
                                    f"placement says {call.result.shape} (interpreter bug)")
@@ -393,7 +387,7 @@ def check_placed(func: FuncOp) -> None:
                            "run -p propagate-sharding first")
         raise error_at(op, f"operand {value_label(unplaced[0])} of {what} is not "
                        "placed while the result is (read as replicated it breaks the "
-                       f"{op.info.sharding.value} rule); run -p propagate-sharding first")
+                       f"{op.info.sharding.name} rule); run -p propagate-sharding first")
 
 
 def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None,
