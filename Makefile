@@ -20,7 +20,10 @@ $(MODULES): FORCE | $(BIN)/python
 
 $(STAMP): $(BIN)/python pyproject.toml setup.py $(MODULES)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=strict
+	@# setuptools reports where it put the link tree as an "Editable installation." warning:
+	@# informational (build/ is documented above), so that one message is filtered out
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]' \
+		--config-settings editable_mode=strict
 	touch $(STAMP)
 
 demo: $(STAMP)
