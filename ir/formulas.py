@@ -15,7 +15,8 @@ Conventions (PyTorch's unless said otherwise):
   data (`arith = False`) see and return storage arrays unchanged.
 - Python float constants are "weak" (NEP 50 / JAX): `0.5 * x` multiplies by 0.5 rounded to x's type.
 - `layernorm` uses the biased variance (divides by N), `var + eps` under the square root, and
-  normalizes over the dimensions `axis ..< rank` (ONNX LayerNormalization's `axis`).
+  normalizes over the dimensions `axis ..< rank` (ONNX LayerNormalization's `axis`); a row whose
+  squares overflow is rescaled by a power of two first, so it gets its finite answer (`_rescaled`).
 - `rmsnorm` is x / sqrt(mean(x**2) + eps) * scale over the same dimensions.
 - `gelu` with approximate = "none" is 0.5 x (1 + erf(x / sqrt 2)); with "tanh" it is
   0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3))), PyTorch's `approximate='tanh'`.
@@ -258,6 +259,22 @@ def reduction(fn: str) -> Formula:
     return formula
 
 
+def _rescaled(xp: Namespace, v: Array, sq_mean: Array, axes: tuple[int, ...]
+              ) -> tuple[Array, Array, Array]:
+    """(v / s, mean((v / s)^2), s^2) per row, with s = 1 except on rows whose mean of squares
+    overflowed, where s is the largest power of two <= max|v|.
+
+    A power-of-two scale changes no rounding (barring underflow), so rows that did not overflow
+    keep exactly the bits of the plain formula, and rows that did get the finite, correctly
+    scaled answer instead of 0 (LayerNorm of [1e30, -1e30, 1e30, 0] in float32)."""
+    bad = xp.logical_not(xp.isfinite(sq_mean))
+    m = xp.max(xp.abs(v), axis=axes, keepdims=True)
+    ok = xp.logical_and(bad, xp.logical_and(xp.isfinite(m), m > 0.0))
+    s = xp.where(ok, xp.pow(2.0, xp.floor(xp.log2(xp.where(ok, m, 1.0)))), 1.0)
+    vs = v / s
+    return vs, xp.where(bad, xp.mean(vs * vs, axis=axes, keepdims=True), sq_mean), s * s
+
+
 def layernorm(xp: Namespace, args: Args, call: Call) -> Array:
     x, scale, bias = (list(args) + [None, None])[:3]
     axes = tuple(range(call.attrs["axis"] % len(x.shape), len(x.shape)))
@@ -265,7 +282,8 @@ def layernorm(xp: Namespace, args: Args, call: Call) -> Array:
     mean = xp.mean(x, axis=axes, keepdims=True)
     centered = x - mean
     var = xp.mean(centered * centered, axis=axes, keepdims=True)
-    y = centered / xp.sqrt(var + eps)
+    centered, var, s2 = _rescaled(xp, centered, var, axes)
+    y = centered / xp.sqrt(var + eps / s2)
     if scale is not None:
         y = y * scale
     if bias is not None:
@@ -277,7 +295,8 @@ def rmsnorm(xp: Namespace, args: Args, call: Call) -> Array:
     x, scale = (list(args) + [None])[:2]
     axes = tuple(range(call.attrs["axis"] % len(x.shape), len(x.shape)))
     eps = float(call.attrs["eps"])
-    y = x / xp.sqrt(xp.mean(x * x, axis=axes, keepdims=True) + eps)
+    xs, ms, s2 = _rescaled(xp, x, xp.mean(x * x, axis=axes, keepdims=True), axes)
+    y = xs / xp.sqrt(ms + eps / s2)
     if scale is not None:
         y = y * scale
     return y

@@ -6,7 +6,8 @@ may run a faster form where one matters, and each form is attached to its row (`
 one bit for bit against the row's formula.
 
 - `OpInfo.numpy`: a whole-array kernel (dropout's mask from contiguous index ranges and one key per
-  2**32 block, instead of the formula's per-element key);
+  2**32 block, instead of the formula's per-element key; layernorm without its overflow guard's
+  extra passes on rows that do not overflow);
 - `OpInfo.ufunc`: the NumPy ufunc an elementwise row's formula is, so a fused tile can write its
   result in place (`out=`);
 - `OpInfo.tile`: an in-place form for a fused kernel's tiles, built once per kernel for one call
@@ -23,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from lamina.ir import rng
+from lamina.ir import formulas, rng
 from lamina.ir.formulas import Block, Call
 
 Kernel = Callable[[Sequence[np.ndarray | None], Call], np.ndarray]
@@ -139,6 +140,26 @@ def dropout_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | Non
     return run
 
 
+# ---- layernorm (whole arrays) ----------------------------------------------------------------------
+
+def layernorm(args: Sequence[np.ndarray | None], call: Call) -> np.ndarray:
+    """The layernorm formula without its overflow guard's extra passes when no row needs it."""
+    x, scale, bias = (list(args) + [None, None])[:3]
+    assert x is not None
+    axes = tuple(range(call.attrs["axis"] % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    centered = x - mean
+    var = (centered * centered).mean(axis=axes, keepdims=True)
+    if not np.isfinite(var).all():
+        return np.asarray(formulas.layernorm(np, args, call))
+    y = centered / np.sqrt(var + x.dtype.type(call.attrs["eps"]))
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y
+
+
 # ---- gelu (tanh form) ----------------------------------------------------------------------------
 
 def gelu_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | None:
@@ -193,6 +214,9 @@ def layernorm_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | N
         np.multiply(c, c, out=out)
         np.add.reduce(out, axis=axes, keepdims=True, out=v)
         np.true_divide(v, n, out=v)
+        if not np.isfinite(v).all():   # a row's squares overflowed: the formula rescales it
+            out[...] = formulas.layernorm(np, xs, call)
+            return
         np.add(v, eps, out=v)
         np.sqrt(v, out=v)
         np.divide(c, v, out=out)

@@ -98,6 +98,8 @@ class OpInfo:
     # a backend running the op on a block (a tile, a device's shard) must pass `Call.block`
     position_dependent: bool = False
     # NumPy specializations of the formula, same bits (`lamina.ir.numpy_kernels`)
+    # when the linearity depends on the element types (casts): (operands, result) -> Linearity
+    type_linearity: Callable[[Sequence[TensorInfo | None], TensorInfo], Linearity] | None = None
     numpy: npk.Kernel | None = None    # a faster whole-array kernel
     ufunc: np.ufunc | None = None      # the one NumPy ufunc the formula is (in-place tiles)
     tile: npk.TileFactory | None = None  # an in-place form for fused tiles
@@ -105,6 +107,12 @@ class OpInfo:
     @property
     def full_name(self) -> str:
         return f"lamina.{self.name}"
+
+    def linearity_for(self, operands: Sequence[TensorInfo | None], result: TensorInfo) -> Linearity:
+        """The op's linearity for these operand and result types."""
+        if self.type_linearity is not None:
+            return self.type_linearity(operands, result)
+        return self.linearity
 
     def attr(self, name: str) -> AttrSpec:
         for a in self.attrs:
@@ -186,6 +194,19 @@ _REDUCE_ATTRS = (AttrSpec("axes", AttrKind.INTS, required=True),
 _NORM_ATTRS = (AttrSpec("axis", AttrKind.INT, -1), AttrSpec("eps", AttrKind.FLOAT, 1e-5))
 
 
+_WIDER_FLOAT = {"f16": ("f32", "f64"), "bf16": ("f32", "f64"), "f32": ("f64",), "f64": ()}
+
+
+def _cast_linearity(operands: Sequence[TensorInfo | None], result: TensorInfo) -> Linearity:
+    """A pending sum may flow through a cast only if casting commutes with adding: a widening
+    float cast does (every partial and their sum are exact in the wider type, up to the sum's own
+    rounding); an integer or i1 cast does not (cast(a) + cast(b) != cast(a + b): 0.6 + 0.6 -> 0
+    + 0 for i32, 1 + 1 for i1), nor does a narrowing one (each device would round its part)."""
+    src = operands[0]
+    assert src is not None
+    return Linearity.ADDITIVE if result.dtype in _WIDER_FLOAT.get(src.dtype, ()) else NONE
+
+
 def _elementwise_rows() -> list[OpInfo]:
     rows: list[OpInfo] = []
     for name, summary, flops, lin, lin_ops, ew, ufunc in UNARY_OPS:
@@ -207,7 +228,8 @@ def _elementwise_rows() -> list[OpInfo]:
                        shapes.select, fm.select, Fusion.ELEMENTWISE, NONE, ELEMENTWISE,
                        per_output(1), ew=fm.via("where"), arith=False))
     rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
-                       Fusion.ELEMENTWISE, Linearity.ADDITIVE, ELEMENTWISE, per_output(1), (0,)))
+                       Fusion.ELEMENTWISE, NONE, ELEMENTWISE, per_output(1), (0,),
+                       type_linearity=_cast_linearity))
     rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
                        "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
                        (AttrSpec("rate", AttrKind.FLOAT, required=True),
@@ -233,7 +255,8 @@ def _structural_rows() -> list[OpInfo]:
                        "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
                                         OperandSpec("bias", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
-                       sh.RowReduction(trailing=True), per_input(8), tile=npk.layernorm_tile))
+                       sh.RowReduction(trailing=True), per_input(8), numpy=npk.layernorm,
+                       tile=npk.layernorm_tile))
     rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
                        (OperandSpec("input"), OperandSpec("scale", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.rmsnorm, Fusion.REDUCTION, NONE,

@@ -90,8 +90,8 @@ class OpInfo(Protocol):
     def name(self) -> str: ...
     @property
     def full_name(self) -> str: ...
-    @property
-    def linearity(self) -> Linearity: ...
+    def linearity_for(self, operands: Sequence[TensorInfo | None],
+                      result: TensorInfo) -> Linearity: ...
     @property
     def linear_operands(self) -> tuple[int, ...]: ...
     @property
@@ -102,21 +102,23 @@ def _fmt(axes: Axes) -> str:
     return "[" + ", ".join(axes) + "]"
 
 
-def _check_partial(info: OpInfo, specs: Sequence[Spec | None]) -> tuple[Axes, str]:
+def _check_partial(info: OpInfo, ops: Sequence[TensorInfo | None], specs: Sequence[Spec | None],
+                   result: TensorInfo) -> tuple[Axes, str]:
     """The partial axes the result inherits from its operands under the op's linearity."""
     partials = [(i, s) for i, s in enumerate(specs) if s is not None and s.partial]
     if not partials:
         return (), "sum"
     name = info.full_name
+    linearity = info.linearity_for(ops, result)
     for i, s in partials:
         if s.partial_kind != "sum":
             raise ShardingError(f"{name}: operand {i} is a pending max over {_fmt(s.partial)}; "
                                 "a max partial must be all-reduced before any use")
-    if info.linearity is Linearity.NONE:
+    if linearity is Linearity.NONE:
         i, s = partials[0]
         raise ShardingError(f"{name} is not linear: operand {i} is partial over "
                             f"{_fmt(s.partial)} and must be all-reduced first")
-    if info.linearity is Linearity.ADDITIVE:
+    if linearity is Linearity.ADDITIVE:
         present = [s for s in specs if s is not None]
         axes = {s.partial for s in present}
         if len(axes) != 1:
@@ -502,7 +504,7 @@ class Replicated(ShardingRule):
 def infer(info: OpInfo, ops: Sequence[TensorInfo | None], specs: Sequence[Spec | None],
           attrs: dict[str, Any], result: TensorInfo) -> Spec:
     """The result placement the op's rule gives for operand placements `specs`."""
-    partial, kind = _check_partial(info, specs)
+    partial, kind = _check_partial(info, ops, specs, result)
     out = info.sharding.result(info, ops, specs, attrs, result, partial, kind)
     used = [a for d in out.splits for a in d] + list(out.partial)
     dup = sorted({a for a in used if used.count(a) > 1})

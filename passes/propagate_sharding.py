@@ -246,9 +246,10 @@ def _place_op(st: _State, op: LaminaOp) -> None:
     partial_ops = [i for i in known if specs[i].partial]  # type: ignore[union-attr]
     reduce: list[int] = []
     if partial_ops:
-        if info.linearity is Linearity.NONE:
+        linearity = info.linearity_for(op.operand_infos(), tensor_info(op.results[0].type))
+        if linearity is Linearity.NONE:
             reduce = partial_ops
-        elif info.linearity is Linearity.ADDITIVE:
+        elif linearity is Linearity.ADDITIVE:
             axes = {specs[i].partial for i in present if specs[i] is not None}  # type: ignore
             if len(partial_ops) != len(present) or len(axes) != 1:
                 reduce = partial_ops

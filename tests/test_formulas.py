@@ -211,3 +211,25 @@ def test_every_row_has_a_formula_and_kind() -> None:
             assert info.fusion.value == "elementwise", info.name
         for a in info.attrs:
             assert isinstance(a.kind, AttrKind)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_layernorm_forms_on_rows_that_overflow(dtype: str) -> None:
+    """The rescaling path (rows whose squares overflow) is the formula's in every form."""
+    info = OPS["layernorm"]
+    assert info.numpy is not None and info.tile is not None
+    npdt = STORAGE[dtype]
+    big = np.finfo(npdt).max / 4
+    x = np.array([[big, -big, big, 0.0], [1.0, 2.0, 3.0, 4.0], [np.inf, 1.0, 2.0, 3.0],
+                  [big / 3, big / 5, -big, 7.0]], npdt)
+    call = _call_for(info, x.shape, dtype)
+    call.operands = call.operands[:1]
+    with np.errstate(all="ignore"):
+        want = np.asarray(info.formula(np, [x], call))
+        assert np.all(np.isfinite(want[[0, 1, 3]]))
+        assert _same_bits(info.numpy([x], call), want)
+        run = info.tile(call, np.dtype(npdt), _Scratch())
+        assert run is not None
+        out = np.empty_like(x)
+        run([x], out, 0, x.shape[0])
+    assert _same_bits(out, want)
