@@ -6,7 +6,7 @@ Each instance: n values over n program points (a chain of definitions, each valu
 at random later points, 4-32 KiB per device), compute 0.2-3 us per point, host/nvme transfer
 bandwidths of the `tiny` target, and an HBM capacity between the largest single-step need and
 the sum of all values (pressure 0.15-0.5 of the way), so offload is needed and prefetches compete
-with capacity. Both solvers solve the same `Problem` (passes/assign_memory_tiers.py); the ILP
+with capacity. Both solvers solve the same `Problem` (passes/tier_plan/problem.py); the ILP
 (scipy.optimize.milp / HiGHS) is the optimum reference. Reported per size: mean modeled exposed
 transfer time of each, the mean relative gap (greedy - ILP) / ILP over instances where the ILP
 cost is > 0 (instances with cost 0 for both count as gap 0), solve times and the speed-up.
@@ -26,7 +26,9 @@ import time
 
 import numpy as np
 from lamina.ir.diagnostics import LaminaError
-from lamina.passes.assign_memory_tiers import Problem, check_plan, solve_greedy, solve_ilp
+from lamina.passes.tier_plan.greedy import solve_greedy
+from lamina.passes.tier_plan.ilp import solve_ilp
+from lamina.passes.tier_plan.problem import Problem, check_plan
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from strategies.tiers import need_and_live, random_values  # noqa: E402

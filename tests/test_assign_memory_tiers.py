@@ -13,18 +13,12 @@ from lamina.ir.diagnostics import LaminaError
 from lamina.ir.memory import MoveOp
 from lamina.ir.source import verify
 from lamina.passes.annotate_lifetimes import annotate
-from lamina.passes.assign_memory_tiers import (
-    Plan,
-    Problem,
-    assign_function,
-    build_model,
-    check_plan,
-    plan_cost,
-    solve_greedy,
-    solve_ilp,
-)
+from lamina.passes.assign_memory_tiers import assign_function, build_model
 from lamina.passes.explain import ExplainLog
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from lamina.passes.tier_plan.greedy import solve_greedy
+from lamina.passes.tier_plan.ilp import solve_ilp
+from lamina.passes.tier_plan.problem import Plan, Problem, check_plan, plan_cost
 from memtools import checked_run, parse, target_with
 from strategies import scaled
 from strategies.programs import programs

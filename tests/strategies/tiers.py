@@ -10,7 +10,7 @@ The callers choose the HBM capacity from the returned per-point need and live by
 from __future__ import annotations
 
 import numpy as np
-from lamina.passes.assign_memory_tiers import Value
+from lamina.passes.tier_plan.problem import Value
 
 
 def random_values(rng: np.random.Generator, n: int, max_span: int | None = None) -> list[Value]:

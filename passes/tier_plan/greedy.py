@@ -1,0 +1,418 @@
+"""The greedy tier planner (`solver=greedy`, the default): sweep, polish, local search.
+
+It solves the `Problem` of `problem` for the same objective as the ILP (`plan_cost`), in time
+close to linear in the program, so it is the solver for real programs; the ILP measures how far
+from the optimum it lands (benchmarks/bench_tiers.py).
+
+Start with everything in HBM (arguments declared in host prefetched as early as possible).
+1. Sweep the steps in order; at a step k whose HBM bytes exceed the capacity, offload gaps that
+   hold a value in HBM at k without needing it there (a < k < b, a prefetch already issued at
+   p <= k, or a result's tail): set their prefetch point to k + 1 (the latest point that keeps k
+   free; a later overflow pushes it further) until k fits. Victims are ranked by one of three
+   rules: "cost" (extra exposed time per byte), "belady" (furthest next use first) and "reach"
+   (extra exposed time per byte per step until the next use: Belady weighted by exposed time per
+   byte); a single value that covers the excess alone is taken first when it costs less than
+   the fill. The offload tier is host when host has room over the value's lifetime, else nvme.
+2. Polish: issue each offloaded gap's prefetch as early as HBM allows (all the way: keep it),
+   costliest first, until stable; this never raises the cost. The sweep runs once per rule and
+   the cheapest polished plan is kept.
+3. Local search while it improves (at most 3 passes): (a) take an offloaded gap back into HBM,
+   or issue its prefetch halfway to its previous need, repair the overflow that makes by the
+   sweep's rule without that gap, polish what the repair touched, and keep it when the total
+   cost fell (else undo from a log); (b) offload a kept gap with its prefetch at the latest
+   point that still hides the transfer, polish the offloaded gaps over the room it frees, keep
+   it when the total cost fell.
+
+Cost: a sweep is O(K + sum over overflowing steps of the gaps live there, log); a local-search try
+is O(the gap's span x the gaps live there), with costs per value cached and HBM bytes updated
+incrementally (`_State`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from lamina.passes.tier_plan.problem import (
+    Infeasible,
+    Plan,
+    Problem,
+    gaps_of,
+    hbm_start,
+    live_at,
+    offload_cost,
+    plan_cost,
+)
+
+RULES = ("cost", "belady", "reach")
+
+# one undo record: (value, gap or -1 for the value's tier, prefetch point before, tier before)
+_Undo = tuple[int, int, int | None, str | None]
+# one victim candidate at an overflowing step: (rank key, value, gap, new prefetch point, bytes,
+# extra cost)
+_Candidate = tuple[tuple[float, float, float], int, int, int, int, float]
+
+
+class _State:
+    """A greedy plan under construction: per gap its prefetch point, per value its offload tier,
+    and the bytes per step in HBM and in each offload tier, all updated incrementally."""
+
+    def __init__(self, prob: Problem) -> None:
+        self.prob = prob
+        K = self.K = prob.steps
+        self.cap = prob.capacity["hbm"]
+        self.gaps = [gaps_of(v, vi) for vi, v in enumerate(prob.values)]
+        self.pre: list[list[int | None]] = [[None] * len(g) for g in self.gaps]
+        self.tier: list[str | None] = [None] * len(prob.values)
+        self.hbm = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
+        self.off = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.tiers()}
+        self.reasons: dict[tuple[int, int], str] = {}
+        self.log: list[_Undo] | None = None     # undo log while a local-search try runs
+        self.touched: set[tuple[int, int]] = set()
+        self.vcost = [0.0] * len(prob.values)
+        # per step, the gaps that hold their value in HBM there without needing it: the victims
+        self.covering: list[list[tuple[int, int]]] = [[] for _ in range(K + 1)]
+        for vi, v in enumerate(prob.values):
+            if not v.is_arg:
+                self.hbm[v.define] += v.size
+            for gi, g in enumerate(self.gaps[vi]):
+                for k in range(g.a + 1, min(g.b, K) + 1):
+                    self.hbm[k] += v.size
+                    if k < g.b or g.tail:
+                        self.covering[k].append((vi, gi))
+            if v.home is not None and self.gaps[vi]:
+                self.tier[vi] = v.home
+                self._occupy(vi, v.home, 1)
+                g = self.gaps[vi][0]
+                self._set(vi, 0, g.b + 1 if g.tail else 0)
+                self.vcost[vi] = self.value_cost(vi)
+
+    # -- bookkeeping --
+    def _span(self, vi: int) -> range:
+        """The steps the value's offload copy occupies its tier."""
+        v = self.prob.values[vi]
+        return range(0 if v.is_arg else v.define + 1, min(v.end, self.K) + 1)
+
+    def _occupy(self, vi: int, t: str, sign: int) -> None:
+        n = sign * self.prob.values[vi].size
+        ys = self.off[t]
+        for k in self._span(vi):
+            ys[k] += n
+
+    def _fits(self, vi: int, t: str) -> bool:
+        n, cap, ys = self.prob.values[vi].size, self.prob.capacity[t], self.off[t]
+        return all(ys[k] + n <= cap + 1e-9 for k in self._span(vi))
+
+    def _set(self, vi: int, gi: int, p: int | None) -> None:
+        """Set gap gi's prefetch point (HBM bytes only; the tier is the caller's business)."""
+        v, g = self.prob.values[vi], self.gaps[vi][gi]
+        old = hbm_start(g, self.pre[vi][gi])
+        new = hbm_start(g, p)
+        hi = min(g.b, self.K) + 1
+        n = v.size
+        if new > old:
+            for k in range(old, min(new, hi)):
+                self.hbm[k] -= n
+        else:
+            for k in range(new, min(old, hi)):
+                self.hbm[k] += n
+        if self.log is not None:
+            self.log.append((vi, gi, self.pre[vi][gi], self.tier[vi]))
+        self.pre[vi][gi] = p
+        self.touched.add((vi, gi))
+        self.vcost[vi] = self.value_cost(vi)
+
+    def _retier(self, vi: int, t: str | None) -> None:
+        had = self.tier[vi]
+        if had == t:
+            return
+        if self.log is not None:
+            self.log.append((vi, -1, None, had))
+        if had is not None:
+            self._occupy(vi, had, -1)
+        if t is not None:
+            self._occupy(vi, t, 1)
+        self.tier[vi] = t
+        self.vcost[vi] = self.value_cost(vi)
+
+    # -- trial changes: a local-search try runs between begin() and commit() or rollback() --
+    def begin(self) -> None:
+        self.log = []
+        self.touched = set()
+
+    def commit(self) -> None:
+        self.log = None
+
+    def rollback(self) -> None:
+        log, self.log = self.log, None
+        assert log is not None
+        for vi, gi, p, t in reversed(log):
+            if gi < 0:
+                self._retier(vi, t)
+            else:
+                self._set(vi, gi, p)
+
+    def change(self, vi: int, gi: int, p: int | None) -> bool:
+        """Set a prefetch point, taking or releasing the value's offload tier; False (and no
+        change) when the value needs an offload copy and no offload tier has room for it."""
+        had = self.tier[vi]
+        self._set(vi, gi, p)
+        if p is not None and had is None:
+            for t in self.prob.tiers():
+                if self._fits(vi, t):
+                    self._retier(vi, t)
+                    return True
+            self._set(vi, gi, None)
+            return False
+        if p is None and had is not None and self.prob.values[vi].home is None \
+                and all(q is None for q in self.pre[vi]):
+            self._retier(vi, None)
+        return True
+
+    # -- costs --
+    def value_cost(self, vi: int, override: tuple[int, int | None] | None = None) -> float:
+        """The value's exposed transfer time (plan_cost's terms), with gap override[0] set to
+        override[1] when given."""
+        prob = self.prob
+        pre = list(self.pre[vi])
+        if override is not None:
+            pre[override[0]] = override[1]
+        return offload_cost(prob, prob.values[vi], self.tier[vi] or prob.tiers()[0],
+                            self.gaps[vi], pre)
+
+    def cost(self) -> float:
+        return sum(self.vcost)
+
+    def lowest_p(self, vi: int, gi: int) -> int:
+        """The earliest prefetch point of an offloaded gap (see `problem`: a + 2, or 0 for an
+        argument's first gap)."""
+        g = self.gaps[vi][gi]
+        return g.a + 2 if g.a >= 0 else 0
+
+    # -- the sweep --
+    def repair(self, lo: int, hi: int, rule: str, banned: tuple[int, int] | None = None) -> None:
+        """Fix every HBM overflow at steps lo..hi in order: at an overflowing step k, offload
+        (prefetch point k + 1; a tail: returned from the copy) the gaps in HBM at k that do not
+        need it there, best first by `rule`, until k fits. Raises Infeasible."""
+        cap = self.cap
+        for k in range(max(lo, 0), min(hi, self.K) + 1):
+            if self.hbm[k] <= cap + 1e-9:
+                continue
+            for _key, vi, gi, q, _n, _d in self._victims(k, rule, banned):
+                if self.hbm[k] <= cap + 1e-9:
+                    break
+                if self.change(vi, gi, q):
+                    self.reasons[(vi, gi)] = f"step {k}"
+            if self.hbm[k] > cap + 1e-9:
+                raise Infeasible(k, "hbm", self.hbm[k], cap, live_at(self.prob, self.plan(), k))
+
+    def _victims(self, k: int, rule: str, banned: tuple[int, int] | None) -> list[_Candidate]:
+        """The gaps that could leave HBM at step k (all but `banned`), best first by `rule`; one
+        that covers the excess alone goes first when it costs less than filling it in order (the
+        knapsack fix)."""
+        prob = self.prob
+        cands: list[_Candidate] = []
+        for vi, gi in self.covering[k]:
+            if (vi, gi) == banned:
+                continue
+            v, g = prob.values[vi], self.gaps[vi][gi]
+            if hbm_start(g, self.pre[vi][gi]) > k:
+                continue
+            q = g.b + 1 if g.tail else k + 1
+            delta = self.value_cost(vi, (gi, q)) - self.vcost[vi]
+            per_byte = delta / max(v.size, 1)
+            key: tuple[float, float, float]
+            if rule == "cost":
+                key = (per_byte, -g.b, -v.size)
+            elif rule == "belady":
+                key = (-g.b if not g.tail else -self.K - 1, per_byte, -v.size)
+            else:  # "reach": exposed time per byte and per step of relief it can give
+                key = (per_byte / max(1, min(g.b, self.K + 1) - k), -g.b, -v.size)
+            cands.append((key, vi, gi, q, v.size, delta))
+        cands.sort()
+        excess = self.hbm[k] - self.cap
+        fill = got = 0.0
+        for c in cands:
+            if got >= excess:
+                break
+            fill += c[5]
+            got += c[4]
+        single = [c for c in cands if c[4] >= excess]
+        if single:
+            best = min(single, key=lambda c: (c[5], -c[4]))
+            if best[5] < fill - 1e-15:
+                cands = [best] + [c for c in cands if c is not best]
+        return cands
+
+    def earlier(self, vi: int, gi: int) -> bool:
+        """Issue an offloaded gap's prefetch as early as HBM allows (all the way: keep it in HBM).
+        Never raises the cost (a larger window hides more; keeping drops the transfers)."""
+        p = self.pre[vi][gi]
+        g, v = self.gaps[vi][gi], self.prob.values[vi]
+        if p is None:
+            return False
+        j = min(p, self.K + 1)
+        lo = g.a + 1
+        while j > lo and self.hbm[j - 1] + v.size <= self.cap + 1e-9:
+            j -= 1
+        if j == lo and (v.home is None or gi > 0):
+            if self.value_cost(vi, (gi, None)) <= self.vcost[vi] + 1e-15:
+                self.change(vi, gi, None)
+                return True
+        j = max(j, self.lowest_p(vi, gi))
+        if not g.tail and j < p:
+            self._set(vi, gi, j)
+            return True
+        return False
+
+    def fits(self) -> bool:
+        """Every step fits in HBM and in every offload tier."""
+        return all(y <= self.cap + 1e-9 for y in self.hbm) and all(
+            y <= self.prob.capacity[t] + 1e-9 for t, ys in self.off.items() for y in ys)
+
+    def plan(self) -> Plan:
+        return Plan(list(self.tier), [list(x) for x in self.pre], reasons=dict(self.reasons))
+
+
+def _sweep(prob: Problem, rule: str) -> _State:
+    """Steps 1 and 2: the sweep by `rule`, then the polish."""
+    st = _State(prob)
+    st.repair(0, prob.steps, rule)
+    _polish(st)
+    return st
+
+
+def _polish(st: _State) -> None:
+    """Move every offloaded gap's prefetch as early as HBM allows, costliest first, until stable."""
+    for _ in range(4):
+        order = sorted(((-(st.value_cost(vi)), vi, gi) for vi, ps in enumerate(st.pre)
+                        for gi, p in enumerate(ps) if p is not None))
+        changed = False
+        for _c, vi, gi in order:
+            changed |= st.earlier(vi, gi)
+        if not changed:
+            break
+
+
+def _local_search(st: _State, rounds: int = 3, rule: str = "cost") -> None:
+    """Step 3, while it improves (at most `rounds` passes): the keep moves (`_keep_moves`), then the
+    offload moves (`_offload_moves`)."""
+    for _ in range(rounds):
+        improved = _keep_moves(st, rule)
+        improved |= _offload_moves(st)
+        if not improved:
+            break
+
+
+def _keep_moves(st: _State, rule: str) -> bool:
+    """Step 3a, costliest gap first: take an offloaded gap back into HBM (or issue its prefetch
+    halfway to its previous need), repair the overflow this makes with the sweep's rule but
+    without that gap, issue the prefetches that repair made as early as HBM allows, and keep the
+    result when the total cost fell (else undo it from the log). A try costs O(the gap's span x
+    the values live there)."""
+    cost = st.cost()
+    improved = False
+    order = sorted(((-st.value_cost(vi), vi, gi) for vi, ps in enumerate(st.pre)
+                    for gi, p in enumerate(ps) if p is not None))
+    for negc, vi, gi in order:
+        p = st.pre[vi][gi]
+        if -negc <= 1e-15 or p is None:
+            continue
+        v, g = st.prob.values[vi], st.gaps[vi][gi]
+        if v.home is not None and gi == 0:
+            continue
+        for target in (None, max(st.lowest_p(vi, gi), (g.a + 1 + p) // 2)):
+            if target is not None and (g.tail or target >= p):
+                continue
+            st.begin()
+            try:
+                st.change(vi, gi, target)
+                st.repair(g.a + 1, min(p, st.K + 1) - 1, rule, banned=(vi, gi))
+                for key in sorted(st.touched):
+                    if key != (vi, gi):
+                        st.earlier(*key)
+            except Infeasible:
+                st.rollback()
+                continue
+            new = st.cost()
+            if new < cost - 1e-12 * max(1.0, cost):
+                st.commit()
+                cost = new
+                improved = True
+                break
+            st.rollback()
+    return improved
+
+
+def _offload_moves(st: _State) -> bool:
+    """Step 3b, the other half of a swap: offload a gap kept in HBM with its prefetch issued where
+    the transfer is just hidden, then issue the prefetches of the offloaded gaps over the room it
+    freed as early as HBM allows; keep it when the total cost fell."""
+    prob, K = st.prob, st.K
+    cost = st.cost()
+    improved = False
+    for vi, v in enumerate(prob.values):
+        if v.size <= 0 or not prob.tiers():
+            continue
+        bw = prob.bandwidth[st.tier[vi] or prob.tiers()[0]]
+        for gi, g in enumerate(st.gaps[vi]):
+            if st.pre[vi][gi] is not None or g.tail or g.b - g.a < 3:
+                continue
+            lo = st.lowest_p(vi, gi)
+            q = lo
+            while q + 1 <= g.b and prob.window(q + 1, g.b) >= v.size / bw:
+                q += 1
+            if q <= g.a + 1 or q > g.b:
+                continue
+            st.begin()
+            if not st.change(vi, gi, q):
+                st.rollback()
+                continue
+            seen: set[tuple[int, int]] = set()
+            for k in range(g.a + 1, min(q, K + 1)):
+                for key in st.covering[k]:
+                    if key not in seen and key != (vi, gi) and st.pre[key[0]][key[1]] is not None:
+                        seen.add(key)
+                        st.earlier(*key)
+            new = st.cost()
+            if new < cost - 1e-12 * max(1.0, cost):
+                st.commit()
+                cost = new
+                improved = True
+            else:
+                st.rollback()
+    return improved
+
+
+def solve_greedy(prob: Problem) -> Plan:
+    """The plan of the module docstring's steps 1-3: the cheapest of the sweeps, improved by the
+    local search. Raises Infeasible (the first sweep's) when no sweep fits."""
+    t0 = time.perf_counter()
+    best: _State | None = None
+    best_rule = "cost"
+    err: Infeasible | None = None
+    for rule in RULES:
+        try:
+            st = _sweep(prob, rule)
+        except Infeasible as e:
+            err = err or e
+            continue
+        if best is None or st.cost() < best.cost() - 1e-15:
+            best, best_rule = st, rule
+    if best is None:
+        assert err is not None
+        raise err
+    _local_search(best, rule=best_rule)
+    assert best.fits()
+    for t, ys in best.off.items():
+        for k, y in enumerate(ys):
+            if y > prob.capacity[t] + 1e-9:
+                raise Infeasible(k, t, y, prob.capacity[t], [])
+    sram = prob.fixed.get("sram")
+    if sram is not None and "sram" in prob.capacity:
+        for k, y in enumerate(sram):
+            if y > prob.capacity["sram"]:
+                raise Infeasible(k, "sram", y, prob.capacity["sram"], [])
+    plan = best.plan()
+    plan.cost = plan_cost(prob, plan)
+    plan.solve_seconds = time.perf_counter() - t0
+    return plan

@@ -1,0 +1,230 @@
+"""The tier-assignment model: steps, values, gaps, a plan, and what a plan costs and occupies.
+
+Both solvers (`greedy`, `ilp`) optimize this very `Problem` and this very objective (`plan_cost`),
+so the ILP is an exact reference for the greedy solver. It is numbers only: the pass
+(`lamina.passes.assign_memory_tiers`) builds it from a function and rewrites the function from the
+`Plan` a solver returns.
+
+Steps and values
+----------------
+Program points are steps 0..K-1 (step K is the return), each with a compute time in seconds.
+A value has a size (bytes per device), a definition step (-1 for an argument), the steps that
+read it in HBM ("needs", after its definition) and an end (the last step it is live; K: it lives
+until the return). An argument may have a "home", the offload tier it is declared in (ZeRO-Offload
+style): it stays there and is prefetched before each use. Bytes the solver does not place (values
+the program already put in a tier, SRAM intermediates of fused ops) are `Problem.fixed`, per tier
+and step.
+
+Gaps and plans
+--------------
+Compute reads and writes only HBM, so a value must be in HBM at its definition and at every need.
+Between two consecutive needs a < b (a `Gap`) it either stays in HBM (KEEP: HBM bytes on a+1..b)
+or is offloaded (OFF p: HBM on p..b only; a prefetch to HBM issued before step p, a + 1 < p <= b,
+as p = a + 1 would free the HBM copy and fetch it back at once; an argument's first gap, a = -1,
+may take any p from 0).
+An offloaded value has one copy in an offload tier T (host or nvme), made right after its
+definition (it occupies T from then to its end), and its HBM copy is freed after the first
+offloaded gap starts. An argument may start in any tier at no cost. After its last need, a value
+that lives on to the return (a result) has a tail gap: it either stays in HBM or is returned from
+its offload copy. A `Plan` holds per value its offload tier and per gap its prefetch point. At
+every step and in every tier the bytes live (`occupancy`) must fit the capacity (`check_plan`).
+
+Cost
+----
+Transfers run on a copy engine concurrently with compute. A prefetch of gap (a, b] issued before
+step p is hidden by the compute of steps p..b-1; its exposed time is
+max(0, bytes / bw(T, hbm) - compute(p..b-1)). The copy out to T is issued right after the
+definition d and must be done when the HBM copy is freed after step a (the first offloaded gap):
+exposed max(0, bytes / bw(hbm, T) - compute(d+1..a)). Transfers are assumed not to slow each
+other down (one copy engine per transfer; a documented simplification). The objective is the sum
+of exposed times (`offload_cost` per value, `plan_cost` in all).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# the tiers a value can be offloaded to, in the order the greedy solver tries them (host first:
+# the faster link)
+OFFLOAD_TIERS = ("host", "nvme")
+
+
+@dataclass
+class Value:
+    """One value the solver places (sizes are bytes per device: the local shard)."""
+
+    name: str
+    size: int
+    define: int                 # -1: an argument
+    needs: list[int]            # sorted steps that read it in HBM (after `define`)
+    end: int                    # last step it is live (K: to the return)
+    home: str | None = None     # an argument's declared offload tier (must start there)
+
+    @property
+    def is_arg(self) -> bool:
+        return self.define < 0
+
+
+@dataclass
+class Problem:
+    """Steps, values, and per tier the capacity and the bandwidth to and from HBM."""
+
+    steps: int                          # K
+    compute: list[float]                # seconds per step (len K)
+    values: list[Value]
+    capacity: dict[str, float]          # per tier (bytes per device)
+    bandwidth: dict[str, float]         # offload tier -> bytes/s between it and hbm
+    fixed: dict[str, list[float]] = field(default_factory=dict)  # bytes per step (len K+1) per tier
+
+    def __post_init__(self) -> None:
+        # prefix sums of the compute times: every cost asks for the compute of a window of steps
+        self.prefix = [0.0]
+        for c in self.compute:
+            self.prefix.append(self.prefix[-1] + c)
+
+    def window(self, lo: int, hi: int) -> float:
+        """Compute time of steps lo..hi-1 (empty when hi <= lo)."""
+        lo, hi = max(lo, 0), min(hi, self.steps)
+        return self.prefix[hi] - self.prefix[lo] if hi > lo else 0.0
+
+    def tiers(self) -> list[str]:
+        """The offload tiers this problem can use: those with a capacity and a bandwidth."""
+        return [t for t in OFFLOAD_TIERS if t in self.capacity and t in self.bandwidth]
+
+    def in_cost(self, v: Value, tier: str, p: int, b: int) -> float:
+        """Exposed time of the prefetch from `tier` issued before step `p` for the need at `b`."""
+        return max(0.0, v.size / self.bandwidth[tier] - self.window(p, b))
+
+    def out_cost(self, v: Value, tier: str, a: int) -> float:
+        """Exposed time of the copy out to `tier` when the first offloaded gap starts at `a`
+        (an argument offloaded from the start begins in `tier`: no copy)."""
+        if a < 0:
+            return 0.0
+        return max(0.0, v.size / self.bandwidth[tier] - self.window(v.define + 1, a + 1))
+
+
+@dataclass
+class Gap:
+    """A stretch (a, b] of one value between two points that need it in HBM (its definition
+    counts as one; a tail runs from the last need to the value's end)."""
+
+    value: int
+    a: int
+    b: int          # the next need; for a tail: the value's end
+    tail: bool = False
+
+
+def gaps_of(v: Value, vi: int) -> list[Gap]:
+    """The value's gaps in order: one per need, then the tail when it lives past its last need."""
+    out: list[Gap] = []
+    prev = v.define
+    for n in v.needs:
+        out.append(Gap(vi, prev, n))
+        prev = n
+    if v.end > prev:
+        out.append(Gap(vi, prev, v.end, tail=True))
+    return out
+
+
+def hbm_start(g: Gap, p: int | None) -> int:
+    """First step of gap `g` at which the value is in HBM under prefetch point `p` (steps
+    g.a+1..g.b; > g.b: never)."""
+    return g.a + 1 if p is None else p
+
+
+@dataclass
+class Plan:
+    """A solution: per value the offload tier (or None) and per gap its prefetch point (None: keep;
+    for a tail, b + 1: returned from the offload copy)."""
+
+    tier: list[str | None]
+    prefetch: list[list[int | None]]   # per value, per gap
+    cost: float = 0.0
+    solve_seconds: float = 0.0
+    reasons: dict[tuple[int, int], str] = field(default_factory=dict)  # (value, gap) -> why
+    optimal: bool = True        # the ILP: proven optimal (False: stopped at its time limit)
+    gap: float | None = 0.0     # the ILP: relative gap to its best bound (None: unknown)
+
+
+class Infeasible(Exception):
+    """No plan fits: `tier` needs `need` bytes at `step`, over its capacity. `live` is (bytes,
+    value index) of the values in HBM there, largest first, for the pass's diagnostic."""
+
+    def __init__(self, step: int, tier: str, need: float, capacity: float,
+                 live: list[tuple[int, int]]) -> None:
+        super().__init__(f"step {step}: tier {tier} needs {need} > {capacity}")
+        self.step, self.tier, self.need, self.capacity, self.live = step, tier, need, capacity, live
+
+
+def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
+    """Bytes per tier per step (0..K) under `plan`."""
+    K = prob.steps
+    occ = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.capacity}
+    occ.setdefault("hbm", [0.0] * (K + 1))
+    for vi, v in enumerate(prob.values):
+        if not v.is_arg:
+            occ["hbm"][v.define] += v.size
+        for g, p in zip(gaps_of(v, vi), plan.prefetch[vi], strict=True):
+            lo = hbm_start(g, p)
+            for k in range(lo, min(g.b, K) + 1):
+                occ["hbm"][k] += v.size
+        t = plan.tier[vi]
+        if t is not None:
+            lo = 0 if v.is_arg else v.define + 1
+            for k in range(lo, min(v.end, K) + 1):
+                occ[t][k] += v.size
+    return occ
+
+
+def offload_cost(prob: Problem, v: Value, tier: str, gaps: Sequence[Gap],
+                 prefetch: Sequence[int | None]) -> float:
+    """One value's exposed transfer time: the copy out before its first offloaded gap, plus each
+    offloaded gap's prefetch (a gap that runs to the end of the program has none). The objective
+    both solvers minimize, summed over values."""
+    total, first = 0.0, True
+    for g, p in zip(gaps, prefetch, strict=True):
+        if p is None:
+            continue
+        if first:
+            total += prob.out_cost(v, tier, g.a)
+            first = False
+        if not g.tail:
+            total += prob.in_cost(v, tier, p, g.b)
+    return total
+
+
+def plan_cost(prob: Problem, plan: Plan) -> float:
+    """The objective: the exposed transfer time of every offloaded value."""
+    total = 0.0
+    for vi, v in enumerate(prob.values):
+        t = plan.tier[vi]
+        if t is None:
+            assert all(p is None for p in plan.prefetch[vi])
+            continue
+        total += offload_cost(prob, v, t, gaps_of(v, vi), plan.prefetch[vi])
+    return total
+
+
+def live_at(prob: Problem, plan: Plan, k: int) -> list[tuple[int, int]]:
+    """(bytes, value index) of the values in HBM at step k under `plan`, largest first: what an
+    Infeasible at k names."""
+    out: list[tuple[int, int]] = []
+    for vi, v in enumerate(prob.values):
+        inside = v.define == k
+        for g, p in zip(gaps_of(v, vi), plan.prefetch[vi], strict=True):
+            inside |= hbm_start(g, p) <= k <= g.b
+        if inside:
+            out.append((int(v.size), vi))
+    return sorted(out, reverse=True)
+
+
+def check_plan(prob: Problem, plan: Plan, eps: float = 1e-6) -> None:
+    """Raise AssertionError when `plan` overflows a tier at some step (for tests and benchmarks:
+    a solver's own result is feasible by construction)."""
+    occ = occupancy(prob, plan)
+    for t, ys in occ.items():
+        for k, y in enumerate(ys):
+            if y > prob.capacity.get(t, math.inf) + eps:
+                raise AssertionError(f"plan overflows {t} at step {k}: {y} > {prob.capacity[t]}")
