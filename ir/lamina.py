@@ -37,7 +37,7 @@ from xdsl.dialects.builtin import (
     f64,
     i64,
 )
-from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
     AnyAttr,
     AttrSizedOperandSegments,
@@ -378,10 +378,6 @@ OP_CLASSES: dict[str, type[LaminaOp]] = {name: _make_op(info) for name, info in 
 globals().update({cls.__name__: cls for cls in OP_CLASSES.values()})
 
 
-def op_class(name: str) -> type[LaminaOp]:
-    return OP_CLASSES[name]
-
-
 def build(name: str, operands: Sequence[SSAValue | Sequence[SSAValue] | None],
           result_type: Attribute, **attrs: Any) -> LaminaOp:
     """Build `lamina.<name>` from SSA values and Python attribute values (for passes and tests)."""
@@ -392,10 +388,6 @@ def build(name: str, operands: Sequence[SSAValue | Sequence[SSAValue] | None],
         groups.append(([] if v is None else [v]) if spec.optional else v)  # type: ignore[list-item]
     props = {k: make_attr(info.attr(k), v) for k, v in attrs.items() if v is not None}
     return cls.build(operands=groups, properties=props, result_types=[result_type])
-
-
-def is_lamina(op: Operation) -> bool:
-    return isinstance(op, LaminaOp)
 
 
 from lamina.ir.collectives import COLLECTIVES as _COLLECTIVES  # noqa: E402

@@ -256,7 +256,7 @@ def _backward_hints(st: _State, ops: list[Operation]) -> None:
         rshape = _shape(r)
         rank = len(rshape)
         for i, v in enumerate(op.operand_slots()):
-            if v is None or v in st.hint or not _shape(v) and False:
+            if v is None or v in st.hint:
                 continue
             shape = _shape(v)
             out: list[tuple[str, ...] | None] = [None] * len(shape)
@@ -478,8 +478,8 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
             outs.append(t)
         func.properties["function_type"] = FunctionType.from_lists(
             [a.type for a in block.args], outs)
-    for members, kind in groups:
-        _refuse(block, members, kind, st)
+    for members in groups:
+        _refuse(block, members, st)
 
 
 # -- lamina.fused: placed through its body, reshards kept outside --
@@ -495,8 +495,8 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
 # whose contraction would form a cycle through reshards are left unfused as well.
 
 
-def _dissolve_fused(block) -> list[tuple[list[Operation], str]]:
-    groups: list[tuple[list[Operation], str]] = []
+def _dissolve_fused(block) -> list[list[Operation]]:
+    groups: list[list[Operation]] = []
     for op in list(block.ops):
         if not isinstance(op, FusedOp):
             continue
@@ -520,7 +520,7 @@ def _dissolve_fused(block) -> list[tuple[list[Operation], str]]:
         op.detach()
         op.erase()
         if members:
-            groups.append((members, op.fusion_kind))
+            groups.append(members)
     return groups
 
 
@@ -528,7 +528,7 @@ def _is_source(op: Operation) -> bool:
     return isinstance(op, LaminaOp) and not op.operands
 
 
-def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
+def _refuse(block, members: list[Operation], st: _State) -> None:
     mset = {m for m in members if not _is_source(m)}
     if not mset:
         return
