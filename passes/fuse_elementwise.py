@@ -50,6 +50,12 @@ pass twice changes nothing: `lamina.fused` ops are boundaries for the second run
 
 With `explain=true` (or the driver's `--explain`) the pass reports every fusion and every kept
 boundary, one line each.
+
+This file reads in the order the pass works: classifying an op (`_classify`), the walk that grows
+groups (`_FuncFusion`, which checks a merge in the order of the rule: placement, size, spaces and
+edges (`_merged_space`, `_edge_problem`), cycles), and building the fused ops and re-ordering the
+block (`_FuncFusion.build`). The groups themselves, their spaces and the cycle search live in
+`fusion_groups`; a group's fused op is built by `lamina.analysis.fusion.build_fused`.
 """
 
 from __future__ import annotations
@@ -58,125 +64,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.analysis.fusion import build_fused, row_split
-from lamina.analysis.graph import UnionFind, contracted_order
+from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
 from lamina.ir.fused import FusedOp
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
+from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, find_cycle, join_spaces
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
-
-_SEARCH_LIMIT = 1024
-
-
-def _shape(v: SSAValue) -> tuple[int, ...]:
-    t = v.type
-    assert isinstance(t, TensorType)
-    return tuple(t.get_shape())
-
-
-def _encoding(t: Attribute) -> Attribute | None:
-    enc = getattr(t, "encoding", None)
-    return None if enc is None or type(enc).__name__ == "NoneAttr" else enc
-
-
-def _broadcasts_into(s: tuple[int, ...], d: tuple[int, ...]) -> bool:
-    if len(s) > len(d):
-        return False
-    return all(a == 1 or a == b for a, b in zip(reversed(s), reversed(d), strict=False))
-
-
-@dataclass
-class _Space:
-    """A group's iteration space: loop over `full`, or rows `lead` x reduced `trail`."""
-
-    lead: tuple[int, ...]
-    trail: tuple[int, ...] | None  # None: a loop group (lead is the whole domain)
-
-    @property
-    def rows(self) -> bool:
-        return self.trail is not None
-
-    @property
-    def full(self) -> tuple[int, ...]:
-        return self.lead + (self.trail or ())
-
-    def form(self, s: tuple[int, ...]) -> str | None:
-        if self.trail is None:
-            return "full" if s == self.lead else None
-        if s == self.lead + self.trail:
-            return "full"
-        if s == self.lead + (1,) * len(self.trail):
-            return "rowscalar"
-        if s == self.lead:
-            return "rowvec"
-        return None
-
-    def __str__(self) -> str:
-        if self.trail is None:
-            return "loop over " + "x".join(map(str, self.lead))
-        return ("rows " + "x".join(map(str, self.lead)) + " reducing " +
-                "x".join(map(str, self.trail)))
-
-
-def _join(a: _Space, b: _Space) -> _Space | None:
-    if not a.rows and not b.rows:
-        return a if a.lead == b.lead else None
-    if a.rows and b.rows:
-        return a if (a.lead, a.trail) == (b.lead, b.trail) else None
-    r, lp = (a, b) if a.rows else (b, a)
-    return r if r.form(lp.lead) is not None else None
-
-
-@dataclass
-class _Group:
-    root: int
-    space: _Space
-    size: int
-    first: int           # position of the earliest member
-    encoding: Attribute | None
-    members: list[Operation]
-    last: int = -1       # position of the latest member
-
-
-class _MinTree:
-    """Range-minimum over positions with point updates (a segment tree), for `_FuncFusion.bound`.
-
-    Slot i holds the `first` of the multi-member group whose latest member is at position i."""
-
-    def __init__(self, n: int) -> None:
-        self.size = 1
-        while self.size < max(n, 1):
-            self.size *= 2
-        self.inf = n
-        self.tree = [n] * (2 * self.size)
-
-    def set(self, i: int, value: int) -> None:
-        i += self.size
-        self.tree[i] = value
-        i //= 2
-        while i:
-            self.tree[i] = min(self.tree[2 * i], self.tree[2 * i + 1])
-            i //= 2
-
-    def min_from(self, lo: int) -> int:
-        """min over slots lo .. n-1."""
-        res = self.inf
-        lo += self.size
-        hi = 2 * self.size
-        while lo < hi:
-            if lo & 1:
-                res = min(res, self.tree[lo])
-                lo += 1
-            if hi & 1:
-                hi -= 1
-                res = min(res, self.tree[hi])
-            lo //= 2
-            hi //= 2
-        return res
 
 
 @dataclass(frozen=True)
@@ -194,296 +92,223 @@ class FuseElementwise(LaminaPass):
                 _FuncFusion(self, op, log).run()
 
 
+# -- classification (rule 1) and an op's own group --
+
+def _classify(op: Operation, reduction_fusion: bool) -> tuple[str, str]:
+    """('fuse', '') / ('source', '') / ('boundary', reason), from the op table alone."""
+    if not isinstance(op, LaminaOp):
+        return "boundary", "is not an op-table op"
+    f = op.info.fusion
+    if f == Fusion.SOURCE:
+        return "source", ""
+    if f in (Fusion.ELEMENTWISE, Fusion.BROADCAST):
+        return "fuse", ""
+    if f == Fusion.REDUCTION:
+        if not reduction_fusion:
+            return "boundary", "is a reduction and reduction-fusion=false"
+        if row_split(op) is None:
+            return "boundary", "is a reduction over non-trailing dims"
+        return "fuse", ""
+    if f == Fusion.OPAQUE:
+        return "boundary", "is opaque"
+    if f == Fusion.LAYOUT:
+        return "boundary", "is a layout op"
+    return "boundary", f"is {f.value}"
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    t = v.type
+    assert isinstance(t, TensorType)
+    return tuple(t.get_shape())
+
+
+def _own_space(op: LaminaOp) -> Space:
+    """The space of `op` alone: a row-wise reduction's rows x reduced dims, else its result."""
+    if op.info.fusion == Fusion.REDUCTION:
+        k = row_split(op)
+        assert k is not None
+        s = _shape(op.operand_slots()[0])  # type: ignore[arg-type]
+        return Space(s[: len(s) - k], s[len(s) - k:])
+    return Space(_shape(op.results[0]), None)
+
+
+def _encoding(t: Attribute) -> Attribute | None:
+    enc = getattr(t, "encoding", None)
+    return None if enc is None or type(enc).__name__ == "NoneAttr" else enc
+
+
+def _uniform_encoding(op: Operation) -> tuple[bool, Attribute | None]:
+    """(True, the encoding) when all of `op`'s operand and result types share one (rule 4)."""
+    encs = {_encoding(v.type) for v in (*op.operands, *op.results)}
+    if len(encs) > 1:
+        return False, None
+    return True, next(iter(encs), None)
+
+
+# -- the walk --
+
 class _FuncFusion:
-    def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None):
+    """One function: grow groups in one walk over its ops, then build their fused ops."""
+
+    def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None) -> None:
         self.opts = opts
-        self.func = func
         self.log = log
         self.block: Block = func.body.block
         self.ops: list[Operation] = list(self.block.ops)
-        self.pos: dict[Operation, int] = {op: i for i, op in enumerate(self.ops)}
-        self.uf: UnionFind[int] = UnionFind()
-        self.groups: dict[int, _Group] = {}
-        self.hoisted: set[Operation] = set()
-        self.space_of: dict[Operation, _Space] = {}
+        self.groups = Groups(self.ops)
         self.name = Namer(func) if log is not None else None
-        self.spans = _MinTree(len(self.ops))
 
-    # -- union-find --
-    def find(self, i: int) -> int:
-        return self.uf.find(i)
+    def run(self) -> None:
+        for op in self.ops:
+            if self.classify(op)[0] != "fuse":
+                continue
+            assert isinstance(op, LaminaOp)
+            if self.start_group(op):
+                self.merge_with_producers(op)
+        self.build()
 
-    def group_of(self, op: Operation | None) -> _Group | None:
-        if op is None or op not in self.space_of:
-            return None
-        return self.groups.get(self.find(self.pos[op]))
+    def classify(self, op: Operation) -> tuple[str, str]:
+        return _classify(op, self.opts.reduction_fusion)
 
     def explain(self, op: Operation, msg: str) -> None:
         if self.log is not None:
             self.log.add(op, msg)
 
-    # -- classification --
-    def kind(self, op: Operation) -> tuple[str, str]:
-        """('fuse', '') / ('source', '') / ('boundary', reason)."""
-        if not isinstance(op, LaminaOp):
-            return "boundary", "is not an op-table op"
-        f = op.info.fusion
-        if f == Fusion.SOURCE:
-            return "source", ""
-        if f in (Fusion.ELEMENTWISE, Fusion.BROADCAST):
-            return "fuse", ""
-        if f == Fusion.REDUCTION:
-            if not self.opts.reduction_fusion:
-                return "boundary", "is a reduction and reduction-fusion=false"
-            if row_split(op) is None:
-                return "boundary", "is a reduction over non-trailing dims"
-            return "fuse", ""
-        if f == Fusion.OPAQUE:
-            return "boundary", "is opaque"
-        if f == Fusion.LAYOUT:
-            return "boundary", "is a layout op"
-        return "boundary", f"is {f.value}"
-
-    def own_space(self, op: LaminaOp) -> _Space:
-        if op.info.fusion == Fusion.REDUCTION:
-            k = row_split(op)
-            assert k is not None
-            s = _shape(op.operand_slots()[0])  # type: ignore[arg-type]
-            return _Space(s[: len(s) - k], s[len(s) - k:])
-        return _Space(_shape(op.results[0]), None)
-
-    def encoding_of(self, op: Operation) -> tuple[bool, Attribute | None]:
-        encs = {_encoding(v.type) for v in (*op.operands, *op.results)}
-        if len(encs) > 1:
-            return False, None
-        return True, next(iter(encs), None)
-
-    # -- the walk --
-    def run(self) -> None:
-        for op in self.ops:
-            kind, reason = self.kind(op)
-            if kind != "fuse":
-                continue
-            assert isinstance(op, LaminaOp)
-            ok, enc = self.encoding_of(op)
-            i = self.pos[op]
-            if not ok:
-                self.explain(op, f"not fused: {self.nm(op)} mixes placements/tiers in its types")
-                continue
-            space = self.own_space(op)
-            self.space_of[op] = space
-            self.groups[i] = _Group(i, space, 1, i, enc, [op], i)
-            seen: set[int] = set()
-            for v in op.operands:
-                prod = v.owner if isinstance(v.owner, Operation) else None
-                if prod is None:
-                    continue
-                pk, preason = self.kind(prod)
-                if pk == "boundary":
-                    if prod.parent_block() is self.block:
-                        self.explain(op, f"not fused: {self.nm(prod)} {preason}")
-                    continue
-                if pk == "source":
-                    continue
-                g = self.group_of(prod)
-                if g is None:
-                    continue
-                mine = self.groups[self.find(i)]
-                if g.root == mine.root or g.root in seen:
-                    continue
-                seen.add(g.root)
-                why = self.try_merge(op, mine, g)
-                if why is None:
-                    self.explain(op, f"fused {self.nm(op)} with {self.nm(prod)} "
-                                     f"({self.groups[self.find(i)].space})")
-                else:
-                    self.explain(op, f"not fused with {self.nm(prod)}: {why}")
-        self.build()
-
     def nm(self, op: Operation) -> str:
         return self.name.op(op) if self.name is not None else op.name
 
-    def try_merge(self, op: LaminaOp, mine: _Group, other: _Group) -> str | None:
-        """Merge `other` (a producer's group) into `mine` (op's group), or say why not."""
+    def start_group(self, op: LaminaOp) -> bool:
+        """Give a fusible op its own group, unless its types mix placements (then it stays
+        alone: False)."""
+        ok, enc = _uniform_encoding(op)
+        if not ok:
+            self.explain(op, f"not fused: {self.nm(op)} mixes placements/tiers in its types")
+            return False
+        self.groups.add(op, _own_space(op), enc)
+        return True
+
+    def merge_with_producers(self, op: LaminaOp) -> None:
+        """Try to merge `op`'s group with each producer's group, operand by operand, saying why
+        at every boundary and every refused merge."""
+        seen: set[int] = set()
+        for v in op.operands:
+            prod = v.owner if isinstance(v.owner, Operation) else None
+            if prod is None:
+                continue
+            pk, preason = self.classify(prod)
+            if pk == "boundary":
+                if prod.parent_block() is self.block:
+                    self.explain(op, f"not fused: {self.nm(prod)} {preason}")
+                continue
+            if pk == "source":
+                continue
+            g = self.groups.of(prod)
+            if g is None:
+                continue
+            mine = self.groups.of(op)
+            assert mine is not None
+            if g.root == mine.root or g.root in seen:
+                continue
+            seen.add(g.root)
+            why = self.try_merge(op, mine, g)
+            if why is None:
+                merged = self.groups.of(op)
+                assert merged is not None
+                self.explain(op, f"fused {self.nm(op)} with {self.nm(prod)} ({merged.space})")
+            else:
+                self.explain(op, f"not fused with {self.nm(prod)}: {why}")
+
+    def try_merge(self, op: LaminaOp, mine: Group, other: Group) -> str | None:
+        """Merge `other` (a producer's group) into `mine` (op's group), or say why not.
+
+        The checks run in the legality rule's order, cheapest first; the cycle search, the only
+        one that is not O(1) in the group sizes, runs last."""
         if mine.encoding != other.encoding:
             return "different placement/tier encodings"
         if mine.size + other.size > self.opts.max_group_size:
             return f"group would exceed max-group-size={self.opts.max_group_size}"
         in_other = [v for v in op.operands
-                    if isinstance(v.owner, Operation) and v.owner in self.space_of
-                    and self.find(self.pos[v.owner]) == other.root]
-        space = _join(mine.space, other.space)
-        hoist_other = hoist_mine = False
-        if space is not None:
-            why = self.edges_ok(op, in_other, space)
-            if why is not None:
-                return why
-        else:
-            # broadcast prologue: the smaller group is computed once per kernel
-            full_m, full_o = mine.space.full, other.space.full
-            if (not other.space.rows and _broadcasts_into(full_o, full_m)
-                    and op.info.fusion == Fusion.ELEMENTWISE):
-                space, hoist_other = mine.space, True
-            elif (not mine.space.rows and mine.size == 1 and _broadcasts_into(full_m, full_o)
-                  and all(v.owner in self.hoisted for v in in_other)):
-                space, hoist_mine = other.space, True
-            else:
-                return f"different iteration spaces ({other.space} vs {mine.space})"
-        through = self.cycle(op, mine, other)
+                    if isinstance(v.owner, Operation) and v.owner in self.groups.members
+                    and self.groups.root_of(v.owner) == other.root]
+        merged = self.merged_space(op, mine, other, in_other)
+        if isinstance(merged, str):
+            return merged
+        space, hoist = merged
+        through = find_cycle(self.groups, mine, other)
         if through is not None:
             return f"would create a cycle through {self.nm(through).split(' = ')[0]}"
-        # commit
-        if hoist_other:
-            self.mark_hoisted(other.root)
-        if hoist_mine:
-            self.mark_hoisted(mine.root)
-        keep, drop = (mine, other) if mine.root < other.root else (other, mine)
-        self.uf.union(keep.root, drop.root)
-        del self.groups[drop.root]
-        keep.space = space
-        keep.size = mine.size + other.size
-        for g in (mine, other):  # the merged group replaces both in the span index
-            self.spans.set(g.last, self.spans.inf)
-        keep.first = min(mine.first, other.first)
-        keep.last = max(mine.last, other.last)
-        self.spans.set(keep.last, keep.first)
-        small, big = sorted((mine.members, other.members), key=len)
-        big.extend(small)
-        keep.members = big
+        self.groups.merge(mine, other, space, hoist)
         return None
 
-    def mark_hoisted(self, root: int) -> None:
-        self.hoisted.update(self.groups[root].members)
+    def merged_space(self, op: LaminaOp, mine: Group, other: Group, in_other: list[SSAValue]
+                     ) -> tuple[Space, Group | None] | str:
+        """The merged group's space and the group that becomes computed once per kernel (if
+        any), or why the two do not share an iteration space (rules 2 and 3).
 
-    def edges_ok(self, op: LaminaOp, internal: list[SSAValue], space: _Space) -> str | None:
-        out_form = space.form(_shape(op.results[0])) if op.info.fusion != Fusion.REDUCTION \
-            else "full"
-        for v in internal:
-            if v.owner in self.hoisted:
-                if op.info.fusion == Fusion.ELEMENTWISE:
-                    continue
-                return f"{self.name(v) if self.name else 'operand'} is computed once per kernel"
-            s = _shape(v)
-            f = space.form(s)
-            if op.info.fusion == Fusion.REDUCTION:
-                if f != "full":
-                    return "reduction input does not cover the group's rows"
-                continue
-            if out_form is None or f is None:
-                return f"{'x'.join(map(str, s)) or 'scalar'} does not fit {space}"
-            if op.info.fusion == Fusion.BROADCAST:
-                dims = list(op.attr_values().get("broadcast_dimensions", ()))
-                ok = (s == _shape(op.results[0]) and dims == list(range(len(s)))) or \
-                    (f == "rowvec" and space.rows and dims == list(range(len(space.lead)))) or \
-                    (f == "rowscalar" and out_form == "full" and dims == list(range(len(s))))
-                if not ok:
-                    return "broadcast_in_dim does not keep the rows in place"
-                continue
-            if (f == "rowvec") != (out_form == "rowvec"):
-                return "a row vector would broadcast along the reduced dims"
-        return None
-
-    def cycle(self, op: LaminaOp, mine: _Group, other: _Group) -> Operation | None:
-        """An outside op on a path other -> outside -> (mine or op), or mine -> outside -> other.
-
-        The search runs on the contracted graph: reaching any member of another group reaches
-        the whole group (it becomes one op), so all its members' operands are followed.
-        """
-        roots = {mine.root, other.root}
-        lo = self.bound(min(mine.first, other.first))
-        members = [op] if mine.size == 1 else list(mine.members)
-        if other.size > 1 or mine.size > 1:
-            members += other.members
-        starts: list[Operation] = []
-        for m in members:
-            for v in m.operands:
-                p = v.owner
-                if isinstance(p, Operation) and p in self.pos and not self.in_roots(p, roots):
-                    starts.append(p)
-        seen: set[Operation] = set()
-        seen_groups: set[int] = set()
-        budget = _SEARCH_LIMIT
-        for s in starts:
-            stack = [s]
-            while stack:
-                u = stack.pop()
-                if u in seen:
-                    continue
-                seen.add(u)
-                budget -= 1
-                if budget < 0:
-                    return s
-                expand = [u]
-                if u in self.space_of:
-                    g = self.find(self.pos[u])
-                    grp = self.groups[g]
-                    if grp.size > 1:
-                        if g in seen_groups:
-                            continue
-                        seen_groups.add(g)
-                        expand = grp.members
-                        budget -= len(expand)
-                    elif self.pos[u] < lo:
-                        continue
-                elif self.pos[u] < lo:
-                    continue
-                for w in expand:
-                    for v in w.operands:
-                        p = v.owner
-                        if not isinstance(p, Operation) or p not in self.pos:
-                            continue
-                        if self.in_roots(p, roots):
-                            return s
-                        if p not in seen and (p in self.space_of or self.pos[p] >= lo):
-                            stack.append(p)
-        return None
-
-    def bound(self, lo: int) -> int:
-        """The lowest position a descendant of ops at positions >= `lo` can have.
-
-        Plain edges only go forward, but in the contracted graph a group is one node: entering
-        it at a late member leads to the users of its earliest member. So every group that has a
-        member at or after the bound pulls the bound down to its first member, to a fixpoint.
-        Ops before the bound cannot lie on a cycle through the merged groups, which is what lets
-        the cycle search stop there."""
-        while (first := self.spans.min_from(lo)) < lo:
-            lo = first
-        return lo
-
-    def in_roots(self, p: Operation, roots: set[int]) -> bool:
-        return p in self.space_of and self.find(self.pos[p]) in roots
+        Groups with one space (`join_spaces`) merge when op's edges from `other` line up with
+        the rows; otherwise a smaller loop group that broadcasts into the other's domain may
+        join as a broadcast prologue, computed once per kernel, so no work is repeated."""
+        space = join_spaces(mine.space, other.space)
+        if space is not None:
+            why = _edge_problem(op, in_other, space, self.groups.hoisted, self.name)
+            return (space, None) if why is None else why
+        full_m, full_o = mine.space.full, other.space.full
+        if (not other.space.rows and broadcasts_into(full_o, full_m)
+                and op.info.fusion == Fusion.ELEMENTWISE):
+            return mine.space, other
+        if (not mine.space.rows and mine.size == 1 and broadcasts_into(full_m, full_o)
+                and all(v.owner in self.groups.hoisted for v in in_other)):
+            return other.space, mine
+        return f"different iteration spaces ({other.space} vs {mine.space})"
 
     # -- building --
+
     def build(self) -> None:
-        by_root: dict[int, list[Operation]] = {}
-        for op in self.ops:
-            if op in self.space_of:
-                by_root.setdefault(self.find(self.pos[op]), []).append(op)
-        fused_groups = {r: ms for r, ms in by_root.items() if len(ms) > 1}
+        """Replace every group of two or more ops by its `lamina.fused` op and re-order the block
+        topologically (each fused op as one node), then drop constants nothing uses any more."""
+        fused_groups = {r: ms for r, ms in self.groups.members_by_root().items() if len(ms) > 1}
         if not fused_groups:
             return
         term = self.block.last_op
-        while True:
-            def node_of(op: Operation, groups: dict[int, list[Operation]] = fused_groups) -> int:
-                r = self.find(self.pos[op]) if op in self.space_of else -1
-                return r if r in groups else -(self.pos[op] + 2)
+        order = self.acyclic_order(fused_groups)
+        if order is None:
+            return
+        new_ops = {r: self.make_fused(members) for r, members in fused_groups.items()}
+        self.reorder(order, new_ops, term)
+        for op in self.ops:
+            if op.parent is self.block and self.classify(op)[0] == "source" \
+                    and all(not r.uses for r in op.results):
+                op.detach()
+                op.erase()
 
+    def acyclic_order(self, fused_groups: dict[int, list[Operation]]) -> list[int] | None:
+        """The block's order with each group contracted to one node; None if no group is left.
+
+        The position-bounded cycle search of the walk can miss a path through a group spanning
+        its bound: then in every cycle of groups the latest group is dissolved (its ops stay
+        unfused, which is always legal) and the order is computed again."""
+        groups, pos = self.groups, self.groups.pos
+
+        def node_of(op: Operation) -> int:
+            r = groups.root_of(op) if op in groups.members else -1
+            return r if r in fused_groups else -(pos[op] + 2)
+
+        while True:
             order, left, succs = contracted_order(self.ops, node_of)
             if not left:
-                break
-            # The position-bounded search missed a path through a group spanning the bound:
-            # in every cycle of groups, dissolve the latest group (its ops stay unfused).
+                return order
             for scc in _cycles(set(left), succs):
-                groups = [n for n in scc if n >= 0 and n in fused_groups]
-                r = max(groups)
+                r = max(n for n in scc if n >= 0 and n in fused_groups)
                 self.explain(fused_groups[r][0], f"not fused: group of {len(fused_groups[r])} "
                              "ops dissolved, it would form a cycle with another group")
                 del fused_groups[r]
             if not fused_groups:
-                return
-        new_ops: dict[int, Operation] = {}
-        for r, members in fused_groups.items():
-            new_ops[r] = self.make_fused(members)
+                return None
+
+    def reorder(self, order: list[int], new_ops: dict[int, FusedOp], term: Operation | None
+                ) -> None:
+        """Put the block's ops back in `order` (a group's node is its fused op, an op's node
+        -(position + 2)), the terminator `term` last."""
         for op in self.ops:
             if op.parent is self.block:
                 op.detach()
@@ -494,16 +319,9 @@ class _FuncFusion:
                 op = self.ops[-n - 2]
                 if op.parent is None:
                     self.block.add_op(op)
-        # the terminator must stay last
         if term is not None and term.parent is self.block and self.block.last_op is not term:
             term.detach()
             self.block.add_op(term)
-        # constants no longer used by anyone
-        for op in self.ops:
-            if op.parent is self.block and op in self.pos and self.kind(op)[0] == "source" \
-                    and all(not r.uses for r in op.results):
-                op.detach()
-                op.erase()
 
     def make_fused(self, members: list[Operation]) -> FusedOp:
         fused = build_fused(members)
@@ -511,6 +329,48 @@ class _FuncFusion:
             self.log.add(fused, f"group of {len(members)} ops -> lamina.fused \"{fused.fusion_kind}\" "
                          f"with {len(fused.inputs)} inputs, {len(fused.outputs)} outputs")
         return fused
+
+
+# -- the edge checks of rule 2 --
+
+def _edge_problem(op: LaminaOp, internal: list[SSAValue], space: Space,
+                  hoisted: set[Operation], name: Namer | None) -> str | None:
+    """Why an in-group operand of `op` (one in `internal`) would not line up with the rows of
+    `space`, or None when all do: a consumer may only read a row value where the row index
+    matches, and a value computed once per kernel only elementwise."""
+    fusion = op.info.fusion
+    out_form = space.form(_shape(op.results[0])) if fusion != Fusion.REDUCTION else "full"
+    for v in internal:
+        if v.owner in hoisted:
+            if fusion == Fusion.ELEMENTWISE:
+                continue
+            return f"{name(v) if name else 'operand'} is computed once per kernel"
+        s = _shape(v)
+        f = space.form(s)
+        if fusion == Fusion.REDUCTION:
+            if f != "full":
+                return "reduction input does not cover the group's rows"
+            continue
+        if out_form is None or f is None:
+            return f"{'x'.join(map(str, s)) or 'scalar'} does not fit {space}"
+        if fusion == Fusion.BROADCAST:
+            if not _broadcast_keeps_rows(op, s, f, out_form, space):
+                return "broadcast_in_dim does not keep the rows in place"
+            continue
+        if (f == "rowvec") != (out_form == "rowvec"):
+            return "a row vector would broadcast along the reduced dims"
+    return None
+
+
+def _broadcast_keeps_rows(op: LaminaOp, s: tuple[int, ...], f: str, out_form: str,
+                          space: Space) -> bool:
+    """Whether broadcast_in_dim of an operand of shape `s` (form `f`) keeps every row's values
+    in that row: an identity, a row vector spread along the reduced dims, or row scalars spread
+    to the full domain."""
+    dims = list(op.attr_values().get("broadcast_dimensions", ()))
+    return (s == _shape(op.results[0]) and dims == list(range(len(s)))) or \
+        (f == "rowvec" and space.rows and dims == list(range(len(space.lead)))) or \
+        (f == "rowscalar" and out_form == "full" and dims == list(range(len(s))))
 
 
 def _cycles(nodes: set[int], succs: dict[int, set[int]]) -> list[list[int]]:

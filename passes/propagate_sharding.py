@@ -416,8 +416,8 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
             outs.append(t)
         func.properties["function_type"] = FunctionType.from_lists(
             [a.type for a in block.args], outs)
-    for members, kind in groups:
-        _refuse(block, members, kind, st)
+    for members in groups:
+        _refuse(block, members, st)
 
 
 # -- lamina.fused: placed through its body, reshards kept outside --
@@ -433,8 +433,8 @@ def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
 # whose contraction would form a cycle through reshards are left unfused as well.
 
 
-def _dissolve_fused(block) -> list[tuple[list[Operation], str]]:
-    groups: list[tuple[list[Operation], str]] = []
+def _dissolve_fused(block) -> list[list[Operation]]:
+    groups: list[list[Operation]] = []
     for op in list(block.ops):
         if not isinstance(op, FusedOp):
             continue
@@ -458,7 +458,7 @@ def _dissolve_fused(block) -> list[tuple[list[Operation], str]]:
         op.detach()
         op.erase()
         if members:
-            groups.append((members, op.fusion_kind))
+            groups.append(members)
     return groups
 
 
@@ -466,7 +466,7 @@ def _is_source(op: Operation) -> bool:
     return isinstance(op, LaminaOp) and not op.operands
 
 
-def _refuse(block, members: list[Operation], kind: str, st: _State) -> None:
+def _refuse(block, members: list[Operation], st: _State) -> None:
     mset = {m for m in members if not _is_source(m)}
     if not mset:
         return

@@ -12,10 +12,10 @@ the tile (reductions see their axes renumbered to the tile). Ops that do not var
 inputs are sliced per tile (a [rows, 1] value takes its rows; a [T] value is used whole).
 
 Position-dependent ops (dropout) receive the tile's place in the global tensor (`Call.block`), so
-masks are the global ones bit for bit; dropout's fast path computes the same `rng` bits for the
-tile's contiguous global index range. The optional in-place fast paths below are keyed on the
-op table's own kernel/formula objects and mirror their arithmetic order exactly; any op without one
-runs its table kernel, so correctness never depends on them. Fast paths share a worker's scratch
+masks are the global ones bit for bit. The optional in-place fast paths are the rows' own NumPy
+specializations (`OpInfo.ufunc`, `OpInfo.tile`, from `lamina.ir.numpy_kernels`, each checked bit
+for bit against the row's formula); any op without one runs its row's kernel on the tile, so
+correctness never depends on them. Fast paths share a worker's scratch
 buffers (`_Scratch`), so a tile's working set is its tile buffers plus two scratch tiles.
 
 Tiles run on one thread per core (`thread_count`), each thread with its own tile buffers and
@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +39,13 @@ import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
 from lamina.backends.interface import RunOptions
 from lamina.backends.numpy.kernels import kernel
-from lamina.backends.numpy.runner import RunContext, device_nbytes, register_op_runner
+from lamina.backends.numpy.runner import (
+    RunContext,
+    RunStats,
+    device_nbytes,
+    make_call,
+    register_op_runner,
+)
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Block, Call
@@ -145,15 +151,53 @@ def _prod(s: tuple[int, ...]) -> int:
 
 
 @dataclass
+class _Space:
+    """The tile loop's iteration space: `rows` = prod(`lead`) rows, each a `tail`-shaped slice.
+
+    A tile is a run of whole rows, so a value the tile loop computes has one of three forms over
+    the rows: "full" (lead + tail), "rowscalar" (lead + 1s, a keepdims reduction) or "rowvec"
+    (lead). Any other shape does not line up with the rows and is computed once per kernel."""
+
+    lead: tuple[int, ...]
+    tail: tuple[int, ...]
+    row_group: bool                       # the group holds reductions: tiles need whole rows
+    forms: dict[tuple[int, ...], str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        lead, tail = self.lead, self.tail
+        # "full" last: with an empty tail the three shapes coincide and the value is a full tile
+        self.forms = {lead: "rowvec", lead + (1,) * len(tail): "rowscalar", lead + tail: "full"}
+
+    @property
+    def nl(self) -> int:
+        """How many leading dims the rows flatten."""
+        return len(self.lead)
+
+    @property
+    def rows(self) -> int:
+        return _prod(self.lead)
+
+    def form(self, shape: tuple[int, ...]) -> str | None:
+        return self.forms.get(shape)
+
+
+@dataclass
 class _Step:
+    """A body op that runs once per tile, with where its operands come from and its result goes.
+
+    `sources[j]` says how operand j is found per tile: ("tile", slot) the value an earlier step
+    computed for this tile, ("rows", 2d array) this tile's rows of an outside value, ("rep", array)
+    a row-invariant value repeated to a full tile, ("inv", array) a row-invariant value used
+    whole, ("whole", array) an array passed as is, ("none", None) an absent optional operand.
+    The result goes to `out2d` (the global result, when the value leaves the group) or else to
+    the worker's tile buffer number `buffer`."""
+
     op: LaminaOp
     tail: tuple[int, ...]                 # tile shape after the row dim
     call: Call
-    sources: list[tuple[str, Any]]        # ("tile", value) / ("inv", array) / ("rows", 2d array)
-    fast: Callable[..., None] | None = None
-    buf: np.ndarray | None = None
-    out2d: np.ndarray | None = None       # the global result, when the value leaves the group
-    extra: dict[str, Any] = field(default_factory=dict)
+    sources: list[tuple[str, Any]] = field(default_factory=list)
+    out2d: np.ndarray | None = None
+    buffer: int | None = None
 
 
 def _reduction_attrs(op: LaminaOp, k: int) -> dict[str, Any]:
@@ -166,8 +210,11 @@ def _reduction_attrs(op: LaminaOp, k: int) -> dict[str, Any]:
 
 
 def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
+    """Run a `lamina.fused` op as one kernel: plan its steps once, then run the tiles.
+
+    Planning (iteration space, per-kernel vs per-tile ops, operand sources, tile buffers) costs
+    O(body) and is done before any tile runs, so the tile loop only indexes prepared arrays."""
     assert isinstance(op, FusedOp)
-    stats = ctx.stats
     block = op.body.block
     # lamina.free in a body (annotate-lifetimes) ends a tile buffer's lifetime: nothing to run
     body = [o for o in block.ops if o is not op.yield_op and not isinstance(o, FreeOp)]
@@ -175,218 +222,255 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
     for a, x in zip(block.args, args, strict=True):
         assert x is not None
         env[a] = x
+    space = _iteration_space(body, block.args)
+    results = list(op.yield_op.values)
+    with np.errstate(all="ignore"):
+        steps, slot_of = _plan_steps(body, env, space)
+        if steps:
+            tile_rows = _choose_rows(space.rows, steps, space.row_group, ctx.options.tile_bytes)
+            buffers = _assign_buffers(steps, slot_of, set(results), space.rows, tile_rows)
+            for st in steps:
+                st.sources = _operand_sources(st.op, env, slot_of, space, tile_rows)
+            _tile_loop(steps, buffers, space, tile_rows, ctx.options)
+    outs = _results(results, steps, env)
+    _record_stats(ctx.stats, op, body, args, outs)
+    return outs
 
-    # the iteration space
+
+def _iteration_space(body: list[Operation], args: Sequence[SSAValue]) -> _Space:
+    """Rows x tail for the tile loop (see the module docstring for why each kind splits so).
+
+    A group with reductions tiles over the rows its first reduction keeps (fuse-elementwise makes
+    every reduction of a group reduce the same trailing dims). A loop group takes the shortest
+    tail that leaves every input either constant along the rows or with the rows' full extent,
+    so a broadcast input (a bias [T]) is never materialized to the group's domain."""
     reductions = [o for o in body if isinstance(o, LaminaOp) and o.info.fusion == Fusion.REDUCTION]
     if reductions:
         d = iteration_domain(reductions[0])
         k = row_split(reductions[0])
         assert k is not None, "a fused reduction is row-wise (fuse-elementwise's rule)"
-        lead, tail = d[: len(d) - k], d[len(d) - k:]
-    else:
-        try:
-            d = np.broadcast_shapes(*(_shape(o.results[0]) for o in body))
-        except ValueError:   # e.g. [3] -> broadcast_in_dim -> [3, 2]: no common loop; run whole
-            d = ()
-        n = len(d)
-        k = n
-        for cand in range(n + 1):
-            ok = True
-            for a in block.args:
-                s = (1,) * (n - len(_shape(a))) + _shape(a)
-                if len(s) != n:
-                    ok = False
-                    break
-                ls = s[: n - cand]
-                if not (all(x == 1 for x in ls) or ls == d[: n - cand]):
-                    ok = False
-                    break
-            if ok:
-                k = cand
-                break
-        lead, tail = tuple(d[: n - k]), tuple(d[n - k:])
-    nl = len(lead)
-    rows = _prod(lead)
-    # "full" last: with an empty tail the three shapes coincide and the value is a full tile
-    forms = {lead: "rowvec", lead + (1,) * len(tail): "rowscalar", lead + tail: "full"}
+        return _Space(d[: len(d) - k], d[len(d) - k:], True)
+    try:
+        d = tuple(np.broadcast_shapes(*(_shape(o.results[0]) for o in body)))
+    except ValueError:   # e.g. [3] -> broadcast_in_dim -> [3, 2]: no common loop; run whole
+        d = ()
+    n = len(d)
+    shapes = [_shape(a) for a in args]
+    k = next((c for c in range(n + 1) if all(_rows_fit(s, d, n - c) for s in shapes)), n)
+    return _Space(d[: n - k], d[n - k:], False)
 
-    def tail_of(shape: tuple[int, ...]) -> tuple[int, ...] | None:
-        f = forms.get(shape)
-        if f is None:
-            return None
-        return shape[nl:]
 
-    results_out = list(op.yield_op.values)
-    leaving = set(results_out)
-    tiled: set[SSAValue] = set()
+def _rows_fit(shape: tuple[int, ...], d: tuple[int, ...], nl: int) -> bool:
+    """Whether an input of `shape`, aligned to the trailing dims of `d`, is constant along rows
+    d[:nl] or spans them whole (so per tile it is either used whole or sliced by rows)."""
+    s = (1,) * (len(d) - len(shape)) + shape
+    if len(s) != len(d):
+        return False
+    rows = s[:nl]
+    return all(x == 1 for x in rows) or rows == d[:nl]
+
+
+def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
+                space: _Space) -> tuple[list[_Step], dict[SSAValue, int]]:
+    """Split the body into per-tile steps and per-kernel ops, running the per-kernel ones now.
+
+    An op runs per tile when its domain lines up with the rows and it must: a reduction, an op
+    reading a per-tile value, or a full-domain elementwise op. Everything else (broadcasts of
+    inputs, masks built from constants, ...) does not vary along the rows and runs once, on
+    whole arrays, into `env`, where the steps read it from. Returns the steps in body order and
+    each per-tile value's slot (its step's index) in a worker's per-tile values."""
     steps: list[_Step] = []
-    whole_ops: list[LaminaOp] = []
+    slot_of: dict[SSAValue, int] = {}
+    for o in body:
+        assert isinstance(o, LaminaOp)
+        slots = o.operand_slots()
+        any_tiled = any(v is not None and v in slot_of for v in slots)
+        form = space.form(iteration_domain(o))
+        is_red = o.info.fusion == Fusion.REDUCTION
+        res = o.results[0]
+        if space.rows > 1 and form is not None and (is_red or any_tiled or (
+                form == "full" and o.info.fusion == Fusion.ELEMENTWISE)):
+            attrs = _reduction_attrs(o, len(space.tail)) if is_red else o.attr_values()
+            slot_of[res] = len(steps)
+            steps.append(_Step(o, _shape(res)[space.nl:],
+                               Call(attrs, o.operand_infos(), tensor_info(res.type))))
+        else:
+            env[res] = kernel(o.info)([None if v is None else env[v] for v in slots], make_call(o))
+    return steps, slot_of
+
+
+def _assign_buffers(steps: list[_Step], slot_of: dict[SSAValue, int], leaving: set[SSAValue],
+                    rows: int, tile_rows: int) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """Give every step's result a tile buffer, reusing a buffer once its value is last read.
+
+    The few live tile buffers are what keeps a tile's working set in cache, so a buffer whose
+    value is dead goes back to a free list (per shape and dtype) before the step's own result is
+    placed: the op may then write in place over one of its operands (every runner reads an
+    operand element before writing the same element, or computes its whole result before
+    storing). A value that leaves the group is written straight into its global result instead
+    (`out2d`, allocated here). Sets each step's `buffer` / `out2d`; returns the buffers' (shape,
+    dtype) by id, which every worker thread allocates for itself."""
+    last_use: dict[SSAValue, int] = {}
+    for i, st in enumerate(steps):
+        for v in st.op.operand_slots():
+            if v is not None and v in slot_of:
+                last_use[v] = i
+    specs: list[tuple[tuple[int, ...], np.dtype]] = []
+    buf_of: dict[SSAValue, int] = {}       # per-tile value -> buffer id (not for out2d values)
+    free: dict[tuple[tuple[int, ...], np.dtype], list[int]] = {}
+    for i, st in enumerate(steps):
+        o = st.op
+        res = o.results[0]
+        dt = STORAGE[st.call.result.dtype]
+        for v in {v for v in o.operand_slots() if v is not None and v in slot_of}:
+            if last_use.get(v) == i and v in buf_of:
+                free.setdefault(specs[buf_of[v]], []).append(buf_of[v])
+        if res in leaving:
+            st.out2d = np.empty((rows,) + st.tail, dtype=dt)
+            continue
+        key = ((tile_rows,) + st.tail, np.dtype(dt))
+        ids = free.get(key)
+        if ids:
+            buf_of[res] = ids.pop()
+        else:
+            buf_of[res] = len(specs)
+            specs.append(key)
+        st.buffer = buf_of[res]
+        if res not in last_use:   # dead value: its buffer is free again
+            free.setdefault(key, []).append(buf_of[res])
+    return specs
+
+
+def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict[SSAValue, int],
+                     space: _Space, tile_rows: int) -> list[tuple[str, Any]]:
+    """Where each operand of a per-tile step comes from (the kinds are listed at `_Step`).
+
+    Decided once per kernel from the outside arrays' strides, so a tile only slices: a value
+    constant along the rows is never sliced per tile, one that varies is viewed as rows x tail."""
+    dom = iteration_domain(o)
+    nl = space.nl
+    dom_tail = dom[nl:]
+    srcs: list[tuple[str, Any]] = []
+    for j, v in enumerate(o.operand_slots()):
+        if v is None:
+            srcs.append(("none", None))
+            continue
+        if v in slot_of:
+            srcs.append(("tile", slot_of[v]))
+            continue
+        w = env[v]
+        if o.info.fusion == Fusion.BROADCAST or w.ndim == 0:
+            srcs.append(("whole", w))
+            continue
+        b = np.broadcast_to(w, (1,) * (len(dom) - w.ndim) + w.shape
+                            if w.ndim <= len(dom) else w.shape)
+        b = np.broadcast_to(b, dom)
+        if not all(s == 0 for s in b.strides[:nl]):
+            srcs.append(("rows", b.reshape((space.rows,) + dom_tail)))
+            continue
+        inv = b[(0,) * nl + (Ellipsis,)]
+        if inv.shape == dom_tail and (j == 0 or inv.size > 1 and o.info.fusion
+                                      != Fusion.REDUCTION):
+            # a row-invariant operand (a bias [T]) repeated once into a full tile: the op then
+            # runs on same-shape contiguous operands, which NumPy does ~1.5x faster than a
+            # broadcast over rows; a reduction's reduced operand must be a full tile anyway (its
+            # axes are the tile's)
+            rep = np.empty((tile_rows,) + dom_tail, dtype=inv.dtype)
+            rep[...] = inv
+            srcs.append(("rep", rep))
+        else:
+            srcs.append(("inv", inv))
+    return srcs
+
+
+def _tile_loop(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]], space: _Space,
+               tile_rows: int, options: RunOptions) -> None:
+    """Run every tile, on one thread or on the shared pool.
+
+    Small kernels (below PARALLEL_MIN_ELEMENTS, or under 4 tiles per thread) stay on the calling
+    thread: handing tiles out would cost more than it saves. Otherwise NumPy releases the GIL
+    inside ufunc loops, so tiles run on all cores, like XLA:CPU's thread pool (the benchmark
+    reports 1 thread and all threads). Tiles are handed out one at a time from a shared counter
+    (next() on it is atomic under the GIL): a thread slowed by the OS or a noisy neighbour simply
+    takes fewer tiles, where a fixed split would leave the other core idle at the end."""
+    rows = space.rows
+    n_tiles = -(-rows // tile_rows)
+    nthreads = max(1, min(thread_count(options), n_tiles // 4))
+    if rows * max(1, _prod(space.tail)) < PARALLEL_MIN_ELEMENTS:
+        nthreads = 1
+    tiles = itertools.count()
+    if nthreads == 1:
+        _worker(steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
+    else:
+        ex = _pool(nthreads)
+        for f in [ex.submit(_worker, steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
+                  for _ in range(nthreads)]:
+            f.result()
+
+
+def _worker(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
+            tiles: Iterator[int], n_tiles: int, tile_rows: int, rows: int, nl: int) -> None:
+    """Take tiles from `tiles` until none are left and run every step on each.
+
+    Each worker owns its tile buffers and its fast-path scratch, and tiles write disjoint rows of
+    the results, so workers share nothing mutable but the counter; a tile is computed the same
+    way on any worker, which keeps results independent of the thread count. This loop is the hot
+    path: everything it needs is resolved into `plan` before the first tile."""
+    bufs = [np.empty(shape, dtype=dt) for shape, dt in buffers]
+    scratch = _Scratch()
+    plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch), st.sources,
+             st.out2d, None if st.buffer is None else bufs[st.buffer], i)
+            for i, st in enumerate(steps)]
+    vals: list[np.ndarray | None] = [None] * len(steps)
     with np.errstate(all="ignore"):
-        for o in body:
-            assert isinstance(o, LaminaOp)
-            slots = o.operand_slots()
-            any_tiled = any(v is not None and v in tiled for v in slots)
-            dom = iteration_domain(o)
-            is_red = o.info.fusion == Fusion.REDUCTION
-            t = tail_of(dom)
-            if rows > 1 and t is not None and (is_red or any_tiled or (
-                    forms[dom] == "full" and o.info.fusion == Fusion.ELEMENTWISE)):
-                tiled.add(o.results[0])
-                steps.append(_Step(o, _shape(o.results[0])[nl:], Call({}, [], tensor_info(
-                    o.results[0].type)), []))
-            else:
-                # whole: runs once per kernel
-                call = Call(o.attr_values(), o.operand_infos(), tensor_info(o.results[0].type))
-                env[o.results[0]] = kernel(o.info)([None if v is None else env[v] for v in slots],
-                                                  call)
-                whole_ops.append(o)
-                steps.append(_Step(o, (), call, [("whole", None)]))
-
-        tile_rows = _choose_rows(rows, [s for s in steps if s.sources != [("whole", None)]],
-                                 bool(reductions), ctx.options.tile_bytes)
-        tiled_steps = [st for st in steps if st.sources != [("whole", None)]]
-        # last use of every tiled value (index into tiled_steps), for buffer reuse
-        last_use: dict[SSAValue, int] = {}
-        for i, st in enumerate(tiled_steps):
-            for v in st.op.operand_slots():
-                if v is not None and v in tiled:
-                    last_use[v] = i
-        # tile buffers are named by id (shape, dtype) and allocated per worker thread below
-        buf_specs: list[tuple[tuple[int, ...], Any]] = []
-        buf_of: dict[SSAValue, int] = {}       # tiled value -> buffer id (not for out2d values)
-        pool: dict[tuple[tuple[int, ...], Any], list[int]] = {}
-        slot_of: dict[SSAValue, int] = {}
-        bid: dict[int, int] = {}               # step index -> buffer id of its result
-        # prepare the tiled steps
-        for i, st in enumerate(tiled_steps):
-            o = st.op
-            dom = iteration_domain(o)
-            dom_tail = dom[nl:]
-            srcs: list[tuple[str, Any]] = []
-            for j, v in enumerate(o.operand_slots()):
-                if v is None:
-                    srcs.append(("none", None))
-                elif v in tiled:
-                    srcs.append(("tile", slot_of[v]))
-                else:
-                    w = env[v]
-                    if o.info.fusion == Fusion.BROADCAST or w.ndim == 0:
-                        srcs.append(("whole", w))
-                        continue
-                    b = np.broadcast_to(w, (1,) * (len(dom) - w.ndim) + w.shape
-                                        if w.ndim <= len(dom) else w.shape)
-                    b = np.broadcast_to(b, dom)
-                    if all(s == 0 for s in b.strides[:nl]):
-                        inv = b[(0,) * nl + (Ellipsis,)]
-                        if inv.shape == dom_tail and (j == 0 or inv.size > 1 and o.info.fusion
-                                                      != Fusion.REDUCTION):
-                            # a row-invariant operand (a bias [T]) repeated once into a full
-                            # tile: the op then runs on same-shape contiguous operands, which
-                            # NumPy does ~1.5x faster than a broadcast over rows; a reduction's
-                            # reduced operand must be a full tile anyway (its axes are the tile's)
-                            rep = np.empty((tile_rows,) + dom_tail, dtype=inv.dtype)
-                            rep[...] = inv
-                            srcs.append(("rep", rep))
-                        else:
-                            srcs.append(("inv", inv))
+        while (t_ := next(tiles)) < n_tiles:
+            r0 = t_ * tile_rows
+            r1 = min(rows, r0 + tile_rows)
+            tr = r1 - r0
+            for st, o, fast, sources, out2d, buf, slot in plan:
+                xs: list[np.ndarray | None] = []
+                for kind, src in sources:
+                    if kind == "tile":
+                        xs.append(vals[src])
+                    elif kind == "rows":
+                        xs.append(src[r0:r1])
+                    elif kind == "rep":
+                        xs.append(src if tr == tile_rows else src[:tr])
+                    elif kind == "none":
+                        xs.append(None)
                     else:
-                        srcs.append(("rows", b.reshape((rows,) + dom_tail)))
-            st.sources = srcs
-            infos = o.operand_infos()
-            attrs = _reduction_attrs(o, len(tail)) if o.info.fusion == Fusion.REDUCTION \
-                else o.attr_values()
-            st.call = Call(attrs, infos, tensor_info(o.results[0].type))
-            res = o.results[0]
-            dt = STORAGE[st.call.result.dtype]
-            # operands used for the last time here give their buffers back first: the op may
-            # then write in place over one of them (every runner reads an operand element
-            # before writing the same element, or computes its whole result before storing)
-            for v in {v for v in o.operand_slots() if v is not None and v in tiled}:
-                if last_use.get(v) == i and v in buf_of:
-                    pool.setdefault(buf_specs[buf_of[v]], []).append(buf_of[v])
-            slot_of[res] = len(slot_of)
-            if res in leaving:
-                st.out2d = np.empty((rows,) + st.tail, dtype=dt)
-            else:
-                key = ((tile_rows,) + st.tail, np.dtype(dt))
-                free = pool.get(key)
-                if free:
-                    buf_of[res] = free.pop()
+                        xs.append(src)
+                if out2d is not None:
+                    out = out2d[r0:r1]
                 else:
-                    buf_of[res] = len(buf_specs)
-                    buf_specs.append(key)
-                bid[i] = buf_of[res]
-                if res not in last_use:   # dead value: its buffer is free again
-                    pool.setdefault(key, []).append(buf_of[res])
+                    assert buf is not None
+                    out = buf if tr == tile_rows else buf[:tr]
+                if fast is not None:
+                    fast(xs, out, r0, tr)
+                else:
+                    out[...] = _generic(o, st, xs, r0, tr, rows, nl)
+                vals[slot] = out
 
-        # the tile loop
-        if tiled_steps:
-            n_tiles = -(-rows // tile_rows)
-            nthreads = max(1, min(thread_count(ctx.options), n_tiles // 4))
-            if rows * max(1, _prod(tail)) < PARALLEL_MIN_ELEMENTS:
-                nthreads = 1
 
-            # tiles are handed out one at a time from a shared counter (next() on it is atomic
-            # under the GIL): a thread slowed by the OS or a noisy neighbour simply takes fewer
-            # tiles, where a fixed split would leave the other core idle at the end
-            tiles = itertools.count()
-
-            def worker() -> None:
-                # own buffers and own fast-path scratch per worker; tiles write disjoint rows
-                bufs = [np.empty(shape, dtype=dt) for shape, dt in buf_specs]
-                scratch = _Scratch()
-                plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch),
-                         st.sources,
-                         st.out2d, bufs[bid[i]] if i in bid else None, slot_of[st.op.results[0]])
-                        for i, st in enumerate(tiled_steps)]
-                vals: list[np.ndarray | None] = [None] * len(slot_of)
-                with np.errstate(all="ignore"):
-                    while (t_ := next(tiles)) < n_tiles:
-                        r0 = t_ * tile_rows
-                        r1 = min(rows, r0 + tile_rows)
-                        tr = r1 - r0
-                        for st, o, fast, sources, out2d, buf, slot in plan:
-                            xs: list[np.ndarray | None] = []
-                            for kind, src in sources:
-                                if kind == "tile":
-                                    xs.append(vals[src])
-                                elif kind == "rows":
-                                    xs.append(src[r0:r1])
-                                elif kind == "rep":
-                                    xs.append(src if tr == tile_rows else src[:tr])
-                                elif kind == "none":
-                                    xs.append(None)
-                                else:
-                                    xs.append(src)
-                            if out2d is not None:
-                                out = out2d[r0:r1]
-                            else:
-                                assert buf is not None
-                                out = buf if tr == tile_rows else buf[:tr]
-                            if fast is not None:
-                                fast(xs, out, r0, tr)
-                            else:
-                                out[...] = _generic(o, st, xs, r0, tr, rows, nl)
-                            vals[slot] = out
-
-            if nthreads == 1:
-                worker()
-            else:
-                # NumPy releases the GIL inside ufunc loops: tiles run on all cores, like
-                # XLA:CPU's thread pool (the benchmark reports 1 thread and all threads)
-                ex = _pool(nthreads)
-                for f in [ex.submit(worker) for _ in range(nthreads)]:
-                    f.result()
-
-    # results
+def _results(values: list[SSAValue], steps: list[_Step],
+             env: dict[SSAValue, np.ndarray]) -> list[np.ndarray]:
+    """The fused op's results: a per-tile value's global array, else the per-kernel value."""
+    out2d: dict[SSAValue, np.ndarray | None] = {st.op.results[0]: st.out2d for st in steps}
     outs: list[np.ndarray] = []
-    for v in results_out:
-        if v in tiled:
-            st = next(s for s in steps if s.op.results[0] is v)
-            assert st.out2d is not None
-            outs.append(st.out2d.reshape(_shape(v)))
+    for v in values:
+        if v in out2d:
+            a = out2d[v]
+            assert a is not None
+            outs.append(a.reshape(_shape(v)))
         else:
             outs.append(env[v])
+    return outs
+
+
+def _record_stats(stats: RunStats, op: FusedOp, body: list[Operation],
+                  args: list[np.ndarray | None], outs: list[np.ndarray]) -> None:
+    """Count the fused op as one kernel whose traffic is its inputs and results (what a fused
+    kernel reads and writes: its intermediates never leave the tile), with its body's flops."""
     stats.kernels += 1
     stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
                                 for a, v in zip(args, op.inputs, strict=True) if a is not None)
@@ -397,7 +481,6 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
             stats.flops += o.info.flops(o.operand_infos(), tensor_info(o.results[0].type),
                                         o.attr_values())
     stats.extra["fused_ops_executed"] = stats.extra.get("fused_ops_executed", 0) + len(body)
-    return outs
 
 
 def _choose_rows(rows: int, steps: list[_Step], row_group: bool, tile_bytes: int | None) -> int:
