@@ -13,7 +13,9 @@ intermediates together, which is what a runner that never frees would hold).
 Part 2 runs a chain of `--chain-ops` elementwise ops on `--chain-elems`-element f32 arrays and
 reports `peak_live_bytes` and the tracemalloc peak: both should be a few arrays, not the chain.
 
-The generator is self-contained and linear-time; timings are wall-clock (`time.perf_counter`).
+The generator is linear-time and takes its ops from the op table by their facts (cheap unary ops
+that never grow a value, binary ops defined everywhere, the reductions) and, for its fixed groups,
+through the ops' typed classes; timings are wall-clock (`time.perf_counter`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,24 @@ from typing import Any
 import numpy as np
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
+from lamina.ir import shapes
+from lamina.ir.formulas import Call
+from lamina.ir.intervals import DomainKind
+from lamina.ir.lamina import (
+    AbsOp,
+    AddOp,
+    LayernormOp,
+    MatmulOp,
+    NegOp,
+    ReshapeOp,
+    SoftmaxOp,
+    SubOp,
+    TanhOp,
+    TransposeOp,
+)
+from lamina.ir.optable import OPS, Fusion, OpInfo
+from lamina.ir.shapes import TensorInfo
+from lamina.ir.sharding import Reduction
 from lamina.ir.source import make_context, parse_text, verify
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
@@ -39,8 +59,31 @@ N = 64
 T = f"tensor<{N}x{N}xf32>"
 ROW = f"tensor<{N}x1xf32>"
 FLAT = f"tensor<{N * N}xf32>"
-UNARY = ("tanh", "sigmoid", "neg", "abs", "relu")
-BINARY = ("add", "sub", "mul", "max", "min")
+SCALAR = TensorInfo((), "f32")
+CHEAP = 6.0      # flops per element: the mix measures per-op overhead, not transcendental math
+
+
+def _defined_everywhere(info: OpInfo) -> bool:
+    rule = info.interval
+    return rule is not None and all(d.kind is DomainKind.ANY for d in rule.domains)
+
+
+def _non_expanding(info: OpInfo) -> bool:
+    """Maps [-1000, 1000] into itself: a chain of such ops stays bounded."""
+    assert info.interval is not None
+    call = Call({a.name: a.default for a in info.attrs}, [SCALAR], SCALAR)
+    lo, hi = info.interval.image([(-1000.0, 1000.0)], call)
+    return -1000.0 <= lo and hi <= 1000.0
+
+
+def _elementwise(shape_rule: object) -> list[OpInfo]:
+    return [i for i in OPS.values() if i.fusion is Fusion.ELEMENTWISE and i.shape is shape_rule
+            and _defined_everywhere(i) and i.flops([SCALAR], SCALAR, {}) <= CHEAP]
+
+
+UNARY = tuple(i.full_name for i in _elementwise(shapes.unary) if _non_expanding(i))
+BINARY = tuple(i.full_name for i in _elementwise(shapes.binary))
+REDUCE = tuple(i.full_name for i in OPS.values() if isinstance(i.sharding, Reduction))
 
 
 def generate(n_ops: int, seed: int = 0) -> str:
@@ -68,25 +111,27 @@ def generate(n_ops: int, seed: int = 0) -> str:
         left = n_ops - count
         k = rng.random()
         if k < 0.35 or left < 2:
-            v = emit(f"lamina.{rng.choice(UNARY)} {cur} : {T}")
+            v = emit(f"{rng.choice(UNARY)} {cur} : {T}")
         elif k < 0.65:
-            v = emit(f"lamina.{rng.choice(BINARY)} {cur}, {other} : {T}")
+            v = emit(f"{rng.choice(BINARY)} {cur}, {other} : {T}")
         elif k < 0.75:
-            r = emit(f"lamina.reduce_{rng.choice(('sum', 'max', 'mean'))} {cur} "
+            r = emit(f"{rng.choice(REDUCE)} {cur} "
                      f"{{axes = array<i64: 1>, keepdims = true}} : ({T}) -> {ROW}")
-            v = emit(f"lamina.sub {cur}, {r} : ({T}, {ROW}) -> {T}")
+            v = emit(f"{SubOp.INFO.full_name} {cur}, {r} : ({T}, {ROW}) -> {T}")
         elif k < 0.82:
-            m = emit(f"lamina.matmul {cur}, %w : {T}")
-            v = emit(f"lamina.tanh {m} : {T}")
+            m = emit(f"{MatmulOp.INFO.full_name} {cur}, %w : {T}")
+            v = emit(f"{TanhOp.INFO.full_name} {m} : {T}")
         elif k < 0.88:
-            v = emit(f"lamina.transpose {cur} {{permutation = array<i64: 1, 0>}} : ({T}) -> {T}")
+            v = emit(f"{TransposeOp.INFO.full_name} {cur} {{permutation = array<i64: 1, 0>}} : "
+                     f"({T}) -> {T}")
         elif k < 0.93:
-            f = emit(f"lamina.reshape {cur} : ({T}) -> {FLAT}")
-            v = emit(f"lamina.reshape {f} : ({FLAT}) -> {T}")
+            f = emit(f"{ReshapeOp.INFO.full_name} {cur} : ({T}) -> {FLAT}")
+            v = emit(f"{ReshapeOp.INFO.full_name} {f} : ({FLAT}) -> {T}")
         elif k < 0.97:
-            v = emit(f"lamina.softmax {cur} {{axis = -1 : i64}} : {T}")
+            v = emit(f"{SoftmaxOp.INFO.full_name} {cur} {{axis = -1 : i64}} : {T}")
         else:
-            v = emit(f"lamina.layernorm {cur} {{axis = -1 : i64, eps = 1.000000e-05 : f64}} : {T}")
+            v = emit(f"{LayernormOp.INFO.full_name} {cur} "
+                     f"{{axis = -1 : i64, eps = 1.000000e-05 : f64}} : {T}")
         recent.append(v)
         if len(recent) > 16:
             del recent[0]
@@ -101,8 +146,8 @@ def chain(n_ops: int, elems: int) -> str:
     lines = [f"func.func @chain(%x: {t}) -> {t} {{"]
     prev = "%x"
     for i in range(n_ops):
-        op = (f"lamina.add {prev}, %x" if i % 3 == 2 else
-              f"lamina.{('neg', 'abs')[i % 3]} {prev}")
+        op = (f"{AddOp.INFO.full_name} {prev}, %x" if i % 3 == 2 else
+              f"{(NegOp, AbsOp)[i % 3].INFO.full_name} {prev}")
         lines.append(f"  %c{i} = {op} : {t}")
         prev = f"%c{i}"
     lines.append(f"  func.return {prev} : {t}")

@@ -19,9 +19,11 @@ from enum import Enum
 
 import numpy as np
 from lamina.ir import formulas as fm
+from lamina.ir import intervals as iv
 from lamina.ir import numpy_kernels as npk
 from lamina.ir import shapes
 from lamina.ir import sharding as sh
+from lamina.ir.intervals import IntervalRule
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.sharding import Linearity, ShardingRule
 
@@ -103,6 +105,9 @@ class OpInfo:
     numpy: npk.Kernel | None = None    # a faster whole-array kernel
     ufunc: np.ufunc | None = None      # the one NumPy ufunc the formula is (in-place tiles)
     tile: npk.TileFactory | None = None  # an in-place form for fused tiles
+    # value-range facts: the result's interval, the operands' domains, exactness
+    # (`lamina.ir.intervals`); None for ops whose range is their literal (constant)
+    interval: IntervalRule | None = None
 
     @property
     def full_name(self) -> str:
@@ -148,33 +153,33 @@ NONE = Linearity.NONE
 ELEMENTWISE = sh.Elementwise()
 
 # name, summary, flops per element, linearity, linear operands, formula (None: the namespace's
-# function of the same name), NumPy ufunc (the same function, for in-place tiles)
-UNARY_OPS: tuple[tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, np.ufunc | None],
-                 ...] = (
-    ("neg", "negation", 1, Linearity.ADDITIVE, (0,), fm.neg, np.negative),
-    ("abs", "absolute value", 1, NONE, (), fm.via("abs"), np.absolute),
-    ("exp", "natural exponential", 4, NONE, (), fm.via("exp"), np.exp),
-    ("log", "natural logarithm", 4, NONE, (), fm.via("log"), np.log),
-    ("tanh", "hyperbolic tangent", 6, NONE, (), fm.via("tanh"), np.tanh),
-    ("sigmoid", "logistic sigmoid 1 / (1 + exp(-x))", 6, NONE, (), fm.sigmoid, None),
-    ("relu", "max(x, 0)", 1, NONE, (), fm.relu, None),
+# function of the same name), NumPy ufunc (the same function, for in-place tiles), value range
+EwRow = tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, np.ufunc | None,
+              IntervalRule]
+UNARY_OPS: tuple[EwRow, ...] = (
+    ("neg", "negation", 1, Linearity.ADDITIVE, (0,), fm.neg, np.negative, iv.NEG),
+    ("abs", "absolute value", 1, NONE, (), fm.via("abs"), np.absolute, iv.ABS),
+    ("exp", "natural exponential", 4, NONE, (), fm.via("exp"), np.exp, iv.EXP),
+    ("log", "natural logarithm", 4, NONE, (), fm.via("log"), np.log, iv.LOG),
+    ("tanh", "hyperbolic tangent", 6, NONE, (), fm.via("tanh"), np.tanh, iv.TANH),
+    ("sigmoid", "logistic sigmoid 1 / (1 + exp(-x))", 6, NONE, (), fm.sigmoid, None, iv.SIGMOID),
+    ("relu", "max(x, 0)", 1, NONE, (), fm.relu, None, iv.RELU),
     ("gelu", "Gaussian error linear unit (erf form, or tanh form with approximate = \"tanh\")",
-     12, NONE, (), fm.gelu, None),
-    ("erf", "error function", 10, NONE, (), fm.erf, None),
-    ("sqrt", "square root", 2, NONE, (), fm.via("sqrt"), np.sqrt),
-    ("rsqrt", "1 / sqrt(x)", 3, NONE, (), fm.rsqrt, None),
-    ("reciprocal", "1 / x", 1, NONE, (), fm.reciprocal, None),
+     12, NONE, (), fm.gelu, None, iv.GELU),
+    ("erf", "error function", 10, NONE, (), fm.erf, None, iv.ERF),
+    ("sqrt", "square root", 2, NONE, (), fm.via("sqrt"), np.sqrt, iv.SQRT),
+    ("rsqrt", "1 / sqrt(x)", 3, NONE, (), fm.rsqrt, None, iv.RSQRT),
+    ("reciprocal", "1 / x", 1, NONE, (), fm.reciprocal, None, iv.RECIPROCAL),
 )
 
-BINARY_OPS: tuple[tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, np.ufunc | None],
-                  ...] = (
-    ("add", "sum", 1, Linearity.ADDITIVE, (0, 1), fm.via("add"), np.add),
-    ("sub", "difference", 1, Linearity.ADDITIVE, (0, 1), fm.via("subtract"), np.subtract),
-    ("mul", "product", 1, Linearity.ONE_SIDED, (0, 1), fm.via("multiply"), np.multiply),
-    ("div", "quotient", 1, Linearity.ONE_SIDED, (0,), fm.via("divide"), np.divide),
-    ("max", "elementwise maximum (NaN-propagating)", 1, NONE, (), fm.via("maximum"), np.maximum),
-    ("min", "elementwise minimum (NaN-propagating)", 1, NONE, (), fm.via("minimum"), np.minimum),
-    ("pow", "lhs raised to rhs", 8, NONE, (), fm.via("pow"), np.power),
+BINARY_OPS: tuple[EwRow, ...] = (
+    ("add", "sum", 1, Linearity.ADDITIVE, (0, 1), fm.via("add"), np.add, iv.ADD),
+    ("sub", "difference", 1, Linearity.ADDITIVE, (0, 1), fm.via("subtract"), np.subtract, iv.SUB),
+    ("mul", "product", 1, Linearity.ONE_SIDED, (0, 1), fm.via("multiply"), np.multiply, iv.MUL),
+    ("div", "quotient", 1, Linearity.ONE_SIDED, (0,), fm.via("divide"), np.divide, iv.DIV),
+    ("max", "elementwise maximum (NaN-propagating)", 1, NONE, (), fm.via("maximum"), np.maximum, iv.MAX),
+    ("min", "elementwise minimum (NaN-propagating)", 1, NONE, (), fm.via("minimum"), np.minimum, iv.MIN),
+    ("pow", "lhs raised to rhs", 8, NONE, (), fm.via("pow"), np.power, iv.POW),
 )
 
 # name, symbol, the namespace's function
@@ -209,34 +214,36 @@ def _cast_linearity(operands: Sequence[TensorInfo | None], result: TensorInfo) -
 
 def _elementwise_rows() -> list[OpInfo]:
     rows: list[OpInfo] = []
-    for name, summary, flops, lin, lin_ops, ew, ufunc in UNARY_OPS:
+    for name, summary, flops, lin, lin_ops, ew, ufunc, interval in UNARY_OPS:
         rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), shapes.unary,
                            fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
-                           per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name)))
-    for name, summary, flops, lin, lin_ops, ew, ufunc in BINARY_OPS:
+                           per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name),
+                           interval=interval))
+    for name, summary, flops, lin, lin_ops, ew, ufunc, interval in BINARY_OPS:
         rows.append(OpInfo(name, summary, XY, (), shapes.binary, fm.elementwise(ew),
                            Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
-                           ew=ew, ufunc=ufunc))
+                           ew=ew, ufunc=ufunc, interval=interval))
     for name, symbol, fn, ufunc in COMPARE_OPS:
         ew = fm.via(fn)
         rows.append(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (),
                            shapes.compare, fm.elementwise(ew), Fusion.ELEMENTWISE, NONE,
-                           ELEMENTWISE, per_output(1), ew=ew, arith=False, ufunc=ufunc))
+                           ELEMENTWISE, per_output(1), ew=ew, arith=False, ufunc=ufunc,
+                           interval=iv.COMPARE))
     rows.append(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
                        (OperandSpec("cond"), OperandSpec("true_value"),
                         OperandSpec("false_value")), (),
                        shapes.select, fm.select, Fusion.ELEMENTWISE, NONE, ELEMENTWISE,
-                       per_output(1), ew=fm.via("where"), arith=False))
+                       per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT))
     rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
                        Fusion.ELEMENTWISE, NONE, ELEMENTWISE, per_output(1), (0,),
-                       type_linearity=_cast_linearity))
+                       type_linearity=_cast_linearity, interval=iv.CAST))
     rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
                        "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
                        (AttrSpec("rate", AttrKind.FLOAT, required=True),
                         AttrSpec("seed", AttrKind.INT)),
                        shapes.dropout, fm.dropout, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
                        ELEMENTWISE, per_output(8), (0,), position_dependent=True,
-                       numpy=npk.dropout, tile=npk.dropout_tile))
+                       numpy=npk.dropout, tile=npk.dropout_tile, interval=iv.DROPOUT))
     return rows
 
 
@@ -245,50 +252,53 @@ def _structural_rows() -> list[OpInfo]:
                    (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
                    fm.constant, Fusion.SOURCE, NONE, sh.Replicated(), per_output(0),
                    arith=False, launches_kernel=False)]
-    for name, fn, lin, combine in (("reduce_sum", "sum", Linearity.ADDITIVE, "sum"),
-                                   ("reduce_mean", "mean", Linearity.ADDITIVE, None),
-                                   ("reduce_max", "max", NONE, "max")):
+    for name, fn, lin, combine, interval in (
+            ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", iv.REDUCE_SUM),
+            ("reduce_mean", "mean", Linearity.ADDITIVE, None, iv.REDUCE_MEAN),
+            ("reduce_max", "max", NONE, "max", iv.REDUCE_MAX)):
         rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, shapes.reduce,
                            fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
-                           per_input(1), (0,) if lin != NONE else ()))
+                           per_input(1), (0,) if lin != NONE else (), interval=interval))
     rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "
                        "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
                                         OperandSpec("bias", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
                        sh.RowReduction(trailing=True), per_input(8), numpy=npk.layernorm,
-                       tile=npk.layernorm_tile))
+                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION))
     rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
                        (OperandSpec("input"), OperandSpec("scale", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.rmsnorm, Fusion.REDUCTION, NONE,
-                       sh.RowReduction(trailing=True), per_input(5)))
+                       sh.RowReduction(trailing=True), per_input(5), interval=iv.NORMALIZATION))
     rows.append(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
                        (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.softmax,
-                       Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6)))
+                       Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6),
+                       interval=iv.SOFTMAX))
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
-                       _matmul_flops, (0, 1)))
+                       _matmul_flops, (0, 1), interval=iv.MATMUL))
     rows.append(OpInfo("transpose", "permute dimensions", X,
                        (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
                        fm.transpose, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Transpose(),
-                       per_output(0), (0,), arith=False))
+                       per_output(0), (0,), arith=False, interval=iv.MOVE))
     rows.append(OpInfo("reshape", "same elements, new shape (row-major)", X, (), shapes.reshape,
                        fm.reshape, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Reshape(), per_output(0),
-                       (0,), arith=False, launches_kernel=False))
+                       (0,), arith=False, launches_kernel=False, interval=iv.MOVE))
     rows.append(OpInfo("broadcast_in_dim", "replicate along new or size-1 dims (operand dim i -> "
                        "result dim broadcast_dimensions[i])", X,
                        (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
                        shapes.broadcast_in_dim, fm.broadcast_in_dim, Fusion.BROADCAST,
-                       Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False))
+                       Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False,
+                       interval=iv.MOVE))
     rows.append(OpInfo("slice", "the elements start..limit by strides in each dim", X,
                        (AttrSpec("start", AttrKind.INTS, required=True),
                         AttrSpec("limit", AttrKind.INTS, required=True),
                         AttrSpec("strides", AttrKind.INTS)),
                        shapes.slice_, fm.slice_, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Slice(),
-                       per_output(0), (0,), arith=False))
+                       per_output(0), (0,), arith=False, interval=iv.MOVE))
     rows.append(OpInfo("concat", "join operands along dim", (OperandSpec("inputs", variadic=True),),
                        (AttrSpec("dim", AttrKind.INT, required=True),), shapes.concat, fm.concat,
                        Fusion.LAYOUT, Linearity.ADDITIVE, sh.Concat(), per_output(0),
-                       arith=False))
+                       arith=False, interval=iv.MOVE))
     return rows
 
 

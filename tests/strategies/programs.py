@@ -8,6 +8,7 @@ API (stable; every pass's property tests use it):
         inputs: list[np.ndarray]       # one array per argument, storage dtypes, finite values
         arg_types: list[tuple[tuple[int, ...], str]]   # (shape, element type) per argument
         n_ops: int                     # number of lamina ops in the body
+        ranges: list[tuple[float, float]]   # the value interval of each op's result, body order
 
     programs(*, min_ops=1, max_ops=12, dtypes=("f32",), families=ALL_FAMILIES, max_rank=3,
              max_dim=6, max_outputs=3) -> SearchStrategy[GeneratedProgram]
@@ -17,9 +18,15 @@ API (stable; every pass's property tests use it):
 
 `programs` is a Hypothesis strategy (every structural choice is a separate draw, so failures
 shrink to small programs); `random_program_text` makes the same kind of program from an integer
-seed without Hypothesis, in time linear in `n_ops` (about 20 us per op), for benchmarks with
-10k-50k ops. It uses Python's `random.Random(seed)` (deterministic for a seed); run such programs
-with `lamina.backends.inputs.random_inputs` (standard-normal floats).
+seed without Hypothesis, in time linear in `n_ops`, for benchmarks with 10k-50k ops. It uses
+Python's `random.Random(seed)` (deterministic for a seed); run such programs with
+`lamina.backends.inputs.random_inputs` (standard-normal floats).
+
+Which ops: the op table (`lamina.ir.optable.OPS`), read by facts, never by name: a family is the
+set of rows with some fusion class, type rule or sharding-rule class (below), so a new row of a
+known kind is generated with no change here. Value ranges, operand domains and exactness are the
+rows' `interval` rules (`lamina.ir.intervals`); helper ops that make an operand fit a domain are
+named through their typed classes (`AbsOp.INFO`).
 
 What the programs look like
 - A DAG: every op picks its operands among all earlier values (function arguments and op results,
@@ -28,52 +35,64 @@ What the programs look like
 - `dtypes` are the float element types of the arguments (f16, bf16, f32, f64; integer entries are
   ignored). Integer and i1 values come from casts, compares and seed constants/arguments.
 - Families (`families=`, any subset of `ALL_FAMILIES`):
-    elementwise  unary ops (all of them) and same-shape binary ops; cast round trips
-                 (float -> any type -> back)
-    broadcast    binary ops on operands of different but broadcastable shapes (rank-0, size-1
-                 dims, lower rank, outer-product style) and broadcast_in_dim
-    reduction    reduce_sum / reduce_mean / reduce_max, keepdims true and false, negative axes
-    composite    layernorm (with/without scale, bias), rmsnorm (with/without scale), softmax,
-                 with and without explicit axis / eps attributes
-    matmul       batched matmul with broadcast batch dims
-    layout       transpose, reshape, slice (with and without strides), concat, broadcast_in_dim
-    dropout      dropout with a seed attribute, or a seed operand (constant or i64 argument)
-    constant     splat and dense constants used by a binary op
-    select       compare (on floats, ints, i1) + select
+    elementwise  type-preserving one-operand rows (every unary op), same-shape binary rows, and
+                 element-type conversion round trips (float -> any type -> back)
+    broadcast    binary rows on operands of different but broadcastable shapes (rank-0, size-1
+                 dims, lower rank, outer-product style) and the broadcasting layout row
+    reduction    rows with a `Reduction` sharding rule, keepdims true and false, negative axes
+    composite    rows with a `RowReduction` rule (normalizations, softmax), each optional operand
+                 (scale, bias) present or not, attributes given or left to their defaults
+    matmul       the contraction row, batched, with broadcast batch dims
+    layout       rows with a Transpose / Reshape / Slice (with and without strides) / Concat /
+                 Broadcast rule
+    dropout      the position-dependent row, with a seed attribute or a seed operand (constant or
+                 i64 argument)
+    constant     splat and dense constants (the source row) used by a binary row without domain
+                 restrictions
+    select       a compare row (on floats, ints, i1) + the select row
   Helper ops outside the chosen families may appear where an op needs them (abs + constant or
-  exp(tanh(x)) to make a positive operand for log / sqrt / rsqrt / reciprocal / div / pow; tanh
-  to bound a pow exponent). Without "constant" no constant op is emitted except dropout seeds.
-- Finite outputs: the generator tracks a conservative value interval for every value and only
-  emits ops whose result stays within +-2000 (so f16 is safe) and whose domain is respected
-  (log/rsqrt/reciprocal/div denominators >= 0.05, sqrt >= 0, exp of values <= 6, pow bases
-  >= 0.3 with exponents in [-3, 3]). Arguments are assumed to lie in [-4, 4]; `inputs` are
-  uniform in [-3, 3] (seed arguments: integers in [0, 1000)).
-- Stable under math reordering: compares, float->int and float->i1 casts only take "exact"
-  values (arguments, constants, and values derived from them by layout ops, casts, neg/abs/relu,
-  max/min, reduce_max, select), so fusing or reassociating float math cannot flip a branch.
+  exp(tanh(x)) to make an operand positive; tanh to bound one). Without "constant" no constant
+  op is emitted except dropout seeds.
+- Finite outputs: the generator tracks a conservative value interval for every value (the rows'
+  interval images) and only emits ops whose result stays within +-CAP (2000, so f16 is safe) and
+  whose operands lie in the rows' domains, keeping POS_MIN (0.05) away from 0 where an op is
+  undefined at 0. Arguments are assumed to lie in [-4, 4]; `inputs` are uniform in [-3, 3] (seed
+  arguments: integers in [0, 1000)).
+- Stable under math reordering: compares and float->int / float->i1 conversions only take exact
+  values (arguments, constants, and values derived from them by rows whose rule is `exact`), so
+  fusing or reassociating float math cannot flip a branch.
 - Results: 1..max_outputs distinct op results, always including the last op's result.
 - Shapes: ranks 0..max_rank, dims 1..max_dim (concat may reach 2 * max_dim); no empty tensors.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from hypothesis import strategies as st
+from lamina.ir import shapes
+from lamina.ir import sharding as sh
 from lamina.ir.dtypes import STORAGE, to_storage
+from lamina.ir.formulas import Call
+from lamina.ir.intervals import DomainKind, Interval, IntervalRule
+from lamina.ir.lamina import AbsOp, AddOp, ExpOp, TanhOp
+from lamina.ir.optable import OPS, AttrKind, AttrSpec, Fusion, OpInfo
+from lamina.ir.shapes import TensorInfo
 
 ALL_FAMILIES = ("elementwise", "broadcast", "reduction", "composite", "matmul", "layout",
                 "dropout", "constant", "select")
 FLOATS = ("f16", "bf16", "f32", "f64")
 CAP = 2000.0            # |value| bound every generated value must respect
 ARG_BOUND = 4.0         # assumed |argument| bound (inputs are drawn in [-3, 3])
-POS_MIN = 0.05          # minimum of a value used where a positive operand is needed
+POS_MIN = 0.05          # distance from 0 of a value used where an op is undefined at 0
 CONST_VALUES = (-2.0, -1.5, -1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)
-POW_EXPONENTS = (2.0, 0.5, 3.0, -1.0, 1.5, -0.5)
+BOUNDED_VALUES = (2.0, 0.5, 3.0, -1.0, 1.5, -0.5)   # constants for an operand of bounded size
+EPS_VALUES = (1e-5, 1e-6, 1e-3, 0.1)
+DROPOUT_RATES = (0.1, 0.0, 0.25, 0.5, 0.75)
+DROPOUT_SEEDS = (42, 0, 7, 123456789, 2**32 + 5, -3, 2**62 + 11)
 
 
 @dataclass
@@ -82,6 +101,78 @@ class GeneratedProgram:
     inputs: list[np.ndarray]
     arg_types: list[tuple[tuple[int, ...], str]]
     n_ops: int
+    # the interval the generator tracked for each op's result, in body order (a sound bound of the
+    # values a run computes, up to rounding: tests check the interval rules against runs)
+    ranges: list[Interval] = field(default_factory=list)
+
+
+# ---- the table's rows, by their facts ------------------------------------------------------------
+
+def _rows(pred: Callable[[OpInfo], bool]) -> tuple[OpInfo, ...]:
+    """The table rows with a fact, in table order: the generator's only source of ops."""
+    return tuple(info for info in OPS.values() if pred(info))
+
+
+def _only(rows: tuple[OpInfo, ...], what: str) -> OpInfo:
+    """The one row of a kind the generator has a dedicated builder for."""
+    if len(rows) != 1:
+        raise AssertionError(f"the generator builds one {what} row; the table has "
+                             f"{[r.name for r in rows]}: give the new row its builder")
+    return rows[0]
+
+
+def rule(info: OpInfo) -> IntervalRule:
+    """The row's value-range rule (every row the generator emits has one)."""
+    if info.interval is None:
+        raise AssertionError(f"{info.full_name} has no interval rule (lamina.ir.intervals)")
+    return info.interval
+
+
+def _generatable(info: OpInfo) -> bool:
+    """Every required attribute can be drawn from its spec's choices (an elementwise row with a
+    required attribute of free values would need a builder of its own)."""
+    return info.interval is not None and all(a.choices or not a.required for a in info.attrs)
+
+
+def _elementwise(shape_rule: Callable[..., TensorInfo]) -> tuple[OpInfo, ...]:
+    """Elementwise rows typed by `shape_rule`: `shapes.unary` (one operand, its type),
+    `shapes.binary` (two broadcast operands), `shapes.compare` (an i1 result), ..."""
+    return _rows(lambda i: i.fusion is Fusion.ELEMENTWISE and i.shape is shape_rule
+                 and _generatable(i))
+
+
+def _unconstrained(info: OpInfo) -> bool:
+    return all(d.kind is DomainKind.ANY for d in rule(info).domains)
+
+
+def _scalar_call(info: OpInfo) -> Call:
+    t = TensorInfo((), "f32")
+    return Call({a.name: a.default for a in info.attrs}, [t] * len(info.operands), t)
+
+
+def _never_exceeds_cap(info: OpInfo) -> bool:
+    """Defined everywhere, and maps [-CAP, CAP] into itself: always applicable to any value."""
+    if not _unconstrained(info):
+        return False
+    lo, hi = rule(info).image([(-CAP, CAP)], _scalar_call(info))
+    return -CAP <= lo and hi <= CAP
+
+
+UNARY = _elementwise(shapes.unary)
+BINARY = _elementwise(shapes.binary)
+COMPARES = _elementwise(shapes.compare)
+SELECT = _only(_elementwise(shapes.select), "selecting")
+CAST = _only(_elementwise(shapes.cast), "element-type conversion")
+FREE_BINARY = tuple(i for i in BINARY if _unconstrained(i))        # with a constant operand
+FALLBACK = tuple(i for i in UNARY if _never_exceeds_cap(i))          # an op that always fits
+DROPOUT = _only(_rows(lambda i: i.position_dependent), "position-dependent")
+CONSTANT = _only(_rows(lambda i: i.fusion is Fusion.SOURCE), "source")
+MATMUL = _only(_rows(lambda i: isinstance(i.sharding, sh.Matmul)), "contraction")
+REDUCTIONS = _rows(lambda i: isinstance(i.sharding, sh.Reduction))
+COMPOSITES = _rows(lambda i: isinstance(i.sharding, sh.RowReduction))
+LAYOUTS = _rows(lambda i: isinstance(i.sharding, (sh.Transpose, sh.Reshape, sh.Slice, sh.Concat,
+                                                  sh.Broadcast)))
+BROADCAST = _only(_rows(lambda i: isinstance(i.sharding, sh.Broadcast)), "broadcasting")
 
 
 # ---- choices: Hypothesis draws or a seeded RNG ---------------------------------------------------
@@ -156,40 +247,6 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def _mul_iv(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
-    c = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])
-    return min(c), max(c)
-
-
-def _binary_bounds(op: str, a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
-    """Interval bounds of `a op b` for the generator's binary ops (b > 0 for div, a > 0 for pow)."""
-    match op:
-        case "add":
-            return a[0] + b[0], a[1] + b[1]
-        case "sub":
-            return a[0] - b[1], a[1] - b[0]
-        case "mul":
-            return _mul_iv(a, b)
-        case "max":
-            return max(a[0], b[0]), max(a[1], b[1])
-        case "min":
-            return min(a[0], b[0]), min(a[1], b[1])
-        case "div":
-            return _mul_iv(a, (1 / b[1], 1 / b[0]))
-        case "pow":
-            c = [a[0] ** b[0], a[0] ** b[1], a[1] ** b[0], a[1] ** b[1]]
-            return min(c), max(c)
-        case _:
-            raise AssertionError(f"no bounds rule for binary op {op!r}")
-
-
-def _sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(max(x, -700.0))
-    return e / (1.0 + e)
-
-
 def _fmt_float(v: float) -> str:
     return f"{v:.6e}"
 
@@ -220,6 +277,47 @@ def _factor(n: int) -> list[int]:
 
 class _Reject(Exception):
     """The chosen op does not fit here (domain, bounds, budget); choose again."""
+
+
+
+def _attr_value(spec: AttrSpec, v: object) -> str:
+    match spec.kind:
+        case AttrKind.INT:
+            return f"{v} : i64"
+        case AttrKind.FLOAT:
+            assert isinstance(v, float)
+            return f"{_fmt_float(v)} : f64"
+        case AttrKind.BOOL:
+            return "true" if v else "false"
+        case AttrKind.STR:
+            return f'"{v}"'
+        case AttrKind.INTS:
+            assert isinstance(v, list | tuple)
+            return _ints(v)
+        case AttrKind.DENSE:
+            raise AssertionError("dense attributes are written by `_Gen.constant`")
+
+
+def _attr_text(info: OpInfo, given: dict[str, object]) -> str:
+    """The attribute dictionary's text, in the row's attribute order (absent: left out)."""
+    return ", ".join(f"{a.name} = {_attr_value(a, given[a.name])}" for a in info.attrs
+                     if a.name in given)
+
+def _slots(info: OpInfo, positional: Sequence[_Val],
+           keywords: Sequence[tuple[str, _Val]]) -> list[_Val | None]:
+    """The operands in the row's operand order, None for an absent optional one (what the row's
+    formula and interval rule see)."""
+    named = dict(keywords)
+    rest = iter(positional)
+    out: list[_Val | None] = []
+    for spec in info.operands:
+        if spec.variadic:
+            out.extend(rest)
+        elif spec.optional:
+            out.append(named.get(spec.name))
+        else:
+            out.append(next(rest))
+    return out
 
 
 # ---- the generator -------------------------------------------------------------------------------
@@ -267,13 +365,28 @@ class _Gen:
         self.args.append(v)
         return self._register(v)
 
-    def emit(self, op: str, operands: Sequence[_Val], shape: tuple[int, ...], dtype: str,
-             lo: float, hi: float, exact: bool, attrs: str = "",
+    def emit(self, info: OpInfo, operands: Sequence[_Val], shape: tuple[int, ...], dtype: str,
+             attrs: dict[str, object] | None = None,
              keywords: Sequence[tuple[str, _Val]] = ()) -> _Val:
+        """Append `info` on `operands` (optional operands as `keywords`, by operand name) with the
+        attributes `attrs` (absent ones take their defaults). The result's interval and exactness
+        are the row's rule applied to the operands'; _Reject if they are outside its domains or the
+        result may exceed CAP."""
         if self.n_ops >= self.limit:
             raise AssertionError("op budget exceeded (generator bug)")
+        given = attrs or {}
+        slots = _slots(info, operands, keywords)
+        r = rule(info)
+        ivs = [None if v is None else (v.lo, v.hi) for v in slots]
+        if not r.admits(ivs, POS_MIN):
+            raise _Reject
+        call = Call({a.name: given.get(a.name, a.default) for a in info.attrs},
+                    [None if v is None else TensorInfo(v.shape, v.dtype) for v in slots],
+                    TensorInfo(shape, dtype))
+        lo, hi = r.image(ivs, call)
         if dtype in FLOATS and not (max(abs(lo), abs(hi)) <= CAP):
             raise _Reject
+        exact = r.exact and all(v.exact for v in slots if v is not None)
         name = f"%{self.counter}"
         self.counter += 1
         res_ty = _ty(shape, dtype)
@@ -283,13 +396,13 @@ class _Gen:
             types = res_ty
         else:
             types = "(" + ", ".join(op_tys) + ") -> " + res_ty
-        text = f"  {name} = lamina.{op}"
+        text = f"  {name} = {info.full_name}"
         if operands:
             text += " " + ", ".join(v.name for v in operands)
         for kw, v in keywords:
             text += f" {kw} {v.name}"
-        if attrs:
-            text += " {" + attrs + "}"
+        if given:
+            text += " {" + _attr_text(info, given) + "}"
         self.lines.append(f"{text} : {types}")
         self.n_ops += 1
         v = _Val(name, shape, dtype, lo, hi, exact)
@@ -373,25 +486,59 @@ class _Gen:
             lit = nest(shape)
         name = f"%{self.counter}"
         self.counter += 1
-        self.lines.append(f"  {name} = lamina.constant dense<{lit}> : {_ty(shape, dtype)}")
+        self.lines.append(f"  {name} = {CONSTANT.full_name} dense<{lit}> : {_ty(shape, dtype)}")
         self.n_ops += 1
         v = _Val(name, shape, dtype, lo, hi, True)
         self.results.append(v)
         return self._register(v)
 
-    # -- helpers that make operands usable --
-    def positive(self, x: _Val, minimum: float = POS_MIN) -> _Val:
-        """`x` if it is >= minimum, else abs(x) + c or exp(tanh(x)) (2-3 ops)."""
-        if x.lo >= minimum:
+    # -- guards that make an operand fit a row's domain --
+    def positive(self, x: _Val) -> _Val:
+        """`x` if it is >= POS_MIN, else abs(x) + c or exp(tanh(x)) (2-3 ops)."""
+        if x.lo >= POS_MIN:
             return x
         if self.consts_ok and self.left() >= 4 and self.ch.coin(0.6):
-            a = self.emit("abs", [x], x.shape, x.dtype, 0.0, x.bound, x.exact)
+            a = self.emit(AbsOp.INFO, [x], x.shape, x.dtype)
             c = self.constant((), x.dtype, splat=True, values=(0.5, 1.0, 2.0))
-            return self.emit("add", [a, c], x.shape, x.dtype, c.lo, a.hi + c.hi, False,
-                             )
+            return self.emit(AddOp.INFO, [a, c], x.shape, x.dtype)
         self.need(3)
-        t = self.emit("tanh", [x], x.shape, x.dtype, math.tanh(x.lo), math.tanh(x.hi), False)
-        return self.emit("exp", [t], x.shape, x.dtype, math.exp(t.lo), math.exp(t.hi), False)
+        t = self.emit(TanhOp.INFO, [x], x.shape, x.dtype)
+        return self.emit(ExpOp.INFO, [t], x.shape, x.dtype)
+
+    def bounded(self, x: _Val, limit: float) -> _Val:
+        """A value of size <= limit in x's place: a constant (of a shape that broadcasts like
+        x's), or tanh(x)."""
+        values = tuple(v for v in BOUNDED_VALUES if abs(v) <= limit)
+        if self.consts_ok and values and self.left() >= 3 and self.ch.coin(0.5):
+            return self.constant(self.sub_shape(x.shape), x.dtype, values=values)
+        if limit < 1.0:
+            raise _Reject
+        self.need(2)
+        return self.emit(TanhOp.INFO, [x], x.shape, x.dtype)
+
+    def fit(self, info: OpInfo, i: int, x: _Val) -> _Val:
+        """`x`, or a guarded value in its place, inside the row's domain for operand `i`."""
+        domain = rule(info).domain(i)
+        if domain.admits((x.lo, x.hi), POS_MIN):
+            return x
+        match domain.kind:
+            case DomainKind.POSITIVE | DomainKind.NONZERO | DomainKind.NON_NEGATIVE:
+                self.need(4)
+                return self.positive(x)
+            case DomainKind.BOUNDED:
+                return self.bounded(x, domain.limit)
+            case _:      # bounded above: no cheap guard keeps the op meaningful
+                raise _Reject
+
+    def choose_attrs(self, info: OpInfo) -> dict[str, object]:
+        """One of each attribute's choices, or (for an optional one) none: its default."""
+        given: dict[str, object] = {}
+        for a in info.attrs:
+            if a.choices:
+                pick = self.ch.choice(a.choices if a.required else ("", *a.choices))
+                if pick:
+                    given[a.name] = pick
+        return given
 
     def compatible(self, a: _Val, same_shape: bool, exact: bool = False) -> _Val:
         """An operand of a's dtype that broadcasts with a (same shape, or different if not
@@ -409,75 +556,22 @@ class _Gen:
         return self.new_arg(shape, a.dtype)
 
     # -- op families --
-    UNARY = ("neg", "abs", "tanh", "sigmoid", "relu", "gelu", "erf", "exp", "log", "sqrt",
-             "rsqrt", "reciprocal")
-    BINARY = ("add", "sub", "mul", "max", "min", "div", "pow")
-
     def unary(self) -> None:
-        op = self.ch.choice(self.UNARY)
-        x = self.pick_float()
-        lo, hi, attrs, exact = x.lo, x.hi, "", False
-        if op in ("log", "rsqrt", "reciprocal"):
-            self.need(4)
-            x = self.positive(x)
-        elif op == "sqrt" and x.lo < 0:
-            self.need(4)
-            x = self.positive(x)
-        elif op == "exp" and x.hi > 6:
-            raise _Reject
-        lo, hi = x.lo, x.hi
-        match op:
-            case "neg":
-                lo, hi, exact = -hi, -lo, x.exact
-            case "abs":
-                lo, hi, exact = (lo if lo >= 0 else 0.0 if hi >= 0 else -hi), x.bound, x.exact
-            case "relu":
-                lo, hi, exact = max(lo, 0.0), max(hi, 0.0), x.exact
-            case "tanh":
-                lo, hi = math.tanh(lo), math.tanh(hi)
-            case "sigmoid":
-                lo, hi = _sigmoid(lo), _sigmoid(hi)
-            case "erf":
-                lo, hi = math.erf(lo), math.erf(hi)
-            case "gelu":
-                lo, hi = -0.2, max(hi, 0.0)
-                mode = self.ch.choice(("", "none", "tanh"))
-                attrs = f'approximate = "{mode}"' if mode else ""
-            case "exp":
-                lo, hi = math.exp(lo), math.exp(hi)
-            case "log":
-                lo, hi = math.log(lo), math.log(hi)
-            case "sqrt":
-                lo, hi = math.sqrt(lo), math.sqrt(hi)
-            case "rsqrt":
-                lo, hi = 1 / math.sqrt(hi), 1 / math.sqrt(lo)
-            case "reciprocal":
-                lo, hi = 1 / hi, 1 / lo
-        self.emit(op, [x], x.shape, x.dtype, lo, hi, exact, attrs)
+        info = self.ch.choice(UNARY)
+        x = self.fit(info, 0, self.pick_float())
+        self.need(1)
+        self.emit(info, [x], x.shape, x.dtype, self.choose_attrs(info))
 
-    def binary(self, same_shape: bool, op: str | None = None, b: _Val | None = None) -> None:
-        op = op or self.ch.choice(self.BINARY)
+    def binary(self, same_shape: bool) -> None:
+        info = self.ch.choice(BINARY)
         a = self.pick_float()
-        if b is None:
-            b = self.compatible(a, same_shape)
-        if op == "div" and b.lo < POS_MIN:
-            self.need(4)
-            b = self.positive(b)
-        if op == "pow":
-            self.need(5)
-            a = self.positive(a, 0.3)
-            if b.bound > 3:
-                if self.consts_ok and self.ch.coin(0.5):
-                    b = self.constant(self.sub_shape(a.shape), a.dtype, values=POW_EXPONENTS)
-                else:
-                    b = self.emit("tanh", [b], b.shape, b.dtype, math.tanh(b.lo),
-                                  math.tanh(b.hi), False)
+        b = self.compatible(a, same_shape)
+        a = self.fit(info, 0, a)
+        b = self.fit(info, 1, b)
         self.need(1)
         shape = _bcast(a.shape, b.shape)
         assert shape is not None
-        lo, hi = _binary_bounds(op, (a.lo, a.hi), (b.lo, b.hi))
-        exact = op in ("max", "min") and a.exact and b.exact
-        self.emit(op, [a, b], shape, a.dtype, lo, hi, exact)
+        self.emit(info, [a, b], shape, a.dtype, self.choose_attrs(info))
 
     def cast_round_trip(self) -> None:
         self.need(2)
@@ -485,16 +579,9 @@ class _Gen:
         targets = [t for t in (*FLOATS, "i32", "i64", "i1") if t != x.dtype]
         if not x.exact:
             targets = [t for t in targets if t in FLOATS]
-        t = self.ch.choice(targets)
-        if t == "i1":
-            lo, hi = 0.0, 1.0
-        elif t in FLOATS:
-            lo, hi = x.lo, x.hi
-        else:
-            lo, hi = float(math.trunc(x.lo)), float(math.trunc(x.hi))
-        y = self.emit("cast", [x], x.shape, t, lo, hi, x.exact)
+        y = self.emit(CAST, [x], x.shape, self.ch.choice(targets))
         if self.ch.coin(0.85):
-            self.emit("cast", [y], y.shape, x.dtype, lo, hi, x.exact)
+            self.emit(CAST, [y], y.shape, x.dtype)
 
     def broadcast_in_dim(self) -> None:
         pool = self.floats if not self.others or self.ch.coin(0.8) else self.others
@@ -511,8 +598,7 @@ class _Gen:
         for i, d in enumerate(dims):
             if x.shape[i] != 1 or self.ch.coin(0.5):
                 shape[d] = x.shape[i]
-        self.emit("broadcast_in_dim", [x], tuple(shape), x.dtype, x.lo, x.hi, x.exact,
-                  f"broadcast_dimensions = {_ints(dims)}")
+        self.emit(BROADCAST, [x], tuple(shape), x.dtype, {"broadcast_dimensions": dims})
 
     def reduction(self) -> None:
         if self.max_rank < 1:
@@ -521,51 +607,42 @@ class _Gen:
             self.new_arg(self.rand_shape(1) or (2,), self.ch.choice(self.fdtypes))
         if not x.shape:
             raise _Reject
-        op = self.ch.choice(("reduce_sum", "reduce_mean", "reduce_max"))
+        info = self.ch.choice(REDUCTIONS)
         rank = len(x.shape)
         k = self.ch.randint(1, rank)
         axes_pool = list(range(rank))
         axes = [axes_pool.pop(self.ch.randint(0, len(axes_pool) - 1)) for _ in range(k)]
         keep = self.ch.coin(0.5)
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
-        n = _numel(tuple(x.shape[a] for a in axes))
-        shown = [a - rank if self.ch.coin(0.25) else a for a in axes]
-        lo, hi = (n * x.lo, n * x.hi) if op == "reduce_sum" else (x.lo, x.hi)
-        attrs = f"axes = {_ints(shown)}"
+        given: dict[str, object] = {"axes": [a - rank if self.ch.coin(0.25) else a for a in axes]}
         if keep or self.ch.coin(0.5):
-            attrs += f", keepdims = {'true' if keep else 'false'}"
-        self.emit(op, [x], shape, x.dtype, lo, hi, x.exact and op == "reduce_max", attrs)
+            given["keepdims"] = keep
+        self.emit(info, [x], shape, x.dtype, given)
 
     def composite(self) -> None:
+        """A row-reduction row: its axis given or left at the default, eps given or not, each
+        optional operand (scale, bias: the normalized dims' shape) present or not."""
         if self.max_rank < 1:
             raise _Reject
-        op = self.ch.choice(("layernorm", "rmsnorm", "softmax"))
+        info = self.ch.choice(COMPOSITES)
         x = self.find(self.floats, lambda v: len(v.shape) >= 1) or \
             self.new_arg(self.rand_shape(1) or (3,), self.ch.choice(self.fdtypes))
         if not x.shape:
             raise _Reject
         rank = len(x.shape)
         axis = self.ch.randint(-rank, rank - 1)
-        attrs = [] if axis == -1 and self.ch.coin(0.5) else [f"axis = {axis} : i64"]
-        if op == "softmax":
-            self.emit(op, [x], x.shape, x.dtype, 0.0, 1.0, False, ", ".join(attrs))
-            return
-        if self.ch.coin(0.6):
-            attrs.append(f"eps = {_fmt_float(self.ch.choice((1e-5, 1e-6, 1e-3, 0.1)))} : f64")
-        norm = x.shape[axis % rank:]
-        m = math.sqrt(_numel(norm))
-        lo, hi = -m, m
-        keywords = []
-        if self.ch.coin(0.6):
-            s = self.operand_of_shape(norm, x.dtype)
-            keywords.append(("scale", s))
-            lo, hi = _mul_iv((lo, hi), (s.lo, s.hi))
-        if op == "layernorm" and self.ch.coin(0.5):
-            b = self.operand_of_shape(norm, x.dtype)
-            keywords.append(("bias", b))
-            lo, hi = lo + b.lo, hi + b.hi
+        given: dict[str, object] = {}
+        if axis != info.attr("axis").default or self.ch.coin(0.5):
+            given["axis"] = axis
+        if any(a.name == "eps" for a in info.attrs) and self.ch.coin(0.6):
+            given["eps"] = self.ch.choice(EPS_VALUES)
+        rows = info.sharding
+        assert isinstance(rows, sh.RowReduction)
+        norm = x.shape[axis % rank:] if rows.trailing else (x.shape[axis],)
+        keywords = [(spec.name, self.operand_of_shape(norm, x.dtype))
+                    for spec in info.operands if spec.optional and self.ch.coin(0.55)]
         self.need(1)
-        self.emit(op, [x], x.shape, x.dtype, lo, hi, False, ", ".join(attrs), keywords)
+        self.emit(info, [x], x.shape, x.dtype, given, keywords)
 
     def matmul(self) -> None:
         a = self.find(self.floats, lambda v: len(v.shape) >= 2)
@@ -585,63 +662,66 @@ class _Gen:
         self.need(1)
         batch = _bcast(a.shape[:-2], b.shape[:-2])
         assert batch is not None
-        lo, hi = _mul_iv((a.lo, a.hi), (b.lo, b.hi))
-        self.emit("matmul", [a, b], batch + (a.shape[-2], b.shape[-1]), a.dtype, k * lo, k * hi,
-                  False)
+        self.emit(MATMUL, [a, b], batch + (a.shape[-2], b.shape[-1]), a.dtype)
 
     def layout(self) -> None:
-        op = self.ch.choice(("transpose", "reshape", "slice", "concat", "broadcast_in_dim"))
-        if op == "broadcast_in_dim":
+        """A row with a layout sharding rule; the rule's class says how to build it."""
+        info = self.ch.choice(LAYOUTS)
+        if isinstance(info.sharding, sh.Broadcast):
             self.broadcast_in_dim()
             return
         pool = self.floats if not self.others or self.ch.coin(0.85) else self.others
         x = self.pick(pool) if pool else self.pick_float()
+        match info.sharding:
+            case sh.Transpose():
+                perm = list(range(len(x.shape)))
+                for i in range(len(x.shape) - 1, 0, -1):
+                    j = self.ch.randint(0, i)
+                    perm[i], perm[j] = perm[j], perm[i]
+                self.emit(info, [x], tuple(x.shape[p] for p in perm), x.dtype,
+                          {"permutation": perm})
+            case sh.Reshape():
+                self.emit(info, [x], self.reshape_target(x.shape), x.dtype)
+            case sh.Slice():
+                self.build_slice(info, x)
+            case sh.Concat():
+                self.build_concat(info, x)
+            case other:
+                raise AssertionError(f"no builder for layout rule {other!r}")
+
+    def build_slice(self, info: OpInfo, x: _Val) -> None:
+        if not x.shape:
+            raise _Reject
+        start, limit, strides = [], [], []
+        for d in x.shape:
+            s = self.ch.randint(0, d - 1)
+            start.append(s)
+            limit.append(self.ch.randint(s + 1, d))
+            strides.append(1 if self.ch.coin(0.6) else self.ch.randint(1, 3))
+        shape = tuple((e - s + st_ - 1) // st_ for s, e, st_ in zip(start, limit, strides, strict=True))
+        given: dict[str, object] = {"start": start, "limit": limit}
+        if any(s != 1 for s in strides) or self.ch.coin(0.3):
+            given["strides"] = strides
+        self.emit(info, [x], shape, x.dtype, given)
+
+    def build_concat(self, info: OpInfo, x: _Val) -> None:
         rank = len(x.shape)
-        if op == "transpose":
-            perm = list(range(rank))
-            for i in range(rank - 1, 0, -1):
-                j = self.ch.randint(0, i)
-                perm[i], perm[j] = perm[j], perm[i]
-            self.emit(op, [x], tuple(x.shape[p] for p in perm), x.dtype, x.lo, x.hi, x.exact,
-                      f"permutation = {_ints(perm)}")
-        elif op == "reshape":
-            shape = self.reshape_target(x.shape)
-            self.emit(op, [x], shape, x.dtype, x.lo, x.hi, x.exact)
-        elif op == "slice":
-            if rank == 0:
-                raise _Reject
-            start, limit, strides = [], [], []
-            for d in x.shape:
-                s = self.ch.randint(0, d - 1)
-                e = self.ch.randint(s + 1, d)
-                start.append(s)
-                limit.append(e)
-                strides.append(1 if self.ch.coin(0.6) else self.ch.randint(1, 3))
-            shape = tuple((e - s + st_ - 1) // st_ for s, e, st_ in zip(start, limit, strides, strict=True))
-            attrs = f"start = {_ints(start)}, limit = {_ints(limit)}"
-            if any(s != 1 for s in strides) or self.ch.coin(0.3):
-                attrs += f", strides = {_ints(strides)}"
-            self.emit(op, [x], shape, x.dtype, x.lo, x.hi, x.exact, attrs)
-        else:  # concat
-            if rank == 0:
-                raise _Reject
-            dim = self.ch.randint(0, rank - 1)
-            parts = [x]
-            for _ in range(self.ch.randint(0, 2)):
-                p = self.find(self.floats if x.dtype in FLOATS else self.others,
-                              lambda v: v.dtype == x.dtype and len(v.shape) == rank and
-                              all(v.shape[i] == x.shape[i] for i in range(rank) if i != dim))
-                parts.append(p if p is not None else self.pick(parts))
-            total = sum(p.shape[dim] for p in parts)
-            while total > 2 * self.max_dim and len(parts) > 1:
-                total -= parts.pop().shape[dim]
-            if total > 2 * self.max_dim:
-                raise _Reject
-            shape = x.shape[:dim] + (total,) + x.shape[dim + 1:]
-            shown = dim - rank if self.ch.coin(0.25) else dim
-            self.emit(op, parts, shape, x.dtype, min(p.lo for p in parts),
-                      max(p.hi for p in parts), all(p.exact for p in parts),
-                      f"dim = {shown} : i64")
+        if rank == 0:
+            raise _Reject
+        dim = self.ch.randint(0, rank - 1)
+        parts = [x]
+        for _ in range(self.ch.randint(0, 2)):
+            p = self.find(self.floats if x.dtype in FLOATS else self.others,
+                          lambda v: v.dtype == x.dtype and len(v.shape) == rank and
+                          all(v.shape[i] == x.shape[i] for i in range(rank) if i != dim))
+            parts.append(p if p is not None else self.pick(parts))
+        total = sum(p.shape[dim] for p in parts)
+        while total > 2 * self.max_dim and len(parts) > 1:
+            total -= parts.pop().shape[dim]
+        if total > 2 * self.max_dim:
+            raise _Reject
+        shape = x.shape[:dim] + (total,) + x.shape[dim + 1:]
+        self.emit(info, parts, shape, x.dtype, {"dim": dim - rank if self.ch.coin(0.25) else dim})
 
     def reshape_target(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         n = _numel(shape)
@@ -660,42 +740,40 @@ class _Gen:
         return tuple(squeezed)
 
     def dropout(self) -> None:
+        """The position-dependent row: a seed attribute, or its optional operand (a constant or an
+        i64 argument)."""
         x = self.pick_float()
-        rate = self.ch.choice((0.1, 0.0, 0.25, 0.5, 0.75))
-        scale = 1.0 / (1.0 - rate)
-        lo, hi = min(x.lo * scale, 0.0), max(x.hi * scale, 0.0)
-        attrs = f"rate = {_fmt_float(rate)} : f64"
+        given: dict[str, object] = {"rate": self.ch.choice(DROPOUT_RATES)}
+        seed_operand = next(spec.name for spec in DROPOUT.operands if spec.optional)
         mode = self.ch.randint(0, 2)
         keywords = []
         if mode == 0:
-            seed = self.ch.choice((42, 0, 7, 123456789, 2**32 + 5, -3, 2**62 + 11))
-            attrs += f", seed = {seed} : i64"
+            given["seed"] = self.ch.choice(DROPOUT_SEEDS)
         elif mode == 1:
             self.need(2)
             dt = self.ch.choice(("i64", "i32"))
             s = self.constant((), dt, splat=True, values=(0.0, 1.0, 42.0, 99.0, 12345.0))
-            keywords.append(("seed", s))
+            keywords.append((seed_operand, s))
         else:
             s = self.find(self.others, lambda v: v.is_arg and v.shape == () and v.dtype == "i64")
-            keywords.append(("seed", s or self.new_arg((), "i64")))
+            keywords.append((seed_operand, s or self.new_arg((), "i64")))
         self.need(1)
-        self.emit("dropout", [x], x.shape, x.dtype, lo, hi, False, attrs, keywords)
+        self.emit(DROPOUT, [x], x.shape, x.dtype, given, keywords)
 
     def constant_family(self) -> None:
+        """A constant as one operand (lhs or rhs) of a binary row defined everywhere."""
         self.need(2)
         a = self.pick_float()
         shape = self.sub_shape(a.shape) if self.ch.coin(0.5) else a.shape
         c = self.constant(shape, a.dtype)
-        op = self.ch.choice(("add", "mul", "sub", "max", "min"))
-        # the constant is the rhs (or lhs) of a binary op with a
+        info = self.ch.choice(FREE_BINARY)
         lhs, rhs = (a, c) if self.ch.coin(0.7) else (c, a)
         out = _bcast(lhs.shape, rhs.shape)
         assert out is not None
-        lo, hi = _binary_bounds(op, (lhs.lo, lhs.hi), (rhs.lo, rhs.hi))
-        self.emit(op, [lhs, rhs], out, a.dtype, lo, hi,
-                  op in ("max", "min") and a.exact)
+        self.emit(info, [lhs, rhs], out, a.dtype)
 
     def select(self) -> None:
+        """A compare row on exact values, and the select row on its i1 result."""
         self.need(2)
         a = None
         for _ in range(4):
@@ -710,10 +788,9 @@ class _Gen:
         if not b.exact:
             b = a
         self.need(2)
-        cmp = self.ch.choice(("eq", "ne", "lt", "le", "gt", "ge"))
         cshape = _bcast(a.shape, b.shape)
         assert cshape is not None
-        cond = self.emit(cmp, [a, b], cshape, "i1", 0.0, 1.0, True)
+        cond = self.emit(self.ch.choice(COMPARES), [a, b], cshape, "i1")
         t = self.pick_float()
         f = self.find(self.floats, lambda v: v.dtype == t.dtype and
                       _bcast(_bcast(v.shape, t.shape) or (), cond.shape) is not None
@@ -729,8 +806,7 @@ class _Gen:
             t = f = self.operand_of_shape(cond.shape, t.dtype)
             out = cond.shape
         self.need(1)
-        self.emit("select", [cond, t, f], out, t.dtype, min(t.lo, f.lo), max(t.hi, f.hi),
-                  t.exact and f.exact)
+        self.emit(SELECT, [cond, t, f], out, t.dtype)
 
     # -- driver --
     def step(self) -> None:
@@ -765,14 +841,9 @@ class _Gen:
                 self.select()
 
     def fallback(self) -> None:
-        """One op that always fits: a bounded unary op of a float value."""
+        """One op that always fits: a unary row defined everywhere that keeps values in CAP."""
         x = self.pick_float()
-        op = self.ch.choice(("tanh", "sigmoid", "neg", "abs"))
-        lo, hi = {"tanh": (math.tanh(x.lo), math.tanh(x.hi)),
-                  "sigmoid": (_sigmoid(x.lo), _sigmoid(x.hi)),
-                  "neg": (-x.hi, -x.lo),
-                  "abs": (0.0, x.bound)}[op]
-        self.emit(op, [x], x.shape, x.dtype, lo, hi, x.exact and op in ("neg", "abs"))
+        self.emit(self.ch.choice(FALLBACK), [x], x.shape, x.dtype)
 
     def run(self, n_ops: int) -> str:
         self.limit = n_ops
@@ -830,6 +901,10 @@ class _Gen:
         return out
 
 
+    def ranges(self) -> list[Interval]:
+        return [(v.lo, v.hi) for v in self.results]
+
+
 # ---- public API ----------------------------------------------------------------------------------
 
 def programs(*, min_ops: int = 1, max_ops: int = 12, dtypes: Sequence[str] = ("f32",),
@@ -847,7 +922,7 @@ def programs(*, min_ops: int = 1, max_ops: int = 12, dtypes: Sequence[str] = ("f
         text = gen.run(n)
         seed = draw(st.integers(0, 2**32 - 1))
         return GeneratedProgram(text, gen.make_inputs(seed),
-                                [(a.shape, a.dtype) for a in gen.args], gen.n_ops)
+                                [(a.shape, a.dtype) for a in gen.args], gen.n_ops, gen.ranges())
 
     return _programs()
 
@@ -868,4 +943,4 @@ def random_program(seed: int, n_ops: int, **kwargs) -> GeneratedProgram:
                kwargs.get("max_dim", 6), kwargs.get("max_outputs", 3))
     text = gen.run(n_ops)
     return GeneratedProgram(text, gen.make_inputs(seed), [(a.shape, a.dtype) for a in gen.args],
-                            gen.n_ops)
+                            gen.n_ops, gen.ranges())
