@@ -11,7 +11,7 @@ original as the edges allow.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 from xdsl.ir import Operation
@@ -46,13 +46,16 @@ class UnionFind(Generic[T]):
 N = TypeVar("N", bound=Hashable)
 
 
-def contracted_order(ops: Sequence[Operation], node_of: Callable[[Operation], N]
+def contracted_order(ops: Sequence[Operation], node_of: Callable[[Operation], N],
+                     after: Callable[[Operation], Iterable[Operation]] | None = None
                      ) -> tuple[list[N], list[N], dict[N, set[N]]]:
     """Topologically order the nodes that `node_of` maps `ops` onto (a group of ops is one node).
 
     An edge runs from the node of an operand's producer (when it is among `ops`) to the node of
-    its user. Nodes come out earliest first position first among those ready. Returns the order,
-    the nodes left out because they lie on or after a cycle, and every node's successors."""
+    its user, and from the node of every op in `after(op)` to op's (ordering that is not data
+    flow: a value's `lamina.free` comes after every user of the value). Nodes come out earliest
+    first position first among those ready. Returns the order, the nodes left out because they
+    lie on or after a cycle, and every node's successors."""
     node: list[N] = [node_of(op) for op in ops]
     index = {op: i for i, op in enumerate(ops)}
     first: dict[N, int] = {}
@@ -62,9 +65,11 @@ def contracted_order(ops: Sequence[Operation], node_of: Callable[[Operation], N]
     indeg: dict[N, int] = dict.fromkeys(first, 0)
     for i, op in enumerate(ops):
         b = node[i]
-        for v in op.operands:
-            p = v.owner
-            j = index.get(p) if isinstance(p, Operation) else None
+        preds = [v.owner for v in op.operands if isinstance(v.owner, Operation)]
+        if after is not None:
+            preds.extend(after(op))
+        for p in preds:
+            j = index.get(p)
             if j is None:
                 continue
             a = node[j]

@@ -1,1 +1,1 @@
-"""Lamina's IR: the `lamina` dialect, its op table, shape rules, NumPy semantics and diagnostics."""
+"""Lamina's IR: the `lamina` dialect, op table and formulas, shape and sharding rules, types."""

@@ -12,9 +12,11 @@ import bisect
 import dataclasses
 import re
 import sys
+from collections.abc import Callable
 
 from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error
 from lamina.ir.lamina import Lamina
+from lamina.ir.memory import FreeOp, free_problem
 from lamina.ir.placement import placement_problem
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
@@ -116,8 +118,20 @@ def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = N
 
 
 def verify(module: Operation) -> None:
-    """Verify every op, innermost first; the first failure raises `LaminaError` at its op."""
+    """Verify every op, innermost first; the first failure raises `LaminaError` at its op.
+
+    Linear in the program: each block's op positions are indexed once and shared by the
+    dominance check and the lifetime rules of `lamina.free`."""
     positions: dict[Block, dict[Operation, int]] = {}
+
+    def position(op: Operation) -> int:
+        block = op.parent_block()
+        assert block is not None
+        index = positions.get(block)
+        if index is None:
+            index = positions[block] = {o: k for k, o in enumerate(block.ops)}
+        return index[op]
+
     for op in module.walk(reverse=False):
         try:
             op.verify(verify_nested_ops=False)
@@ -125,6 +139,8 @@ def verify(module: Operation) -> None:
                 for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
                     if (problem := placement_problem(t, op)) is not None:
                         raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
+            if isinstance(op, FreeOp) and (problem := free_problem(op, position)) is not None:
+                raise VerifyException(problem)
         except (VerifyException, DiagnosticException) as e:
             # xDSL puts the reason on the lines after "operand 'x' ... does not verify:"
             message = " ".join(line.strip() for line in str(e).strip().splitlines()) \
@@ -133,11 +149,11 @@ def verify(module: Operation) -> None:
                 message = f"{op.name}: {message}"
             raise error_at(op, message) from None
         for i, v in enumerate(op.operands):
-            if not _dominates(v, op, positions):
+            if not _dominates(v, op, position):
                 raise error_at(op, f"{op.name}: operand #{i} does not dominate this use")
 
 
-def _dominates(value: SSAValue, user: Operation, positions: dict[Block, dict[Operation, int]]) -> bool:
+def _dominates(value: SSAValue, user: Operation, position: Callable[[Operation], int]) -> bool:
     """Whether `value` is visible at `user`: defined earlier in `user`'s block or an enclosing one
     (xDSL's verifier does not check this; Lamina regions are single-block SSA)."""
     if isinstance(value, BlockArgument):
@@ -157,10 +173,7 @@ def _dominates(value: SSAValue, user: Operation, positions: dict[Block, dict[Ope
         return True
     if definer is anchor:
         return False
-    index = positions.get(block)
-    if index is None:
-        index = positions[block] = {o: k for k, o in enumerate(block.ops)}
-    return index[definer] < index[anchor]
+    return position(definer) < position(anchor)
 
 
 def read_source(path: str) -> tuple[str, str]:

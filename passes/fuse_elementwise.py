@@ -67,6 +67,7 @@ from lamina.analysis.fusion import build_fused, row_split
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
 from lamina.ir.fused import FusedOp
+from lamina.ir.memory import FreeOp, ancestor_in
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
@@ -157,6 +158,7 @@ class _FuncFusion:
         self.ops: list[Operation] = list(self.block.ops)
         self.groups = Groups(self.ops)
         self.name = Namer(func) if log is not None else None
+        self.dropped: set[Operation] = set()   # frees that ended inside a kernel
 
     def run(self) -> None:
         for op in self.ops:
@@ -273,6 +275,7 @@ class _FuncFusion:
         order = self.acyclic_order(fused_groups)
         if order is None:
             return
+        self.drop_inner_frees(fused_groups)
         new_ops = {r: self.make_fused(members) for r, members in fused_groups.items()}
         self.reorder(order, new_ops, term)
         for op in self.ops:
@@ -294,7 +297,7 @@ class _FuncFusion:
             return r if r in fused_groups else -(pos[op] + 2)
 
         while True:
-            order, left, succs = contracted_order(self.ops, node_of)
+            order, left, succs = contracted_order(self.ops, node_of, _free_after)
             if not left:
                 return order
             for scc in _cycles(set(left), succs):
@@ -304,6 +307,25 @@ class _FuncFusion:
                 del fused_groups[r]
             if not fused_groups:
                 return None
+
+    def drop_inner_frees(self, fused_groups: dict[int, list[Operation]]) -> None:
+        """A `lamina.free` (annotate-lifetimes) of a value every user of which is in the value's
+        own group ends a tile buffer inside the kernel: it goes, instead of making the value a
+        result of the fused op that only its free would read."""
+        for op in self.ops:
+            if not isinstance(op, FreeOp) or op.parent is not self.block:
+                continue
+            owner = op.value.owner
+            if not isinstance(owner, Operation) or owner not in self.groups.members:
+                continue
+            root = self.groups.root_of(owner)
+            if root not in fused_groups:
+                continue
+            users = [u.operation for u in op.value.uses if u.operation is not op]
+            if all(u in self.groups.members and self.groups.root_of(u) == root for u in users):
+                op.detach()
+                op.erase()
+                self.dropped.add(op)
 
     def reorder(self, order: list[int], new_ops: dict[int, FusedOp], term: Operation | None
                 ) -> None:
@@ -317,7 +339,7 @@ class _FuncFusion:
                 self.block.add_op(new_ops[n])
             else:
                 op = self.ops[-n - 2]
-                if op.parent is None:
+                if op.parent is None and op not in self.dropped:
                     self.block.add_op(op)
         if term is not None and term.parent is self.block and self.block.last_op is not term:
             term.detach()
@@ -329,6 +351,21 @@ class _FuncFusion:
             self.log.add(fused, f"group of {len(members)} ops -> lamina.fused \"{fused.fusion_kind}\" "
                          f"with {len(fused.inputs)} inputs, {len(fused.outputs)} outputs")
         return fused
+
+
+def _free_after(op: Operation) -> list[Operation]:
+    """A free is ordered after every other user of its value (top-level ancestors: a use in a
+    fused body is a use by the fused op)."""
+    if not isinstance(op, FreeOp):
+        return []
+    block = op.parent_block()
+    out: list[Operation] = []
+    for u in op.value.uses:
+        if u.operation is not op and block is not None:
+            anc = ancestor_in(u.operation, block)
+            if anc is not None:
+                out.append(anc)
+    return out
 
 
 # -- the edge checks of rule 2 --

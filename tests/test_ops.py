@@ -1,5 +1,5 @@
 """Every op of the op table against a NumPy/Python reference written here, independently of
-`lamina.ir.semantics`.
+`lamina.ir.formulas`.
 
 Each test builds a one-op program as text, parses and verifies it, runs it with the NumPy
 interpreter and compares with a reference computed in float64 (pure-Python `math` per element for
