@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error
+from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error, note_at, record_source
 from lamina.ir.lamina import Lamina
 from lamina.ir.memory import FreeOp, free_problem
 from lamina.ir.placement import placement_problem
@@ -108,7 +108,10 @@ class LocatedParser(Parser):
 
 def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = None,
                line_offset: int = 0) -> ModuleOp:
-    """Parse a module; a malformed program raises `LaminaError` with its position."""
+    """Parse a module; a malformed program raises `LaminaError` with its position.
+
+    The text is recorded (`record_source`) so diagnostics can echo the line they point at."""
+    record_source(name, text, line_offset)
     parser = LocatedParser(ctx or make_context(), text, name, line_offset)
     try:
         return parser.parse_module()
@@ -150,7 +153,10 @@ def verify(module: Operation) -> None:
             raise error_at(op, message) from None
         for i, v in enumerate(op.operands):
             if not _dominates(v, op, position):
-                raise error_at(op, f"{op.name}: operand #{i} does not dominate this use")
+                definer = v.op if isinstance(v, OpResult) else \
+                    v.block.parent_op() if isinstance(v, BlockArgument) else None
+                raise error_at(op, f"{op.name}: operand #{i} does not dominate this use",
+                               (note_at(definer, f"operand #{i} defined here"),))
 
 
 def _dominates(value: SSAValue, user: Operation, position: Callable[[Operation], int]) -> bool:

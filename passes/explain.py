@@ -11,11 +11,14 @@ so explanations can be filtered, diffed and pinned by filecheck tests (`2>&1`).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import sys
+import typing
 from dataclasses import dataclass, field
-from typing import ClassVar, TextIO
+from typing import Any, ClassVar, TextIO
 
-from lamina.ir.diagnostics import op_loc
+from lamina.ir.diagnostics import LaminaError, op_loc
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
@@ -50,24 +53,32 @@ class LaminaPass(ModulePass):
     """
 
     name: ClassVar[str] = "lamina-pass"
-    # option (field name) -> smallest value it accepts; checked when the pass is built, so a bad
-    # value is a "bad option" diagnostic before any pass runs
+    # option (field name) -> smallest value it accepts; checked when the pass is built (with the
+    # options' types), so a bad value is one diagnostic before any pass runs
     minimums: ClassVar[dict[str, int]] = {}
     # option -> the values it accepts
     choices: ClassVar[dict[str, tuple[str, ...]]] = {}
     explain: bool = False
 
     def __post_init__(self) -> None:
+        hints = _type_hints(type(self))
+        for dash, f in option_fields(type(self)).items():
+            value, kind = getattr(self, f.name), hints[f.name]
+            if not _has_type(value, kind):
+                raise LaminaError(f"option '{dash}' for {self.name} expects {describe_type(kind)}, "
+                                  f"got {_value_text(value)}")
         for option, low in self.minimums.items():
             value = getattr(self, option)
             if value < low:
-                raise ValueError(f"{option.replace('_', '-')} must be at least {low}, got {value}")
+                raise LaminaError(f"option '{_dash(option)}' for {self.name} must be at least "
+                                  f"{low}, got {value}")
         for option, allowed in self.choices.items():
             value = getattr(self, option)
             if value not in allowed:
                 *head, last = allowed
                 words = f"{', '.join(head)} or {last}" if head else last
-                raise ValueError(f"{option.replace('_', '-')} must be {words}, got '{value}'")
+                raise LaminaError(f"option '{_dash(option)}' for {self.name} must be {words}, "
+                                  f"got '{value}'")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         log = ExplainLog(self.name) if self.explain else None
@@ -79,3 +90,42 @@ class LaminaPass(ModulePass):
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+
+def _dash(field_name: str) -> str:
+    return field_name.replace("_", "-")
+
+
+def option_fields(cls: type[ModulePass]) -> dict[str, dataclasses.Field[Any]]:
+    """A pass's options as pipelines spell them (`max-group-size`) -> their dataclass fields;
+    the pass's own options first, `explain` (every Lamina pass has it) last."""
+    fields = [f for f in dataclasses.fields(cls) if f.init and f.name != "name"]
+    fields.sort(key=lambda f: f.name == "explain")
+    return {_dash(f.name): f for f in fields}
+
+
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+# the option types passes declare, as messages name them
+_TYPE_WORDS: dict[object, str] = {bool: "true or false", int: "an integer", str: "a string"}
+
+
+def describe_type(kind: object) -> str:
+    """How a message names an option of type `kind` ("an integer")."""
+    return _TYPE_WORDS.get(kind, str(kind))
+
+
+def _has_type(value: object, kind: object) -> bool:
+    # exact types: a bool is not taken for an integer (`max-group-size=true`)
+    if kind in (bool, int):
+        return type(value) is kind
+    return not isinstance(kind, type) or isinstance(value, kind)
+
+
+def _value_text(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, str) else str(value)

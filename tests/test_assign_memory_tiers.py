@@ -146,7 +146,7 @@ def test_explain_says_why_each_move():
 
 def test_bad_solver_and_missing_target():
     ctx, m = parse(SAMPLE)
-    with pytest.raises(LaminaError, match="solver must be greedy or ilp"):
+    with pytest.raises(LaminaError, match="option 'solver' for assign-memory-tiers must be greedy or ilp"):
         run_pipeline(ctx, m, build_pipeline("assign-memory-tiers{solver=magic}"))
     with pytest.raises(LaminaError, match="unknown target 'nope'"):
         run_pipeline(ctx, m, build_pipeline("assign-memory-tiers{target=nope}"))

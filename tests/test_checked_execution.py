@@ -113,8 +113,10 @@ def write(tmp_path, text):
 def test_cli_overflow_exit_1_and_stats(tmp_path, capsys):
     f = write(tmp_path, open("samples/long_chain_frees.mlir").read())
     assert run_main([f, "--target", "tiny"]) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "capacity overflow in tier 'hbm'" in err
+    head, *echo = capsys.readouterr().err.rstrip("\n").split("\n")
+    assert "capacity overflow in tier 'hbm'" in head
+    line = int(head.split(":")[1])  # one diagnostic: its line, then the source line and a caret
+    assert echo == [open(f).read().split("\n")[line - 1], "  ^"]
     stats = tmp_path / "s.json"
     assert run_main([f, "-p", "annotate-lifetimes", "--target", "tiny", "--stats-json",
                      str(stats)]) == 0

@@ -19,7 +19,7 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.diagnostics import LaminaError, SourceLoc, source_excerpt
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.fused import FusedOp
 from lamina.ir.placement import MeshOp, spec_of
@@ -160,8 +160,11 @@ def test_partially_placed_sample_is_rejected_naming_the_first_unplaced_value(tmp
     path.write_text(small)
     rc, out, err = _run_cli(str(path), "--check")
     assert rc == 1
-    assert err.strip() == (f"{path}:12:3: error: %h = lamina.matmul is not placed while its "
-                           "operands are; run -p propagate-sharding first")
+    head, *echo = err.rstrip("\n").split("\n")
+    assert head == (f"{path}:12:3: error: %h = lamina.matmul is not placed while its "
+                    "operands are; run -p propagate-sharding first")
+    assert echo == source_excerpt(SourceLoc(str(path), 12, 3))  # the line, cut, and a caret
+    assert echo[1] == "  ^" and echo[0].startswith("  %h = lamina.matmul %x, %w1 : ")
     rc, out, err = _run_cli(str(path), "--check", "-p",
                             "propagate-sharding,insert-collectives")
     assert rc == 0 and out.startswith("check out0: ok"), err

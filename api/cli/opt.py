@@ -1,13 +1,38 @@
 """`lamina-opt`: parse, verify, run a pass pipeline and print, like `mlir-opt` / `xdsl-opt`.
 
-Built on xDSL's `xDSLOptMain` for its flags (`-p`, `-o`, `--split-input-file`,
-`--verify-diagnostics`, `--parsing-diagnostics`, `--print-op-generic`, ...), with Lamina's rules on
-top: every failure is one `file:line:col: error: message` line and exit code 1 (never a
-traceback), and `-o` is written only when the whole run succeeded.
+    lamina-opt [FILE] [-p PIPELINE] [-o OUT] [-t mlir] [--split-input-file] [--verify-diagnostics]
+               [--parsing-diagnostics] [--print-op-generic] [--print-debuginfo] [--explain]
+               [--time-passes] [--print-between-passes] [--disable-verify] [--version]
 
-With `--verify-diagnostics` (verifier and pass errors) or `--parsing-diagnostics` (syntax errors)
-the diagnostic is printed to stdout instead and the tool goes on with the next
-`--split-input-file` chunk and exits 0, so invalid-input tests can pin messages with filecheck.
+The flags are declared here with argparse, not inherited from xDSL's `xDSLOptMain`: that class
+listed flags that did nothing for Lamina (`--syntax-highlight`, `--shrink`, `--frontend`, eight
+`-t` targets that printed the same MLIR, a `--disable-verify` that still verified), answered
+`--target tiny` with xDSL's target list and printed timing and IR dumps in its own format. Every
+flag below does what its help says, in mlir-opt's formats:
+
+- `-p`: the pass pipeline (`lamina.passes.pipeline`); the module is verified after every pass.
+- `-o`: written only when the whole run succeeded (all chunks, all checks), atomically.
+- `-t/--target`: the output format. Only `mlir` (the text format) exists; an MLIR exporter for
+  other dialects plugs in as another entry of `OUTPUT_TARGETS`.
+- `--split-input-file`: each `// -----` chunk is a separate module; outputs are joined by the marker.
+- `--verify-diagnostics`: MLIR's: the `expected-*` annotations in the input are checked against the
+  diagnostics each chunk produces (`lamina.cli.diagnostic_verifier`); a mismatch is reported on
+  stderr and the exit code is 1; matched diagnostics are not printed.
+- `--parsing-diagnostics`: xdsl-opt's: a chunk that does not parse prints its diagnostic on stdout
+  instead of its module and the run goes on (exit 0). With `--verify-diagnostics` it changes
+  nothing, since parse errors are checked against the annotations like every other diagnostic.
+- `--time-passes` (`--mlir-timing`): MLIR's execution time report on stderr: wall time of the
+  parser, the verifier, each pass and the output, accumulated over the chunks.
+- `--print-between-passes` (`--mlir-print-ir-after-all`): after each pass (and its verification),
+  the module on stderr under MLIR's header `// -----// IR Dump After Name (pass-name) //----- //`.
+- `--disable-verify` (`--verify-each=false`, as mlir-opt's flag): the input is still parsed and
+  verified, so no pass sees a program the verifier rejects, but the output of each pass is not
+  verified; an invalid result of a buggy pass is then printed as it is.
+- `--print-op-generic`, `--print-debuginfo`: MLIR's generic form; `loc(...)` annotations.
+- `--explain`: every Lamina pass explains its decisions on stderr.
+
+Every failure is one diagnostic on stderr (`file:line:col: error: message`, the source line and a
+caret, notes) and exit code 1, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,89 +41,220 @@ import argparse
 import io
 import os
 import sys
-from collections.abc import Sequence
-from typing import ClassVar, NoReturn
+import time
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
+from typing import Any, TextIO
 
 import lamina
+from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
 from lamina.cli.outputs import write_text_atomic
-from lamina.ir.diagnostics import LaminaError, UsageError, report
+from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic, report
 from lamina.ir.source import make_context, parse_text, read_source, verify
-from lamina.passes.pipeline import build_pipeline, run_pipeline
+from lamina.ir.target import builtin_targets
+from lamina.passes.pipeline import PassRun, build_pipeline, run_pipeline
 from lamina.passes.registry import available_passes
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
 from xdsl.printer import Printer
-from xdsl.xdsl_opt_main import xDSLOptMain
 
 SPLIT_MARKER = "// -----"
 
 
-class LaminaOptMain(xDSLOptMain):
-    version_format: ClassVar[str] = (f"lamina-opt {lamina.__version__} (Lamina), on xDSL "
-                                     "{xdsl_version}")
+def _print_mlir(module: ModuleOp, generic: bool, debuginfo: bool) -> str:
+    buf = io.StringIO()
+    Printer(stream=buf, print_generic_format=generic, print_debuginfo=debuginfo).print_op(module)
+    buf.write("\n")
+    return buf.getvalue()
 
-    def __init__(self, args: Sequence[str] | None = None):
-        super().__init__(description="Lamina's modular optimizer driver", args=args)
 
-    def register_all_dialects(self) -> None:
+# output format name -> printer (module, generic form?, debug info?) -> text
+OUTPUT_TARGETS: dict[str, Callable[[ModuleOp, bool, bool], str]] = {"mlir": _print_mlir}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # exit 1, one line, like every other error
+        raise UsageError(self.prog, message)
+
+
+def _output_target(name: str) -> str:
+    if name in OUTPUT_TARGETS:
+        return name
+    hint = ""
+    if name in builtin_targets() or name.endswith(".toml"):
+        what = "is a hardware target" if name in builtin_targets() else \
+            "looks like a hardware target file"
+        hint = (f"; '{name}' {what}, which passes take as an option "
+                f"(-p 'assign-memory-tiers{{target={name}}}') and lamina-run as --target")
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: '{name}' (output targets: {', '.join(OUTPUT_TARGETS)}){hint}")
+
+
+def _file_name(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file name, got ''")
+    return text
+
+
+def _bool(text: str) -> bool:
+    if text not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+    return text == "true"
+
+
+def arg_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lamina-opt", description="Lamina's modular optimizer driver: parse, verify, "
+                "transform and print Lamina programs.")
+    p.add_argument("input_file", nargs="?", default="-", metavar="FILE",
+                   help="program (.mlir); '-' or nothing reads stdin")
+    p.add_argument("-v", "--version", action="version",
+                   version=f"lamina-opt {lamina.__version__} (Lamina), on xDSL {version('xdsl')}")
+    p.add_argument("-p", "--passes", default="", metavar="PIPELINE",
+                   help="pass pipeline, e.g. 'cse,fuse-elementwise{max-group-size=64}'; passes: "
+                        + ", ".join(available_passes()))
+    p.add_argument("-o", "--output-file", default=None, metavar="OUT", type=_file_name,
+                   help="write the output here (only if the whole run succeeds) instead of stdout")
+    p.add_argument("-t", "--target", default="mlir", type=_output_target,
+                   help=f"output format: {', '.join(OUTPUT_TARGETS)} (default mlir)")
+    p.add_argument("--split-input-file", action="store_true",
+                   help=f"process each '{SPLIT_MARKER}' chunk of the input as a separate module")
+    p.add_argument("--verify-diagnostics", action="store_true",
+                   help="check the diagnostics against the input's expected-error/-warning/-note "
+                        "annotations (as mlir-opt); exit 1 on any mismatch")
+    p.add_argument("--parsing-diagnostics", action="store_true",
+                   help="print a chunk's parse error on stdout instead of its module and go on "
+                        "(as xdsl-opt)")
+    p.add_argument("--print-op-generic", action="store_true", help="print MLIR's generic form")
+    p.add_argument("--print-debuginfo", action="store_true", help="print each op's loc(...)")
+    p.add_argument("--explain", action="store_true",
+                   help="every Lamina pass explains its decisions on stderr")
+    p.add_argument("--time-passes", "--mlir-timing", dest="time_passes", action="store_true",
+                   help="print the wall time of parsing, verifying, each pass and printing "
+                        "(MLIR's execution time report) on stderr")
+    p.add_argument("--print-between-passes", "--mlir-print-ir-after-all", dest="print_ir",
+                   action="store_true", help="print the IR after each pass on stderr")
+    p.add_argument("--disable-verify", dest="verify_each", action="store_false",
+                   help="do not verify the output of each pass (the input is still verified); "
+                        "the same as --verify-each=false")
+    p.add_argument("--verify-each", dest="verify_each", type=_bool, metavar="BOOL",
+                   help="verify the module after each pass (default true)")
+    p.set_defaults(verify_each=True)
+    return p
+
+
+class Timing:
+    """Wall time per step, accumulated over the chunks, printed in the layout of MLIR's
+    `--mlir-timing` report (`mlir/lib/Support/Timing.cpp`, text output, wall time only)."""
+
+    TITLE = "... Execution time report ..."
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.rows: dict[tuple[str, int], list[Any]] = {}  # key -> [label, seconds]
+
+    def add(self, key: tuple[str, int], label: str, seconds: float) -> None:
+        self.rows.setdefault(key, [label, 0.0])[1] += seconds
+
+    def report(self) -> str:
+        total = time.perf_counter() - self.start
+        rule = "===" + "-" * 73 + "==="
+        lines = [rule, " " * ((80 - len(self.TITLE)) // 2) + self.TITLE, rule,
+                 f"  Total Execution Time: {total:.4f} seconds", "",
+                 "  ----Wall Time----  ----Name----"]
+        rows = [(label, seconds) for label, seconds in self.rows.values()]
+        rest = max(0.0, total - sum(s for _, s in rows))
+        for label, seconds in [*rows, ("Rest", rest), ("Total", total)]:
+            share = 100.0 * seconds / total if total > 0 else 0.0
+            lines.append(f"  {seconds:8.4f} ({share:5.1f}%)  {label}")
+        return "\n".join(lines) + "\n"
+
+
+def dump_header(p: ModulePass) -> str:
+    """MLIR's `--mlir-print-ir-after-all` header: the pass's class name, then its pipeline name."""
+    return f"// -----// IR Dump After {type(p).__name__} ({p.name}) //----- //"
+
+
+class OptRun:
+    """One `lamina-opt` invocation: the chunks of one input through one pipeline."""
+
+    def __init__(self, args: argparse.Namespace, err: TextIO) -> None:
+        self.args = args
+        self.err = err
+        self.timing = Timing() if args.time_passes else None
         self.ctx = make_context()
 
-    def register_all_passes(self) -> None:
-        for name, factory in available_passes().items():
-            self.register_pass(name, factory)
-
-    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
-        super().register_all_arguments(arg_parser)
-        # xDSLOptMain builds its parser itself; make its usage errors one-line diagnostics
-        # (`lamina-opt: error: ...`, exit 1) instead of argparse's usage block and exit 2.
-        arg_parser.prog = "lamina-opt"
-        arg_parser.error = _usage_error  # type: ignore[method-assign]
-        arg_parser.add_argument("--explain", action="store_true",
-                                help="every Lamina pass explains its decisions on stderr")
-
-    def setup_pipeline(self) -> None:
-        # Built lazily in `run`, where errors become diagnostics.
-        pass
-
-    def run(self) -> None:  # type: ignore[override]
-        passes = build_pipeline(self.args.passes, explain=self.args.explain)
-        source, display = read_source(self.args.input_file or "-")
-        chunks = split_chunks(source) if self.args.split_input_file else [(source, 0)]
-        out = io.StringIO()
-        for i, (chunk, offset) in enumerate(chunks):
-            if i > 0:
-                out.write(SPLIT_MARKER + "\n")
-            try:
-                module = parse_text(chunk, display, self.ctx, offset)
-            except LaminaError as e:
-                if self.args.parsing_diagnostics:
-                    out.write(e.render() + "\n")
-                    continue
-                raise
-            try:
-                verify(module)
-                run_pipeline(self.ctx, module, passes)
-            except LaminaError as e:
-                if self.args.verify_diagnostics:
-                    out.write(e.render() + "\n")
-                    continue
-                raise
-            out.write(self.print_module(module))
-        if self.args.output_file:
-            write_text_atomic(self.args.output_file, out.getvalue())
-        else:
-            sys.stdout.write(out.getvalue())
+    def _timed(self, key: tuple[str, int], label: str, step: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            return step()
+        finally:
+            if self.timing is not None:
+                self.timing.add(key, label, time.perf_counter() - start)
 
     def print_module(self, module: ModuleOp) -> str:
-        buf = io.StringIO()
-        printer = Printer(stream=buf, print_generic_format=self.args.print_op_generic,
-                          print_debuginfo=self.args.print_debuginfo)
-        printer.print_op(module)
-        buf.write("\n")
-        return buf.getvalue()
+        return OUTPUT_TARGETS[self.args.target](module, self.args.print_op_generic,
+                                                self.args.print_debuginfo)
 
+    def after_pass(self, run: PassRun) -> None:
+        if self.timing is not None:
+            self.timing.add(("pass", run.index), run.pass_.name, run.seconds)
+            if run.verify_seconds is not None:
+                self.timing.add(("verify", run.index), "Verifier", run.verify_seconds)
+        if self.args.print_ir:
+            self.err.write(f"{dump_header(run.pass_)}\n{self.print_module(run.module)}\n")
 
-def _usage_error(message: str) -> NoReturn:
-    raise UsageError("lamina-opt", message)
+    def parse(self, chunk: str, offset: int, name: str) -> ModuleOp:
+        return self._timed(("parser", 0), "Parser",
+                           lambda: parse_text(chunk, name, self.ctx, offset))
+
+    def transform(self, module: ModuleOp, passes: list[ModulePass]) -> str:
+        """Verify, transform and print one parsed chunk; LaminaError on the first problem."""
+        self._timed(("verify", -1), "Verifier", lambda: verify(module))
+        run_pipeline(self.ctx, module, passes, verify_each=self.args.verify_each,
+                     observer=self.after_pass)
+        return self._timed(("output", 0), "Output", lambda: self.print_module(module))
+
+    def chunk(self, chunk: str, offset: int, name: str, passes: list[ModulePass]
+              ) -> tuple[str, list[Diagnostic]]:
+        """One chunk's output, and under --verify-diagnostics the mismatches with its
+        annotations."""
+        if not self.args.verify_diagnostics:
+            try:
+                module = self.parse(chunk, offset, name)
+            except LaminaError as e:
+                if not self.args.parsing_diagnostics:
+                    raise
+                return e.render(excerpts=True) + "\n", []
+            return self.transform(module, passes), []
+        expectations, failures = parse_expectations(chunk, name, offset)
+        produced: list[Diagnostic] = []
+        output = ""
+        try:
+            output = self.transform(self.parse(chunk, offset, name), passes)
+        except LaminaError as e:
+            produced = diagnostics_of(e)
+        return output, failures + check(produced, expectations, name)
+
+    def run(self) -> int:
+        passes = build_pipeline(self.args.passes, explain=self.args.explain)
+        source, name = read_source(self.args.input_file)
+        chunks = split_chunks(source) if self.args.split_input_file else [(source, 0)]
+        outputs: list[str] = []
+        failures: list[Diagnostic] = []
+        for chunk, offset in chunks:
+            output, failed = self.chunk(chunk, offset, name, passes)
+            outputs.append(output)
+            failures += failed
+        for f in failures:
+            print("\n".join(format_diagnostic(f.loc, f.kind, f.message)), file=self.err)
+        if failures:
+            return 1
+        text = (SPLIT_MARKER + "\n").join(outputs)
+        if self.args.output_file:
+            write_text_atomic(self.args.output_file, text)
+        else:
+            sys.stdout.write(text)
+        return 0
 
 
 def split_chunks(source: str) -> list[tuple[str, int]]:
@@ -112,18 +268,22 @@ def split_chunks(source: str) -> list[tuple[str, int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    session: OptRun | None = None
     try:
-        LaminaOptMain(argv).run()
-    except SystemExit as e:  # argparse: usage errors exit 1 like every other error
-        code = e.code if isinstance(e.code, int) else 1
-        return 1 if code else 0
+        args = arg_parser().parse_args(argv)
+        session = OptRun(args, sys.stderr)
+        return session.run()
+    except SystemExit as e:  # --help and --version
+        return e.code if isinstance(e.code, int) else 0
+    except KeyboardInterrupt:
+        return 130
     except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
-        if isinstance(e, KeyboardInterrupt):
-            return 130
         if os.environ.get("LAMINA_TRACEBACK") and not isinstance(e, LaminaError):
             raise
         return report(e)
-    return 0
+    finally:
+        if session is not None and session.timing is not None:
+            sys.stderr.write(session.timing.report())
 
 
 if __name__ == "__main__":
