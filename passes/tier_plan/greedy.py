@@ -69,6 +69,8 @@ class _State:
         self.log: list[_Undo] | None = None     # undo log while a local-search try runs
         self.touched: set[tuple[int, int]] = set()
         self.vcost = [0.0] * len(prob.values)
+        self.total = 0.0   # sum of vcost, kept up to date so cost() is O(1)
+        self.exposed = 0   # how many values have a nonzero vcost
         # per step, the gaps that hold their value in HBM there without needing it: the victims
         self.covering: list[list[tuple[int, int]]] = [[] for _ in range(K + 1)]
         for vi, v in enumerate(prob.values):
@@ -84,9 +86,15 @@ class _State:
                 self._occupy(vi, v.home, 1)
                 g = self.gaps[vi][0]
                 self._set(vi, 0, g.b + 1 if g.tail else 0)
-                self.vcost[vi] = self.value_cost(vi)
+                self._recost(vi)
 
     # -- bookkeeping --
+    def _recost(self, vi: int) -> None:
+        new, old = self.value_cost(vi), self.vcost[vi]
+        self.total += new - old
+        self.exposed += (new != 0.0) - (old != 0.0)
+        self.vcost[vi] = new
+
     def _span(self, vi: int) -> range:
         """The steps the value's offload copy occupies its tier."""
         v = self.prob.values[vi]
@@ -119,7 +127,7 @@ class _State:
             self.log.append((vi, gi, self.pre[vi][gi], self.tier[vi]))
         self.pre[vi][gi] = p
         self.touched.add((vi, gi))
-        self.vcost[vi] = self.value_cost(vi)
+        self._recost(vi)
 
     def _retier(self, vi: int, t: str | None) -> None:
         had = self.tier[vi]
@@ -132,7 +140,7 @@ class _State:
         if t is not None:
             self._occupy(vi, t, 1)
         self.tier[vi] = t
-        self.vcost[vi] = self.value_cost(vi)
+        self._recost(vi)
 
     # -- trial changes: a local-search try runs between begin() and commit() or rollback() --
     def begin(self) -> None:
@@ -180,7 +188,8 @@ class _State:
                             self.gaps[vi], pre)
 
     def cost(self) -> float:
-        return sum(self.vcost)
+        """The plan's exposed transfer time; exactly 0 when no value's transfer is exposed."""
+        return self.total if self.exposed else 0.0
 
     def lowest_p(self, vi: int, gi: int) -> int:
         """The earliest prefetch point of an offloaded gap (see `problem`: a + 2, or 0 for an
@@ -297,6 +306,8 @@ def _local_search(st: _State, rounds: int = 3, rule: str = "cost") -> None:
     """Step 3, while it improves (at most `rounds` passes): the keep moves (`_keep_moves`), then the
     offload moves (`_offload_moves`)."""
     for _ in range(rounds):
+        if st.cost() <= 0.0:   # nothing is exposed: no move can make the plan cheaper
+            break
         improved = _keep_moves(st, rule)
         improved |= _offload_moves(st)
         if not improved:
@@ -357,10 +368,7 @@ def _offload_moves(st: _State) -> bool:
         for gi, g in enumerate(st.gaps[vi]):
             if st.pre[vi][gi] is not None or g.tail or g.b - g.a < 3:
                 continue
-            lo = st.lowest_p(vi, gi)
-            q = lo
-            while q + 1 <= g.b and prob.window(q + 1, g.b) >= v.size / bw:
-                q += 1
+            q = _latest_hidden(prob, st.lowest_p(vi, gi), g.b, v.size / bw)
             if q <= g.a + 1 or q > g.b:
                 continue
             st.begin()
@@ -381,6 +389,20 @@ def _offload_moves(st: _State) -> bool:
             else:
                 st.rollback()
     return improved
+
+
+def _latest_hidden(prob: Problem, lo: int, b: int, seconds: float) -> int:
+    """The largest q >= lo with q == lo or window(q, b) >= seconds (the latest prefetch point
+    that still hides a transfer of `seconds` before step b); the window shrinks as q grows, so
+    a binary search finds it in O(log(b - lo))."""
+    q, hi = lo, b
+    while q < hi:
+        mid = (q + hi + 1) // 2
+        if prob.window(mid, b) >= seconds:
+            q = mid
+        else:
+            hi = mid - 1
+    return q
 
 
 def solve_greedy(prob: Problem) -> Plan:
