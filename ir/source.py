@@ -16,12 +16,12 @@ import sys
 from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error
 from lamina.ir.lamina import Lamina
 from lamina.ir.placement import placement_problem
+from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
 from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
 from xdsl.dialects.func import Func, FuncOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
-from xdsl.parser import Parser
 from xdsl.parser.core import UnresolvedOperand
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
@@ -36,7 +36,7 @@ def make_context() -> Context:
     return ctx
 
 
-class LocatedParser(Parser):
+class LocatedParser(RobustParser):
     """A parser that records each op's `file:line:col` as its location.
 
     `line_offset` shifts reported lines, for chunks of a `--split-input-file` input.
@@ -107,11 +107,15 @@ class LocatedParser(Parser):
 def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = None,
                line_offset: int = 0) -> ModuleOp:
     """Parse a module; a malformed program raises `LaminaError` with its position."""
-    parser = LocatedParser(ctx or make_context(), text, name, line_offset)
     try:
-        return parser.parse_module()
+        parser = LocatedParser(ctx or make_context(), text, name, line_offset)  # lexes a token
+        try:
+            return parser.parse_module()
+        except RecursionError:
+            raise nesting_error(parser) from None
     except ParseError as e:
         e.span = dataclasses.replace(e.span, line_offset=line_offset)
+        e.msg = shorten_message(e.msg)
         raise from_parse_error(e) from None
 
 
