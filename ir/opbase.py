@@ -23,7 +23,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 from lamina.ir import memory as _memory
-from lamina.ir.dtypes import element_name, to_storage
+from lamina.ir.dtypes import ITEMSIZE, element_name, to_storage
 from lamina.ir.literals import echo
 from lamina.ir.optable import AttrKind, AttrSpec, OpInfo
 from lamina.ir.placement import placement_problem, sharding_problem
@@ -171,13 +171,22 @@ def tensor_info(t: Attribute) -> TensorInfo:
     return TensorInfo(tuple(t.get_shape()), dtype)
 
 
-def _type_problem(t: Attribute) -> str | None:
+# NumPy's limit on array rank: a higher-rank tensor cannot be run, so the verifier refuses it.
+MAX_RANK = 64
+
+
+def type_problem(t: Attribute) -> str | None:
+    """Why `t` is not a tensor type Lamina can compute with (any placement aside), or None."""
     if not isinstance(t, TensorType):
         return f"expected a tensor type, got {t}"
     if element_name(t.element_type) is None:
         return f"unsupported element type {t.element_type} (use f16, bf16, f32, f64, i1, i32, i64)"
     if any(d < 0 for d in t.get_shape()):
         return f"dynamic shapes are not supported: {t}"
+    if len(t.get_shape()) > MAX_RANK:
+        return f"rank {len(t.get_shape())} is more than the {MAX_RANK} dimensions Lamina supports"
+    if math.prod(t.get_shape()) * ITEMSIZE[element_name(t.element_type) or "f64"] >= 1 << 63:
+        return "tensor type is larger than 2**63 bytes, more than any device can address"
     return None
 
 
@@ -219,7 +228,7 @@ class LaminaOp(IRDLOperation):
     def verify_(self) -> None:
         name = self.name
         for v in (*self.operands, *self.results):
-            if (problem := _type_problem(v.type) or placement_problem(v.type, self)) is not None:
+            if (problem := type_problem(v.type) or placement_problem(v.type, self)) is not None:
                 raise VerifyException(f"{name}: {problem}")
         if (problem := _memory.tier_problem(self)) is not None:
             raise VerifyException(problem)

@@ -12,9 +12,11 @@ import bisect
 import dataclasses
 import re
 import sys
+from collections.abc import Callable
 
-from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error
+from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error, op_loc
 from lamina.ir.lamina import Lamina
+from lamina.ir.opbase import type_problem
 from lamina.ir.placement import placement_problem
 from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
 from xdsl.context import Context
@@ -23,6 +25,7 @@ from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, St
 from xdsl.dialects.func import Func, FuncOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.parser.core import UnresolvedOperand
+from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
@@ -122,23 +125,70 @@ def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = N
 def verify(module: Operation) -> None:
     """Verify every op, innermost first; the first failure raises `LaminaError` at its op."""
     positions: dict[Block, dict[Operation, int]] = {}
+    funcs: list[FuncOp] = []
     for op in module.walk(reverse=False):
-        try:
+        _verify_op(op)
+        if isinstance(op, FuncOp):
+            funcs.append(op)
+        for i, v in enumerate(op.operands):
+            if not _dominates(v, op, positions):
+                raise error_at(op, f"{op.name}: operand #{i} does not dominate this use")
+    # after the ops, so that a bad type is reported at the op that uses it, where there is one
+    for func in funcs:
+        _verify_op(func, _check_signature)
+
+
+def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None) -> None:
+    """Run `check` (default: the op's own verifier and Lamina's extra rules) on `op`, turning a
+    failure into a `LaminaError` at the op."""
+    try:
+        if check is not None:
+            check(op)
+        else:
+            _check_symbols(op)
             op.verify(verify_nested_ops=False)
             if isinstance(op, FuncOp):
                 for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
                     if (problem := placement_problem(t, op)) is not None:
                         raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
-        except (VerifyException, DiagnosticException) as e:
-            # xDSL puts the reason on the lines after "operand 'x' ... does not verify:"
-            message = " ".join(line.strip() for line in str(e).strip().splitlines()) \
-                or type(e).__name__
-            if not message.startswith(op.name):
-                message = f"{op.name}: {message}"
-            raise error_at(op, message) from None
-        for i, v in enumerate(op.operands):
-            if not _dominates(v, op, positions):
-                raise error_at(op, f"{op.name}: operand #{i} does not dominate this use")
+    except (VerifyException, DiagnosticException) as e:
+        # xDSL puts the reason on the lines after "operand 'x' ... does not verify:"
+        message = " ".join(line.strip() for line in str(e).strip().splitlines()) \
+            or type(e).__name__
+        if not message.startswith(op.name):
+            message = f"{op.name}: {message}"
+        raise error_at(op, shorten_message(message)) from None
+
+
+def _check_symbols(op: Operation) -> None:
+    """A symbol defined twice in one symbol table is an error at the second definition with a
+    note at the first (xDSL's module verifier names neither)."""
+    if not op.has_trait(SymbolTable):
+        return
+    seen: dict[str, Operation] = {}
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.ops:
+                name = child.properties.get("sym_name") or child.attributes.get("sym_name")
+                if not isinstance(name, StringAttr):
+                    continue
+                first = seen.setdefault(name.data, child)
+                if first is not child:
+                    where = op_loc(first)
+                    raise error_at(child, f"redefinition of symbol named '{name.data}'",
+                                   (f"{where}: see existing symbol definition here" if where
+                                    else "see the existing symbol definition",))
+
+
+def _check_signature(op: Operation) -> None:
+    """Function arguments and results are tensors Lamina can run: what the backends feed in and
+    read out (a tuple argument otherwise passed the verifier and failed in the runner)."""
+    assert isinstance(op, FuncOp)
+    for kind, types in (("argument", op.function_type.inputs.data),
+                        ("result", op.function_type.outputs.data)):
+        for i, t in enumerate(types):
+            if (problem := type_problem(t)) is not None:
+                raise VerifyException(f"func.func @{op.sym_name.data}: {kind} #{i}: {problem}")
 
 
 def _dominates(value: SSAValue, user: Operation, positions: dict[Block, dict[Operation, int]]) -> bool:
