@@ -223,10 +223,11 @@ def _structural_rows() -> list[OpInfo]:
                    (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
                    fm.constant, Fusion.SOURCE, NONE, sh.Replicated(), per_output(0),
                    arith=False, launches_kernel=False)]
-    for name, fn, lin, combine in (("reduce_sum", "sum", Linearity.ADDITIVE, "sum"),
-                                   ("reduce_mean", "mean", Linearity.ADDITIVE, None),
-                                   ("reduce_max", "max", NONE, "max")):
-        rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, shapes.reduce,
+    for name, fn, lin, combine, rule in (
+            ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", shapes.reduce),
+            ("reduce_mean", "mean", Linearity.ADDITIVE, None, shapes.reduce_nonempty("mean")),
+            ("reduce_max", "max", NONE, "max", shapes.reduce_nonempty("max"))):
+        rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, rule,
                            fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
                            per_input(1), (0,) if lin != NONE else ()))
     rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "

@@ -9,7 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.opbase import MAX_RANK
 from lamina.ir.placement import MAX_MESH_DEVICES
@@ -160,6 +163,38 @@ def test_duplicate_function_name_points_at_both_definitions() -> None:
     assert err.message == "redefinition of symbol named 'f'"
     assert err.loc is not None and (err.loc.line, err.loc.col) == (5, 1)
     assert err.notes == ("t.mlir:1:1: see existing symbol definition here",)
+
+
+# ---- reductions over no elements -----------------------------------------------------------------
+
+EMPTY_ARG = "%x: tensor<0x4xf32>"
+
+
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_mean"])
+def test_reduction_without_identity_over_an_empty_axis_is_refused(op: str) -> None:
+    err = error(func(f"%0 = lamina.{op} %x {{axes = array<i64: 0>}} : (tensor<0x4xf32>) -> "
+                     "tensor<4xf32>", EMPTY_ARG))
+    what = op.removeprefix("reduce_")
+    assert err.message == (f"lamina.{op}: reduction axis 0 has size 0: the {what} of no elements "
+                           "is undefined (only reduce_sum is defined there, as 0)")
+    assert err.loc is not None and (err.loc.line, err.loc.col) == (2, 3)
+
+
+def test_defined_reductions_over_no_elements_run() -> None:
+    text = """\
+func.func @f(%x: tensor<0x4xf32>) -> (tensor<4xf32>, tensor<0xf32>, tensor<0x4xf32>) {
+  %0 = lamina.reduce_sum %x {axes = array<i64: 0>} : (tensor<0x4xf32>) -> tensor<4xf32>
+  %1 = lamina.reduce_max %x {axes = array<i64: 1>} : (tensor<0x4xf32>) -> tensor<0xf32>
+  %2 = lamina.softmax %x {axis = 0 : i64} : tensor<0x4xf32>
+  %3 = lamina.layernorm %2 {axis = 0 : i64} : tensor<0x4xf32>
+  func.return %0, %1, %3 : tensor<4xf32>, tensor<0xf32>, tensor<0x4xf32>
+}
+"""
+    m = module(text)
+    with np.errstate(all="raise"):
+        s, mx, sm = run_function(find_entry(m, None), [np.zeros((0, 4), np.float32)]).outputs
+    np.testing.assert_array_equal(s, np.zeros(4, np.float32))
+    assert mx.shape == (0,) and sm.shape == (0, 4)
 
 
 # ---- messages stay short -------------------------------------------------------------------------

@@ -237,8 +237,11 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
             else:
                 # whole: runs once per kernel
                 call = Call(o.attr_values(), o.operand_infos(), tensor_info(o.results[0].type))
-                env[o.results[0]] = kernel(o.info)([None if v is None else env[v] for v in slots],
-                                                  call)
+                if _prod(call.result.shape) == 0:  # nothing to compute (NumPy fails on empty axes)
+                    env[o.results[0]] = np.zeros(call.result.shape, STORAGE[call.result.dtype])
+                else:
+                    env[o.results[0]] = kernel(o.info)(
+                        [None if v is None else env[v] for v in slots], call)
                 whole_ops.append(o)
                 steps.append(_Step(o, (), call, [("whole", None)]))
 

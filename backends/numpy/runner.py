@@ -12,6 +12,7 @@ with (`lamina.backends.interface.RunOptions`), so no setting lives in a module g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -76,7 +77,11 @@ def run_table_op(op: LaminaOp, args: list[np.ndarray | None], ctx: RunContext) -
     stats = ctx.stats
     call = make_call(op)
     info = op.info
-    out = kernel(info)(args, call)
+    if math.prod(call.result.shape) == 0:
+        # nothing to compute, and NumPy's reductions fail on empty axes (softmax, norms over one)
+        out = np.zeros(call.result.shape, STORAGE[call.result.dtype])
+    else:
+        out = kernel(info)(args, call)
     if out.shape != call.result.shape:
         raise error_at(op, f"{op.name}: kernel produced shape {out.shape}, type says "
                        f"{call.result.shape} (interpreter bug)")
