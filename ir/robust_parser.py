@@ -23,6 +23,7 @@ from lamina.ir.literals import echo, parse_dense, parse_scalar_attr
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     AnyDenseElement,
+    DenseArrayBase,
     DenseIntOrFPElementsAttr,
     FloatAttr,
     IntegerAttr,
@@ -60,6 +61,18 @@ class RobustParser(Parser):
 
     def parse_optional_builtin_int_or_float_attr(self) -> IntegerAttr | FloatAttr | None:
         return parse_scalar_attr(self)
+
+    def _parse_builtin_densearray_attr(self) -> DenseArrayBase | None:
+        # `array<f32: 1.0e39>` and `array<f128: ...>` fail inside xDSL's packing, unpositioned
+        start = self.pos
+        try:
+            return super()._parse_builtin_densearray_attr()
+        except OverflowError:
+            self.raise_error("array literal: a value is out of range for its element type",
+                             start, self.pos)
+        except NotImplementedError:
+            self.raise_error("array literal: its element type cannot be stored (use i1, i32, "
+                             "i64, f16, f32 or f64)", start, self.pos)
 
     def parse_optional_region(self, arguments: Iterable[Parser.Argument] | None = None) -> Region | None:
         if self._region_depth >= MAX_REGION_DEPTH:

@@ -176,6 +176,20 @@ def test_scalar_attribute_out_of_range_is_positioned(attrs: str, message: str) -
     assert err.loc.col > 3  # at the literal, not at the op
 
 
+@pytest.mark.parametrize("array, message", [
+    ("array<f32: 1.0, 1.0e39>", "array literal: a value is out of range for its element type"),
+    ("array<f16: 7.0e4>", "array literal: a value is out of range for its element type"),
+    ("array<f128: 1.0>", "array literal: its element type cannot be stored"),
+])
+def test_array_attribute_out_of_range_is_positioned(array: str, message: str) -> None:
+    text = ("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+            f"  %0 = lamina.neg %x {{a.b = {array}}} : tensor<4xf32>\n"
+            "  func.return %0 : tensor<4xf32>\n}\n")
+    err = error(text)
+    assert err.message.startswith(message)
+    assert err.loc is not None and (err.loc.line, err.loc.col) == at(text, "<", "array")
+
+
 def test_hex_float_attribute_is_a_bit_pattern() -> None:
     text = ("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
             "  %0 = lamina.dropout %x {rate = 0x3FB999999999999A : f64, seed = 1 : i64} : "
