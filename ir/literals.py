@@ -63,7 +63,7 @@ _FLOATS: dict[type, tuple[int, str, str]] = {
 
 
 def echo(text: str, limit: int = MAX_ECHO) -> str:
-    """`text` for a message: whole when short, else its ends around the number of characters."""
+    """`text` as a message quotes it: whole when short, else its two ends and its length."""
     if len(text) <= limit:
         return text
     keep = max(limit // 2 - 4, 4)
