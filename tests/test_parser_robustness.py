@@ -197,6 +197,40 @@ func.func @f(%x: tensor<0x4xf32>) -> (tensor<4xf32>, tensor<0xf32>, tensor<0x4xf
     assert mx.shape == (0,) and sm.shape == (0, 4)
 
 
+EMPTY_ROWS = """\
+func.func @f(%x: tensor<4x0xf32>) -> (tensor<4x0xf32>, tensor<4xf32>) {
+  %0 = lamina.exp %x : tensor<4x0xf32>
+  %1 = lamina.softmax %0 {axis = 1 : i64} : tensor<4x0xf32>
+  %2 = lamina.layernorm %1 {axis = 1 : i64} : tensor<4x0xf32>
+  %3 = lamina.reduce_sum %2 {axes = array<i64: 1>} : (tensor<4x0xf32>) -> tensor<4xf32>
+  func.return %2, %3 : tensor<4x0xf32>, tensor<4xf32>
+}
+"""
+
+EMPTY_PLACED = """\
+lamina.mesh @m [data = 2]
+func.func @f(%x: tensor<0x4xf32, #lamina.place<@m, [[], [data]]>>) -> tensor<0x4xf32, #lamina.place<@m, [[], [data]]>> {
+  %0 = lamina.softmax %x {axis = 0 : i64} : tensor<0x4xf32, #lamina.place<@m, [[], [data]]>>
+  func.return %0 : tensor<0x4xf32, #lamina.place<@m, [[], [data]]>>
+}
+"""
+
+
+@pytest.mark.parametrize("text, pipeline, outputs", [
+    (EMPTY_ROWS, "fuse-elementwise", 2),                # tiled rows of a fused kernel
+    (EMPTY_ROWS, "fuse-elementwise,annotate-lifetimes,assign-memory-tiers{target=tiny}", 2),
+    (EMPTY_PLACED, "", 1),                              # every device of a mesh
+])
+def test_empty_results_run_fused_and_placed(text: str, pipeline: str, outputs: int,
+                                            tmp_path: Path) -> None:
+    src = tmp_path / "in.mlir"
+    src.write_text(text)
+    res = subprocess.run([str(OPT.parent / "lamina-run"), str(src), "-p", pipeline, "--check"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count(": ok shape") == outputs, res.stdout
+
+
 # ---- messages stay short -------------------------------------------------------------------------
 
 def test_long_input_is_not_echoed_in_messages() -> None:

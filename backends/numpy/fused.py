@@ -39,7 +39,12 @@ import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
 from lamina.backends.interface import RunOptions
 from lamina.backends.numpy.kernels import kernel
-from lamina.backends.numpy.runner import RunContext, device_nbytes, register_op_runner
+from lamina.backends.numpy.runner import (
+    RunContext,
+    device_nbytes,
+    register_op_runner,
+    run_kernel,
+)
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Block, Call
@@ -237,11 +242,8 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
             else:
                 # whole: runs once per kernel
                 call = Call(o.attr_values(), o.operand_infos(), tensor_info(o.results[0].type))
-                if _prod(call.result.shape) == 0:  # nothing to compute (NumPy fails on empty axes)
-                    env[o.results[0]] = np.zeros(call.result.shape, STORAGE[call.result.dtype])
-                else:
-                    env[o.results[0]] = kernel(o.info)(
-                        [None if v is None else env[v] for v in slots], call)
+                env[o.results[0]] = run_kernel(o.info, [None if v is None else env[v]
+                                                        for v in slots], call)
                 whole_ops.append(o)
                 steps.append(_Step(o, (), call, [("whole", None)]))
 
@@ -417,6 +419,8 @@ def _generic(o: LaminaOp, st: _Step, xs: list[np.ndarray | None], r0: int, tr: i
              rows: int, nl: int) -> np.ndarray:
     call = st.call
     tile_shape = (tr,) + st.tail
+    if _prod(tile_shape) == 0:  # nothing to compute; NumPy's reductions fail on an empty axis
+        return np.zeros(tile_shape, STORAGE[call.result.dtype])
     if o.info.fusion != Fusion.REDUCTION:
         if o.info.fusion == Fusion.BROADCAST:
             x = xs[0]
