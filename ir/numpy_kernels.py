@@ -196,6 +196,8 @@ def layernorm_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | N
     plans: dict[tuple[int, ...], tuple[tuple[int, ...], int, np.ndarray, np.ndarray]] = {}
 
     def run(xs: list[Any], out: np.ndarray, r0: int, tr: int) -> None:
+        if out.size == 0:   # rows of no elements: nothing to normalize
+            return
         x = xs[0]
         scale = xs[1] if len(xs) > 1 else None
         bias = xs[2] if len(xs) > 2 else None

@@ -16,12 +16,15 @@ attributes for IRDL and points at its table row (`INFO`), and everything else co
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import numpy as np
 from lamina.ir import memory as _memory
-from lamina.ir.dtypes import element_name, to_storage
+from lamina.ir.dtypes import ITEMSIZE, element_name, to_storage
+from lamina.ir.literals import echo
 from lamina.ir.optable import AttrKind, AttrSpec, OpInfo
 from lamina.ir.placement import placement_problem, sharding_problem
 from lamina.ir.shapes import ShapeError, TensorInfo, TensorLiteral
@@ -33,6 +36,7 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     IntegerAttr,
     IntegerType,
+    NoneAttr,
     StringAttr,
     TensorType,
     f64,
@@ -48,7 +52,7 @@ from xdsl.irdl import (
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.traits import Pure
-from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.exceptions import ParseError, VerifyException
 
 SEGMENTS = "operandSegmentSizes"
 
@@ -56,17 +60,35 @@ SEGMENTS = "operandSegmentSizes"
 # ---- attributes <-> Python values ----------------------------------------------------------------
 
 def dense_to_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
-    """The NumPy array (storage dtype) held by a dense elements attribute."""
+    """The NumPy array (storage dtype) held by a dense elements attribute.
+
+    Read from the attribute's bytes, so bit patterns (NaN payloads, -0.0) survive; data of one
+    element under a larger type is a splat (`lamina.ir.dense_literal` keeps splats that way)."""
     dtype = element_name(attr.get_element_type())
     assert dtype is not None
     shape = tuple(attr.get_shape())
-    values = attr.get_values()
-    if attr.is_splat() and len(values) == 1:
-        arr = np.full(shape, values[0], dtype=np.float64 if dtype.startswith(("f", "b"))
-                      else np.int64)
+    flat = _decode(attr.data.data, dtype)
+    if flat.size == 1 and math.prod(shape) != 1:
+        arr = np.full(shape, flat[0], dtype=flat.dtype)
     else:
-        arr = np.asarray(values).reshape(shape)
+        arr = flat.reshape(shape)
     return to_storage(arr, dtype)
+
+
+# Little-endian element layouts of xDSL's dense data, per Lamina element type (i1 is one signed
+# byte per element, bf16 the high half of an f32).
+_LAYOUT = {"f16": "<f2", "f32": "<f4", "f64": "<f8", "i32": "<i4", "i64": "<i8", "i1": "i1",
+           "bf16": "<u2"}
+
+
+def _decode(data: bytes, dtype: str) -> np.ndarray:
+    """The elements stored in `data` as a flat, writable array."""
+    flat = np.frombuffer(data, dtype=np.dtype(_LAYOUT[dtype]))
+    if dtype == "bf16":
+        return (flat.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if dtype == "i1":
+        return flat != 0
+    return flat.copy()
 
 
 def attr_value(spec: AttrSpec, attr: Attribute | None) -> Any:
@@ -131,9 +153,14 @@ def _check_attr(spec: AttrSpec, attr: Attribute) -> str | None:
             ok = isinstance(attr, DenseArrayBase) and isinstance(attr.elt_type, IntegerType)
             want = "an integer array like array<i64: 0, 1>"
         case AttrKind.DENSE:
-            ok = isinstance(attr, DenseIntOrFPElementsAttr) and \
-                element_name(attr.get_element_type()) is not None
+            value_type = attr.get_type() if isinstance(attr, DenseIntOrFPElementsAttr) else None
+            ok = isinstance(value_type, TensorType) and \
+                element_name(value_type.get_element_type()) is not None
             want = "a dense<...> tensor literal of a supported element type"
+            if isinstance(value_type, TensorType) and ok \
+                    and not isinstance(value_type.encoding, NoneAttr):
+                return (f"attribute '{spec.name}' must have a type without encoding (a "
+                        f"placement belongs in the result type), got {value_type}")
     return None if ok else f"attribute '{spec.name}' must be {want}, got {attr}"
 
 
@@ -144,13 +171,22 @@ def tensor_info(t: Attribute) -> TensorInfo:
     return TensorInfo(tuple(t.get_shape()), dtype)
 
 
-def _type_problem(t: Attribute) -> str | None:
+# NumPy's limit on array rank: a higher-rank tensor cannot be run, so the verifier refuses it.
+MAX_RANK = 64
+
+
+def type_problem(t: Attribute) -> str | None:
+    """Why `t` is not a tensor type Lamina can compute with (any placement aside), or None."""
     if not isinstance(t, TensorType):
         return f"expected a tensor type, got {t}"
     if element_name(t.element_type) is None:
         return f"unsupported element type {t.element_type} (use f16, bf16, f32, f64, i1, i32, i64)"
     if any(d < 0 for d in t.get_shape()):
         return f"dynamic shapes are not supported: {t}"
+    if len(t.get_shape()) > MAX_RANK:
+        return f"rank {len(t.get_shape())} is more than the {MAX_RANK} dimensions Lamina supports"
+    if math.prod(t.get_shape()) * ITEMSIZE[element_name(t.element_type) or "f64"] >= 1 << 63:
+        return "tensor type is larger than 2**63 bytes, more than any device can address"
     return None
 
 
@@ -192,7 +228,7 @@ class LaminaOp(IRDLOperation):
     def verify_(self) -> None:
         name = self.name
         for v in (*self.operands, *self.results):
-            if (problem := _type_problem(v.type) or placement_problem(v.type, self)) is not None:
+            if (problem := type_problem(v.type) or placement_problem(v.type, self)) is not None:
                 raise VerifyException(f"{name}: {problem}")
         if (problem := _memory.tier_problem(self)) is not None:
             raise VerifyException(problem)
@@ -230,8 +266,7 @@ class LaminaOp(IRDLOperation):
     # -- custom syntax --
     def print(self, printer: Printer) -> None:
         if self.info.name == "constant":
-            printer.print_string(" ")
-            printer.print_attribute(self.properties["value"])
+            _print_constant(printer, self.properties["value"], self.results[0].type)
             return
         positional: list[SSAValue] = []
         keyword: list[tuple[str, SSAValue]] = []
@@ -268,12 +303,8 @@ class LaminaOp(IRDLOperation):
     def parse(cls, parser: Parser) -> LaminaOp:
         info = cls.INFO
         if info.name == "constant":
-            start = parser.pos
-            value = parser.parse_attribute()
-            if not isinstance(value, DenseIntOrFPElementsAttr):
-                parser.raise_error(f"lamina.constant expects a dense<...> literal, got {value}",
-                                   at_position=start, end_position=parser.pos)
-            return cls.build(properties={"value": value}, result_types=[value.get_type()])
+            value, result = _parse_constant(parser)
+            return cls.build(properties={"value": value}, result_types=[result])
         pos = parser.pos
         positional: list[UnresolvedOperand] = []
         first = parser.parse_optional_unresolved_operand()
@@ -340,6 +371,48 @@ class LaminaOp(IRDLOperation):
                                    f"{', '.join(sorted(known)) or 'none'})", at_position=pos)
         return cls.build(operands=groups, properties=props, attributes=discardable,
                          result_types=[result])
+
+
+def _print_constant(printer: Printer, value: Attribute, result: Attribute) -> None:
+    """`dense<...> : T` with T the result type: a pass may have given the result a placement or
+    tier (`tensor<f32, #lamina.place<tier = hbm>>`) that the value's own type does not carry."""
+    printer.print_string(" ")
+    if not isinstance(value, DenseIntOrFPElementsAttr) or value.get_type() == result:
+        printer.print_attribute(value)
+        return
+    value.print_without_type(printer)
+    printer.print_string(" : ")
+    printer.print_attribute(result)
+
+
+def _parse_constant(parser: Parser) -> tuple[DenseIntOrFPElementsAttr, Attribute]:
+    """The value and result type of `lamina.constant dense<...> : T`: the result type is T, the
+    value's type is T without its encoding (placements belong to values, not to literals)."""
+    start = parser.pos
+    if parser.parse_optional_keyword("dense"):
+        value = parser.parse_dense_int_or_fp_elements_attr(None)
+    else:
+        try:
+            attr = parser.parse_attribute()
+        except ParseError:
+            # e.g. `0.5 : tensor<f32>`, which xDSL reads as a float attribute of a tensor type
+            # and rejects further on with a message that names neither the op nor the fix
+            line = parser.lexer.input.content[start:].split("\n", 1)[0].strip()
+            parser.raise_error(f"lamina.constant expects a dense<...> literal, got "
+                               f"'{echo(line)}'{_splat_hint(line)}", at_position=start)
+        parser.raise_error(f"lamina.constant expects a dense<...> literal, got {echo(str(attr))}",
+                           at_position=start, end_position=parser.pos)
+    result = value.get_type()
+    if isinstance(result, TensorType) and not isinstance(result.encoding, NoneAttr):
+        plain = TensorType(result.element_type, result.get_shape())
+        value = DenseIntOrFPElementsAttr(plain, value.data)
+    return value, result
+
+
+def _splat_hint(text: str) -> str:
+    """' (write dense<0.5> : tensor<f32>)' for a scalar written where a dense literal belongs."""
+    m = re.fullmatch(r"(-?[0-9][\w.+-]*|true|false)\s*:\s*(tensor<.*>)", text)
+    return f" (write dense<{m[1]}> : {m[2]})" if m else ""
 
 
 class UnaryOp(LaminaOp):

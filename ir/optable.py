@@ -252,11 +252,12 @@ def _structural_rows() -> list[OpInfo]:
                    (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
                    fm.constant, Fusion.SOURCE, NONE, sh.Replicated(), per_output(0),
                    arith=False, launches_kernel=False)]
-    for name, fn, lin, combine, interval in (
-            ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", iv.REDUCE_SUM),
-            ("reduce_mean", "mean", Linearity.ADDITIVE, None, iv.REDUCE_MEAN),
-            ("reduce_max", "max", NONE, "max", iv.REDUCE_MAX)):
-        rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, shapes.reduce,
+    for name, fn, lin, combine, rule, interval in (
+            ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", shapes.reduce, iv.REDUCE_SUM),
+            ("reduce_mean", "mean", Linearity.ADDITIVE, None, shapes.reduce_nonempty("mean"),
+             iv.REDUCE_MEAN),
+            ("reduce_max", "max", NONE, "max", shapes.reduce_nonempty("max"), iv.REDUCE_MAX)):
+        rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, rule,
                            fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
                            per_input(1), (0,) if lin != NONE else (), interval=interval))
     rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "

@@ -49,6 +49,10 @@ from xdsl.traits import SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
 TIERS = ("sram", "hbm", "host", "nvme")
+# lamina-run simulates every device of a mesh, and passes enumerate its device groups: a mesh of
+# more devices is refused by the verifier, up front, instead of running for hours. The largest
+# shipped target (h100-cluster) has 32 devices.
+MAX_MESH_DEVICES = 4096
 COMPUTE_TIERS = ("sram", "hbm")
 PARTIAL_KINDS = ("sum", "max")
 
@@ -146,6 +150,9 @@ class MeshOp(IRDLOperation):
         for a, s in zip(names, sizes, strict=True):
             if s < 1:
                 raise VerifyException(f"lamina.mesh: axis '{a}' has size {s}, must be >= 1")
+        if (devices := math.prod(sizes)) > MAX_MESH_DEVICES:
+            raise VerifyException(f"lamina.mesh: {devices} devices is more than the "
+                                  f"{MAX_MESH_DEVICES} Lamina supports")
 
     def print(self, printer: Printer) -> None:
         printer.print_string(f" @{self.sym_name.data} [")
@@ -160,7 +167,12 @@ class MeshOp(IRDLOperation):
         def axis() -> tuple[str, int]:
             a = parser.parse_identifier("mesh axis name")
             parser.parse_punctuation("=")
-            return a, parser.parse_integer(allow_boolean=False, allow_negative=False)
+            pos = parser.pos
+            size = parser.parse_integer(allow_boolean=False, allow_negative=False)
+            if size >= 1 << 63:  # the verifier's limit is far lower; the size is stored as i64
+                parser.raise_error(f"lamina.mesh: axis '{a}' has more than the "
+                                   f"{MAX_MESH_DEVICES} devices Lamina supports", pos, parser.pos)
+            return a, size
 
         axes = parser.parse_comma_separated_list(Parser.Delimiter.SQUARE, axis)
         return cls(name, axes)

@@ -158,6 +158,23 @@ def reduce(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     return TensorInfo(shape, x.dtype)
 
 
+def reduce_nonempty(what: str) -> Callable[[Operands, Attrs, TensorInfo], TensorInfo]:
+    """`reduce` for a reduction that has no value over no elements: max has no identity and the
+    mean of nothing is 0/0. Only the sum is defined there (as 0, NumPy's and MLIR's identity), so an
+    empty reduced axis is refused here rather than failing inside NumPy when the program runs."""
+
+    def rule(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+        result = reduce(ops, attrs, declared)
+        (x,) = _present(ops)
+        for a in attrs["axes"]:
+            if x.shape[a % x.rank] == 0:
+                raise ShapeError(f"reduction axis {a} has size 0: the {what} of no elements is "
+                                 "undefined (only reduce_sum is defined there, as 0)")
+        return result
+
+    return rule
+
+
 def normalization(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     x = ops[0]
     assert x is not None

@@ -17,14 +17,16 @@ from collections.abc import Callable
 from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error, note_at, record_source
 from lamina.ir.lamina import Lamina
 from lamina.ir.memory import FreeOp, free_problem
+from lamina.ir.opbase import type_problem
 from lamina.ir.placement import placement_problem
+from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
 from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
 from xdsl.dialects.func import Func, FuncOp
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
-from xdsl.parser import Parser
 from xdsl.parser.core import UnresolvedOperand
+from xdsl.traits import SymbolTable
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
@@ -38,7 +40,7 @@ def make_context() -> Context:
     return ctx
 
 
-class LocatedParser(Parser):
+class LocatedParser(RobustParser):
     """A parser that records each op's `file:line:col` as its location.
 
     `line_offset` shifts reported lines, for chunks of a `--split-input-file` input.
@@ -112,11 +114,15 @@ def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = N
 
     The text is recorded (`record_source`) so diagnostics can echo the line they point at."""
     record_source(name, text, line_offset)
-    parser = LocatedParser(ctx or make_context(), text, name, line_offset)
     try:
-        return parser.parse_module()
+        parser = LocatedParser(ctx or make_context(), text, name, line_offset)  # lexes a token
+        try:
+            return parser.parse_module()
+        except RecursionError:
+            raise nesting_error(parser) from None
     except ParseError as e:
         e.span = dataclasses.replace(e.span, line_offset=line_offset)
+        e.msg = shorten_message(e.msg)
         raise from_parse_error(e) from None
 
 
@@ -135,28 +141,75 @@ def verify(module: Operation) -> None:
             index = positions[block] = {o: k for k, o in enumerate(block.ops)}
         return index[op]
 
+    funcs: list[FuncOp] = []
     for op in module.walk(reverse=False):
-        try:
-            op.verify(verify_nested_ops=False)
-            if isinstance(op, FuncOp):
-                for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
-                    if (problem := placement_problem(t, op)) is not None:
-                        raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
-            if isinstance(op, FreeOp) and (problem := free_problem(op, position)) is not None:
-                raise VerifyException(problem)
-        except (VerifyException, DiagnosticException) as e:
-            # xDSL puts the reason on the lines after "operand 'x' ... does not verify:"
-            message = " ".join(line.strip() for line in str(e).strip().splitlines()) \
-                or type(e).__name__
-            if not message.startswith(op.name):
-                message = f"{op.name}: {message}"
-            raise error_at(op, message) from None
+        _verify_op(op, position=position)
+        if isinstance(op, FuncOp):
+            funcs.append(op)
         for i, v in enumerate(op.operands):
             if not _dominates(v, op, position):
                 definer = v.op if isinstance(v, OpResult) else \
                     v.block.parent_op() if isinstance(v, BlockArgument) else None
                 raise error_at(op, f"{op.name}: operand #{i} does not dominate this use",
                                (note_at(definer, f"operand #{i} defined here"),))
+    # after the ops, so that a bad type is reported at the op that uses it, where there is one
+    for func in funcs:
+        _verify_op(func, _check_signature)
+
+
+def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,
+               position: Callable[[Operation], int] | None = None) -> None:
+    """Run `check` (default: the op's own verifier and Lamina's extra rules) on `op`, turning a
+    failure into a `LaminaError` at the op."""
+    try:
+        if check is not None:
+            check(op)
+        else:
+            _check_symbols(op)
+            op.verify(verify_nested_ops=False)
+            if isinstance(op, FuncOp):
+                for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
+                    if (problem := placement_problem(t, op)) is not None:
+                        raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
+            if isinstance(op, FreeOp) and position is not None and \
+                    (problem := free_problem(op, position)) is not None:
+                raise VerifyException(problem)
+    except (VerifyException, DiagnosticException) as e:
+        # xDSL puts the reason on the lines after "operand 'x' ... does not verify:"
+        message = " ".join(line.strip() for line in str(e).strip().splitlines()) \
+            or type(e).__name__
+        if not message.startswith(op.name):
+            message = f"{op.name}: {message}"
+        raise error_at(op, shorten_message(message)) from None
+
+
+def _check_symbols(op: Operation) -> None:
+    """A symbol defined twice in one symbol table is an error at the second definition with a
+    note at the first (xDSL's module verifier names neither)."""
+    if not op.has_trait(SymbolTable):
+        return
+    seen: dict[str, Operation] = {}
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.ops:
+                name = child.properties.get("sym_name") or child.attributes.get("sym_name")
+                if not isinstance(name, StringAttr):
+                    continue
+                first = seen.setdefault(name.data, child)
+                if first is not child:
+                    raise error_at(child, f"redefinition of symbol named '{name.data}'",
+                                   (note_at(first, "see existing symbol definition here"),))
+
+
+def _check_signature(op: Operation) -> None:
+    """Function arguments and results are tensors Lamina can run: what the backends feed in and
+    read out (a tuple argument otherwise passed the verifier and failed in the runner)."""
+    assert isinstance(op, FuncOp)
+    for kind, types in (("argument", op.function_type.inputs.data),
+                        ("result", op.function_type.outputs.data)):
+        for i, t in enumerate(types):
+            if (problem := type_problem(t)) is not None:
+                raise VerifyException(f"func.func @{op.sym_name.data}: {kind} #{i}: {problem}")
 
 
 def _dominates(value: SSAValue, user: Operation, position: Callable[[Operation], int]) -> bool:

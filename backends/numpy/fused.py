@@ -45,6 +45,7 @@ from lamina.backends.numpy.runner import (
     device_nbytes,
     make_call,
     register_op_runner,
+    run_kernel,
 )
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import STORAGE
@@ -295,7 +296,8 @@ def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
             steps.append(_Step(o, _shape(res)[space.nl:],
                                Call(attrs, o.operand_infos(), tensor_info(res.type))))
         else:
-            env[res] = kernel(o.info)([None if v is None else env[v] for v in slots], make_call(o))
+            env[res] = run_kernel(o.info, [None if v is None else env[v] for v in slots],
+                                  make_call(o))
     return steps, slot_of
 
 
@@ -497,6 +499,8 @@ def _generic(o: LaminaOp, st: _Step, xs: list[np.ndarray | None], r0: int, tr: i
              rows: int, nl: int) -> np.ndarray:
     call = st.call
     tile_shape = (tr,) + st.tail
+    if _prod(tile_shape) == 0:  # nothing to compute; NumPy's reductions fail on an empty axis
+        return np.zeros(tile_shape, STORAGE[call.result.dtype])
     if o.info.fusion != Fusion.REDUCTION:
         if o.info.fusion == Fusion.BROADCAST:
             x = xs[0]

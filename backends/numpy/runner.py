@@ -12,6 +12,7 @@ with (`lamina.backends.interface.RunOptions`), so no setting lives in a module g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage
 from lamina.ir.formulas import Call
 from lamina.ir.opbase import LaminaOp, tensor_info
+from lamina.ir.optable import OpInfo
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
@@ -71,12 +73,21 @@ def make_call(op: LaminaOp) -> Call:
     return Call(op.attr_values(), op.operand_infos(), tensor_info(op.results[0].type))
 
 
+def run_kernel(info: OpInfo, args: Sequence[np.ndarray | None], call: Call) -> np.ndarray:
+    """The op's kernel on `args`; a result with no elements is produced without running it
+    (nothing to compute, and NumPy's reductions fail on an empty axis: softmax or a norm over
+    one)."""
+    if math.prod(call.result.shape) == 0:
+        return np.zeros(call.result.shape, STORAGE[call.result.dtype])
+    return kernel(info)(list(args), call)
+
+
 def run_table_op(op: LaminaOp, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
     """Run one op-table op on whole arrays."""
     stats = ctx.stats
     call = make_call(op)
     info = op.info
-    out = kernel(info)(args, call)
+    out = run_kernel(info, args, call)
     if out.shape != call.result.shape:
         raise error_at(op, f"{op.name}: kernel produced shape {out.shape}, type says "
                        f"{call.result.shape} (interpreter bug)")

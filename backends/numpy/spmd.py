@@ -38,7 +38,6 @@ import numpy as np
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.backends.interface import RunOptions, RunResult
 from lamina.backends.numpy import runner as base
-from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import (
     ExecutionObserver,
     RunContext,
@@ -198,7 +197,7 @@ class SpmdRun:
             key = tuple(id(a) for a in local) + ((call.block.offsets,) if position_dependent
                                                   and call.block is not None else ())
             if key not in memo:
-                r = kernel(info)(local, call)
+                r = base.run_kernel(info, local, call)
                 if r.shape != call.result.shape:
                     raise error_at(op, f"{op.name}: local kernel produced shape {r.shape}, the "
                                    f"placement says {call.result.shape} (interpreter bug)")
