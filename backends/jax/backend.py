@@ -29,7 +29,9 @@ Statistics: `backend`, `platform`, `devices`, `processes`, `compile_seconds`, `r
 (median of `RunOptions.repeats` timed runs after the first), `run_seconds_all`, and for placed
 functions `collectives` (Lamina's plan, `plan.planned`), `comm_bytes_per_device`,
 `hlo_collectives` (kind, replica groups, shape, bytes; `hlo.collectives`),
-`hlo_comm_bytes_per_device` and `hlo_matches_plan`; `notes` where something above applies.
+`hlo_comm_bytes_per_device`, `hlo_matches_plan` with the differences `hlo_extra` / `hlo_missing`
+(`plan.difference`) and `lowered_matches_plan` (the HLO before XLA's optimizations); `notes` where
+something above applies.
 """
 
 from __future__ import annotations
@@ -59,7 +61,14 @@ from lamina.ir.placement import Mesh
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 
-COMPILER_OPTIONS: dict[str, str | bool] = {"xla_allow_excess_precision": False}
+# XLA options for every compilation: no excess precision (f16/bf16 round once per op, as the
+# interpreter does; XLA otherwise may skip roundings it inserted itself), and none of XLA's
+# collective combiners: which collectives to merge into one is insert-collectives' bucketing
+# decision, made with the target's cost model (XLA:CPU would merge every independent all-reduce)
+NO_COMBINERS = ("all-reduce-combiner,cpu-all-reduce-combiner,all-gather-combiner,"
+                "reduce-scatter-combiner")
+COMPILER_OPTIONS: dict[str, str | bool] = {"xla_allow_excess_precision": False,
+                                           "xla_disable_hlo_passes": NO_COMBINERS}
 
 
 def memory_moves(device: Device, func: FuncOp) -> tuple[Moves, list[str]]:
@@ -93,6 +102,7 @@ class Program:
         self.res_types = list(func.function_type.outputs.data)
         lowering = Lowering(func, mesh, moves)
         self.jmesh: jax.sharding.Mesh | None = None
+        self.lowered_hlo: str | None = None   # the HLO handed to XLA (placed programs)
         if mesh is None:
             self.jitted = jax.jit(lowering)
             self.in_shardings: list[jax.sharding.Sharding] = [
@@ -106,10 +116,17 @@ class Program:
         self.in_shardings = [jax.sharding.NamedSharding(self.jmesh, s) for s in ins]
 
     def compile(self) -> Any:
+        """Lower and compile for the arguments' shapes, dtypes and shardings (the XLA options: see
+        COMPILER_OPTIONS and `plan.could_merge`)."""
+        options = dict(COMPILER_OPTIONS)
+        if self.mesh is not None and plan.could_merge(self.func):
+            options["xla_disable_hlo_passes"] = NO_COMBINERS + ",cse"
         avals = [jax.ShapeDtypeStruct(tensor_info(t).shape,
                                       native_dtype(jnp, tensor_info(t).dtype), sharding=s)
                  for t, s in zip(self.arg_types, self.in_shardings, strict=True)]
-        return self.jitted.lower(*avals).compile(compiler_options=COMPILER_OPTIONS)
+        lowered = self.jitted.lower(*avals)
+        self.lowered_hlo = lowered.as_text(dialect="hlo") if self.mesh is not None else None
+        return lowered.compile(compiler_options=options)
 
     def put(self, arrays: Sequence[np.ndarray]) -> list[jax.Array]:
         """Global device arrays of `arrays` (storage dtypes) with the arguments' shardings; each
@@ -192,19 +209,29 @@ class JaxBackend:
             "run_seconds_all": times or [first_s], "repeats": len(times),
         }
         if mesh is not None:
-            stats.update(compare_collectives(func, mesh, compiled.as_text()))
+            stats.update(compare_collectives(func, mesh, compiled.as_text(), program.lowered_hlo))
         if notes:
             stats["notes"] = notes
         return RunResult(program.fetch(results), stats)
 
 
-def compare_collectives(func: FuncOp, mesh: Mesh, hlo_text: str) -> dict[str, Any]:
-    """Lamina's collectives, the compiled HLO's, and whether the HLO holds exactly the plan."""
+def compare_collectives(func: FuncOp, mesh: Mesh, compiled: str,
+                        lowered: str | None = None) -> dict[str, Any]:
+    """Lamina's collectives, the compiled HLO's, and how they differ (`plan.difference`); with
+    `lowered` (the HLO handed to XLA) also whether that one holds exactly the plan."""
     mine = plan.planned(func, mesh)
-    found = hlo.collectives(hlo_text, mesh.devices)
-    got = [(c.kind, tuple(sorted(c.groups))) for c in found]
-    return {"collectives": mine,
-            "comm_bytes_per_device": sum(c["bytes_per_device"] for c in mine),
-            "hlo_collectives": [c.as_dict() for c in found],
-            "hlo_comm_bytes_per_device": int(sum(c.sent for c in found)),
-            "hlo_matches_plan": sorted(got) == sorted(plan.expected_hlo(func, mesh))}
+    want = plan.expected_hlo(func, mesh)
+    found = hlo.collectives(compiled, mesh.devices)
+    got = [(c.kind, c.groups) for c in found]
+    extra, missing = plan.difference(got, want), plan.difference(want, got)
+    out: dict[str, Any] = {
+        "collectives": mine, "comm_bytes_per_device": sum(c["bytes_per_device"] for c in mine),
+        "hlo_collectives": [c.as_dict() for c in found],
+        "hlo_comm_bytes_per_device": int(sum(c.sent for c in found)),
+        "hlo_matches_plan": not extra and not missing, "hlo_extra": extra,
+        "hlo_missing": missing}
+    if lowered is not None:
+        before = [(c.kind, c.groups) for c in hlo.collectives(lowered, mesh.devices)]
+        out["lowered_matches_plan"] = not plan.difference(before, want) and \
+            not plan.difference(want, before)
+    return out

@@ -4,8 +4,9 @@ Every function here runs on one device's block, traced inside `shard_map` over t
 mesh (axis names as declared in `lamina.mesh`). The correspondences, each the NumPy SPMD runner's
 semantics (`lamina.backends.numpy.spmd`) bit for bit on data movement:
 
-    all_reduce sum / max       lax.psum / lax.pmax over the op's axes (several operands: one
-                               tuple all-reduce, as insert-collectives' buckets mean)
+    all_reduce sum / max       lax.psum / lax.pmax over the op's axes; several operands (an
+                               insert-collectives bucket) are one flat buffer, one all-reduce
+                               (one per element type in a bucket of mixed types)
     reduce_scatter sum         lax.psum_scatter(tiled=True) along `dim`
     reduce_scatter max         lax.pmax, then the device's slice along `dim` (XLA has no
                                max reduce-scatter in lax)
@@ -15,6 +16,8 @@ semantics (`lamina.backends.numpy.spmd`) bit for bit on data movement:
     reshard                    as the NumPy runner defines it: reduce the pending axes, gather
                                every split dimension, then take the destination's block
 
+A collective whose groups hold one device each (its axes have size 1) moves nothing and is not
+emitted (the value passes through unchanged, as the NumPy runner's reduction of one part does).
 A tuple of axes is major to minor, as in Lamina; XLA orders each replica group the same way, so
 block j of a group is the device whose index along the axes is j. Sums of f16/bf16 values are
 computed in float32 and rounded once, Lamina's rule (XLA:CPU promotes a bf16 psum to an f32
@@ -84,13 +87,24 @@ def slice_at(x: jax.Array, dim: int, axes: Sequence[str], mesh: Mesh) -> jax.Arr
 
 def reduce(xs: Sequence[jax.Array], dtypes: Sequence[str], axes: Sequence[str],
            kind: str) -> list[jax.Array]:
-    """psum / pmax of `xs` (one tuple collective) over `axes`; narrow floats summed in float32."""
-    if kind == "max":
-        return list(lax.pmax(tuple(xs), names(axes)))
-    wide = tuple(x.astype(jnp.float32) if d in NARROW else x
-                 for x, d in zip(xs, dtypes, strict=True))
-    summed = lax.psum(wide, names(axes))
-    return [s.astype(x.dtype) for s, x in zip(summed, xs, strict=True)]
+    """psum / pmax of `xs` over `axes` (narrow floats summed in float32). Several operands (an
+    insert-collectives bucket) travel as one flat buffer per element type, one collective each."""
+    wide = [x.astype(jnp.float32) if d in NARROW and kind == "sum" else x
+            for x, d in zip(xs, dtypes, strict=True)]
+    op = lax.pmax if kind == "max" else lax.psum
+    out: list[jax.Array | None] = [None] * len(xs)
+    for dtype in dict.fromkeys(w.dtype for w in wide):
+        idx = [i for i, w in enumerate(wide) if w.dtype == dtype]
+        if len(idx) == 1:
+            out[idx[0]] = op(wide[idx[0]], names(axes))
+            continue
+        flat = op(jnp.concatenate([wide[i].reshape(-1) for i in idx]), names(axes))
+        start = 0
+        for i in idx:
+            n = wide[i].size
+            out[i] = flat[start:start + n].reshape(wide[i].shape)
+            start += n
+    return [r.astype(x.dtype) for r, x in zip(out, xs, strict=True) if r is not None]
 
 
 def reduce_scatter(x: jax.Array, dtype: str, axes: Sequence[str], kind: str, dim: int,
@@ -104,10 +118,10 @@ def reduce_scatter(x: jax.Array, dtype: str, axes: Sequence[str], kind: str, dim
 
 def reshard(x: jax.Array, dtype: str, src: Spec, dst: Spec, mesh: Mesh) -> jax.Array:
     """Assemble the whole value (reduce pending axes, gather every split), take `dst`'s block."""
-    if src.partial:
+    if mesh.size(src.partial) > 1:
         (x,) = reduce([x], [dtype], src.partial, src.partial_kind)
     for d, axes in enumerate(src.splits):
-        if axes:
+        if mesh.size(axes) > 1:
             x = lax.all_gather(x, names(axes), axis=d, tiled=True)
     for d, axes in enumerate(dst.splits):
         if axes:
@@ -118,6 +132,8 @@ def reshard(x: jax.Array, dtype: str, src: Spec, dst: Spec, mesh: Mesh) -> jax.A
 def lower(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
     """The per-device results of placement op `op` on blocks `xs` (see the module docstring)."""
     axes = op.axis_names()
+    if not isinstance(op, ReshardOp) and mesh.size(axes) == 1:
+        return list(xs)   # groups of one device: nothing moves
     dtypes = [tensor_dtype(v.type) for v in op.inputs]
     if isinstance(op, AllReduceOp):
         return reduce(xs, dtypes, axes, op.reduce_kind())

@@ -13,7 +13,10 @@ Multi-process (`RunOptions.coordinator`, `num_processes`, `process_id`): every p
 `jax.devices()` lists every process's devices (process-major), `--devices` is the count per
 process, and the mesh is built over the global list. On Slurm or Open MPI clusters jax can find
 these values itself (`jax.distributed.initialize()` without arguments); Lamina passes what the
-command line says.
+command line says. jax's CPU collectives across processes (Gloo) print connection lines on the
+process's stdout from native code; `native_stdout_to_stderr` sends them to stderr for the rest
+of a multi-process run, so that stdout carries only what lamina-run prints (`--stats-json -`,
+`--print-outputs`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from typing import Any
 
 import jax
@@ -65,6 +69,7 @@ def start_processes(options: RunOptions) -> None:
         return
     if options.num_processes is None or options.process_id is None:
         raise LaminaError("--coordinator needs --num-processes and --process-id")
+    native_stdout_to_stderr()
     try:
         jax.distributed.initialize(coordinator_address=options.coordinator,
                                    num_processes=options.num_processes,
@@ -105,3 +110,13 @@ def prepare(mesh_name: str | None, needed: int, options: RunOptions) -> list[Dev
         raise LaminaError(f"backend 'jax': {what}, but jax has only {len(devices)} "
                           f"{devices[0].platform} devices{why}")
     return devices[:needed]
+
+
+def native_stdout_to_stderr() -> None:
+    """From now on, file descriptor 1 (where native libraries write) is stderr, and Python's
+    `sys.stdout` keeps writing to the real stdout (for the rest of the process: Gloo also prints
+    when communicators open lazily and at shutdown)."""
+    sys.stdout.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = open(real, "w", buffering=1, closefd=True)  # stays open: it is stdout now

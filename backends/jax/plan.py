@@ -8,11 +8,23 @@ groups the op communicates in (`Mesh.groups`, device numbers row-major).
 `expected_hlo(func, mesh)` is what the compiled HLO must then contain, one (kind, groups) per
 collective instruction, in program order. It differs from the plan only where the lowering or XLA
 must differ:
-- all_slice is a local slice (no collective); reduce_scatter with kind = max is a pmax (an
+- all_slice is a local slice (no collective); a bucketed all_reduce of mixed element types is one
+  all-reduce per type it sums in (f16 and bf16 sum as f32); reduce_scatter with kind = max is a pmax (an
   all-reduce) followed by a local slice; an unlowered reshard is a reduction of its pending axes
   and one all-gather per split dimension (`lamina.backends.jax.collectives.reshard`);
-- a collective whose groups hold one device each moves nothing and XLA removes it;
-- a collective whose results reach no function result is dead code and XLA removes it.
+- a collective whose groups hold one device each moves nothing and is not emitted;
+- a collective whose results reach no function result is dead code (jax and XLA drop it).
+
+`compare` then splits the difference between the plan and a compiled HLO into what XLA added
+(`extra`: never seen; it would be GSPMD or XLA communicating on its own) and what it removed
+(`missing`: seen only where XLA's algebraic simplifier proves a collective's result unneeded,
+e.g. `select(c, x, x)` with `c` computed from gathered data; the program then communicates less
+than planned). The HLO jax hands to XLA, before XLA's optimizations, always equals the plan.
+
+XLA's common-subexpression pass also merges two collectives it can prove compute the same data
+(two all_gathers of values that simplify to one, like `select(c, x, x)` and `x`). That would send
+less than Lamina planned; `could_merge` says when a program holds two collectives alike enough for
+it (same op, attributes and operand types), and the backend then compiles with that pass off.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from lamina.ir.collectives import (
     ReduceScatterOp,
     ReshardOp,
 )
+from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.placement import Mesh
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
@@ -93,8 +106,10 @@ def expected_hlo(func: FuncOp, mesh: Mesh) -> list[tuple[str, Groups]]:
             continue
         parts: list[tuple[str, tuple[str, ...]]] = []
         axes = op.axis_names()
-        if isinstance(op, AllReduceOp):
-            parts = [("all_reduce", axes)]
+        if isinstance(op, AllReduceOp):   # one flat buffer per element type it sums in
+            wide = {"f16": "f32", "bf16": "f32"} if op.reduce_kind() == "sum" else {}
+            types = {wide.get(d, d) for d in (tensor_dtype(v.type) for v in op.inputs)}
+            parts = [("all_reduce", axes)] * len(types)
         elif isinstance(op, ReduceScatterOp):
             parts = [("reduce_scatter" if op.reduce_kind() == "sum" else "all_reduce", axes)]
         elif isinstance(op, AllGatherOp):
@@ -105,3 +120,34 @@ def expected_hlo(func: FuncOp, mesh: Mesh) -> list[tuple[str, Groups]]:
             parts = _reshard_parts(op, mesh)
         out += [(kind, groups(mesh, ax)) for kind, ax in parts if mesh.size(ax) > 1]
     return out
+
+
+def could_merge(func: FuncOp) -> bool:
+    """Whether two placement ops of `func` have the same op, attributes and operand types (the
+    only ones XLA's CSE could fold into one)."""
+    seen: set[tuple[object, ...]] = set()
+    for op in func.walk():
+        if not isinstance(op, PlacementOp) or isinstance(op, AllSliceOp):
+            continue
+        key = (op.name, tuple(sorted((k, str(v)) for k, v in op.properties.items())),
+               tuple(str(v.type) for v in op.inputs))
+        if key in seen:
+            return True
+        seen.add(key)
+    return False
+
+
+def _counted(items: list[tuple[str, Groups]]) -> dict[tuple[str, Groups], int]:
+    out: dict[tuple[str, Groups], int] = {}
+    for kind, gs in items:
+        key = (kind, tuple(sorted(gs)))
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def difference(have: list[tuple[str, Groups]], want: list[tuple[str, Groups]]
+               ) -> list[dict[str, Any]]:
+    """The (kind, groups) of `have` beyond `want`, counted as multisets."""
+    h, w = _counted(have), _counted(want)
+    return [{"kind": k, "replica_groups": [list(g) for g in gs]}
+            for (k, gs), n in h.items() for _ in range(n - w.get((k, gs), 0))]
