@@ -30,6 +30,7 @@ from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
 from strategies import scaled  # noqa: E402
 from strategies.programs import programs  # noqa: E402
 from test_insert_collectives import reshards  # noqa: E402
+from test_jax_backend import tolerance_dtype  # noqa: E402
 from test_spmd import place_args  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 
@@ -45,7 +46,8 @@ def check_on_jax(module: ModuleOp, inputs: list[np.ndarray], what: str,
     got = lamina.run(module, inputs, backend="jax")
     func = find_entry(module, None)
     for (name, r), t in zip(ref.outputs.items(), func.function_type.outputs.data, strict=True):
-        diff = compare(name, tensor_dtype(t), got.outputs[name], r, exact=exact)
+        diff = compare(name, tolerance_dtype(tensor_dtype(t), module), got.outputs[name], r,
+                       exact=exact)
         assert diff.ok, f"{what}: {diff.line()}"
     mesh_op = placed_mesh(func)
     assert mesh_op is not None
