@@ -11,13 +11,14 @@ Engines, each on the same inputs (`random_inputs(func, 0)`):
   (a) numpy  Lamina's NumPy SPMD interpreter on the program after
              `propagate-sharding,insert-collectives{target=h100-node}` (every device simulated in
              turn on this machine's cores)
-  (b) jax    `lamina-run --backend jax` on that program (`JaxBackend.run`: one shard_map, the
-             collectives Lamina inserted)
+  (b) jax    `lamina-run --backend jax` on that program (the backend's `Program`, compiled and
+             run as `JaxBackend.run` does: one shard_map, exactly the collectives Lamina inserted)
   (c) gspmd  plain `jax.jit` of the same whole-array math (the op table's formulas on jax.numpy,
              the program before Lamina's passes) with `in_shardings` / `out_shardings` the
              NamedShardings (b)'s arguments and results have; XLA's SPMD partitioner chooses
              every collective
-Columns: wall time per step (median of --repeats runs after a first one), compile time, the
+Columns: wall time per step (median of --repeats runs after a first one; (b) and (c) timed in
+turn, round by round, so the VM's drifting speed does not enter their ratio), compile time, the
 collectives of each compiled HLO and the bytes one device sends for them (ring model,
 `lamina.backends.jax.hlo`; for (a) Lamina's own list, which (b)'s HLO equals), and the ratios.
 Targets (issue 11): (b) sends no more than (c) on every row and less on the contracting MLP, and
@@ -43,9 +44,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402  (after XLA_FLAGS)
 import numpy as np  # noqa: E402
 from lamina.backends.inputs import random_inputs  # noqa: E402
-from lamina.backends.interface import RunOptions, find_entry  # noqa: E402
+from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.backends.jax import hlo  # noqa: E402
-from lamina.backends.jax.backend import COMPILER_OPTIONS, JaxBackend, Program  # noqa: E402
+from lamina.backends.jax.backend import (  # noqa: E402
+    COMPILER_OPTIONS,
+    Program,
+    compare_collectives,
+    memory_moves,
+)
 from lamina.backends.jax.collectives import in_spec  # noqa: E402
 from lamina.backends.jax.lower import Lowering  # noqa: E402
 from lamina.backends.numpy.spmd import placed_mesh, run_spmd, spec_or_replicated  # noqa: E402
@@ -60,15 +66,19 @@ PIPELINE = "propagate-sharding,insert-collectives{target=h100-node}"
 MIB = float(1 << 20)
 
 
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    """Median wall time of `repeats` calls after one untimed call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median wall time of each function over `repeats` rounds, the functions called in turn in
+    every round after one untimed call each (this VM's speed drifts over minutes: interleaving
+    keeps the drift out of the ratios)."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def describe(kinds: Sequence[tuple[str, int]]) -> str:
@@ -83,42 +93,51 @@ def describe(kinds: Sequence[tuple[str, int]]) -> str:
 def numpy_row(module: ModuleOp, inputs: list[np.ndarray], repeats: int) -> dict[str, Any]:
     func = find_entry(module, None)
     stats = run_spmd(func, inputs).stats
-    step = median_time(lambda: run_spmd(func, inputs), repeats)
+    step = interleaved({"numpy": lambda: run_spmd(func, inputs)}, repeats)["numpy"]
     return {"step": step, "compile": None, "sent": stats["comm_bytes_per_device"],
             "collectives": describe([(c["kind"], c["devices"]) for c in stats["collectives"]])}
 
 
-def jax_row(module: ModuleOp, inputs: list[np.ndarray], repeats: int) -> dict[str, Any]:
-    stats = JaxBackend().run(module, None, inputs, RunOptions(repeats=repeats)).stats
+def jax_cell(module: ModuleOp, inputs: list[np.ndarray]) -> tuple[Callable[[], Any],
+                                                                     dict[str, Any]]:
+    """(b): the program as `JaxBackend.run` compiles and runs it (`Program`), checked to hold
+    exactly Lamina's collectives; returns one step and the cell."""
+    func = find_entry(module, None)
+    mesh_op = placed_mesh(func)
+    assert mesh_op is not None
+    prog = Program(func, mesh_op.mesh, jax.devices()[:8], memory_moves(jax.devices()[0], func)[0])
+    start = time.perf_counter()
+    compiled = prog.compile()
+    compile_s = time.perf_counter() - start
+    args = prog.put(inputs)
+    stats = compare_collectives(func, mesh_op.mesh, compiled.as_text(), prog.lowered_hlo)
     assert stats["hlo_matches_plan"], "the compiled HLO differs from Lamina's collectives"
-    return {"step": stats["run_seconds"], "compile": stats["compile_seconds"],
-            "sent": stats["hlo_comm_bytes_per_device"],
-            "collectives": describe([(c["kind"], len(c["replica_groups"][0]))
-                                     for c in stats["hlo_collectives"]])}
+    return (lambda: jax.block_until_ready(compiled(*args))), {
+        "compile": compile_s, "sent": stats["hlo_comm_bytes_per_device"],
+        "collectives": describe([(c["kind"], len(c["replica_groups"][0]))
+                                 for c in stats["hlo_collectives"]])}
 
 
-def gspmd_row(parsed: ModuleOp, placed: ModuleOp, inputs: list[np.ndarray],
-              repeats: int) -> dict[str, Any]:
-    """GSPMD: the unplaced math of `parsed` jitted with `placed`'s argument/result shardings."""
+def gspmd_cell(parsed: ModuleOp, placed: ModuleOp, inputs: list[np.ndarray]
+               ) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """(c): the unplaced math of `parsed` jitted with `placed`'s argument/result shardings."""
     func, pfunc = find_entry(parsed, None), find_entry(placed, None)
     mesh_op = placed_mesh(pfunc)
     assert mesh_op is not None
-    devices = jax.devices()[:8]
-    with jax.enable_x64(True):
-        prog = Program(pfunc, mesh_op.mesh, devices, lambda x, tier: x)
-        assert prog.jmesh is not None
-        outs = [jax.sharding.NamedSharding(prog.jmesh, in_spec(spec_or_replicated(t)))
-                for t in pfunc.function_type.outputs.data]
-        jitted = jax.jit(Lowering(func, None, lambda x, tier: x),
-                         in_shardings=tuple(prog.in_shardings), out_shardings=tuple(outs))
-        args = prog.put(inputs)
-        start = time.perf_counter()
-        compiled = jitted.lower(*args).compile(compiler_options=dict(COMPILER_OPTIONS))
-        compile_s = time.perf_counter() - start
-        step = median_time(lambda: jax.block_until_ready(compiled(*args)), repeats)
-        found = hlo.collectives(compiled.as_text() or "", len(devices))
-    return {"step": step, "compile": compile_s, "sent": sum(c.sent for c in found),
-            "collectives": describe([(c.kind, c.group_size) for c in found])}
+    prog = Program(pfunc, mesh_op.mesh, jax.devices()[:8], lambda x, tier: x)
+    assert prog.jmesh is not None
+    outs = [jax.sharding.NamedSharding(prog.jmesh, in_spec(spec_or_replicated(t)))
+            for t in pfunc.function_type.outputs.data]
+    jitted = jax.jit(Lowering(func, None, lambda x, tier: x),
+                     in_shardings=tuple(prog.in_shardings), out_shardings=tuple(outs))
+    args = prog.put(inputs)
+    start = time.perf_counter()
+    compiled = jitted.lower(*args).compile(compiler_options=dict(COMPILER_OPTIONS))
+    compile_s = time.perf_counter() - start
+    found = hlo.collectives(compiled.as_text() or "", len(prog.in_shardings[0].device_set))
+    return (lambda: jax.block_until_ready(compiled(*args))), {
+        "compile": compile_s, "sent": sum(c.sent for c in found),
+        "collectives": describe([(c.kind, c.group_size) for c in found])}
 
 
 def _ms(s: float | None) -> str:
@@ -138,8 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_pipeline(ctx, placed, build_pipeline(PIPELINE))
         inputs = random_inputs(find_entry(placed, None), 0)
         cells = {"numpy": numpy_row(placed, inputs, args.repeats)}   # before any jax call
-        cells["jax"] = jax_row(placed, inputs, args.repeats)
-        cells["gspmd"] = gspmd_row(parsed, placed, inputs, args.repeats)
+        with jax.enable_x64(True):   # as the JAX backend runs (dropout's 64-bit index)
+            step_b, cells["jax"] = jax_cell(placed, inputs)
+            step_c, cells["gspmd"] = gspmd_cell(parsed, placed, inputs)
+            steps = interleaved({"jax": step_b, "gspmd": step_c}, args.repeats)
+        cells["jax"]["step"], cells["gspmd"]["step"] = steps["jax"], steps["gspmd"]
         table.append((name, cells))
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices, "
           f"{os.cpu_count()} cores, medians of {args.repeats}\n")

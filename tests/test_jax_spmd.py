@@ -129,14 +129,19 @@ def test_hlo_reader_reads_every_replica_group_form() -> None:
         "  ROOT %g = f32[8,16]{0,1} all-gather(%c), channel_id=3, replica_groups=[2,4]<=[8], "
         "dimensions={1}\n"
         "  %t = (f32[2,4]{1,0}, f32[2,4]{1,0}) all-to-all(%s, %s2), channel_id=4, replica_groups={}\n"
-        "  %n = f32[8,16]{1,0} add(%a, %b)\n")
+        "  %n = f32[8,16]{1,0} add(%a, %b)\n"
+        "  %m = f32[4]{0} all-reduce(%n), channel_id=5, replica_groups=mesh['axis_0'=1,'axis_1'=4,"
+        "'axis_2'=2], device_ids=([2,4]T(1,0)) {'axis_1'}, use_global_device_ids=true\n"
+        "  %k = f32[4]{0} all-reduce(%n), replica_groups=mesh['x'=2,'y'=4] {'x'}\n")
     cs = hlo.collectives(text, 2)
     assert [(c.kind, c.groups) for c in cs] == [
         ("all_reduce", ((0, 1, 2, 3), (4, 5, 6, 7))),
         ("reduce_scatter", ((0, 4), (1, 5), (2, 6), (3, 7))),
         ("all_gather", ((0, 1, 2, 3), (4, 5, 6, 7))),
-        ("all_to_all", ((0, 1),))]
-    assert [c.payload for c in cs] == [512, 8 * 4 * 4 * 2, 512, 64]
+        ("all_to_all", ((0, 1),)),
+        ("all_reduce", ((0, 1, 2, 3), (4, 5, 6, 7))),   # devices [[0,4],[1,5],..] as a 1x4x2 mesh
+        ("all_reduce", ((0, 4), (1, 5), (2, 6), (3, 7)))]
+    assert [c.payload for c in cs] == [512, 8 * 4 * 4 * 2, 512, 64, 16, 16]
     assert cs[0].sent == 2 * 3 / 4 * 512 and cs[1].sent == 1 / 2 * 256
 
 
@@ -156,3 +161,23 @@ def test_a_collective_lamina_did_not_insert_is_noticed() -> None:
     assert more["hlo_extra"] == [{"kind": "all_gather", "replica_groups": [list(range(8))]}]
     fewer = compare_collectives(func, mesh_op.mesh, extra, lowered=ok)
     assert fewer["hlo_missing"][0]["kind"] == "all_reduce" and fewer["lowered_matches_plan"]
+
+
+@pytest.mark.parametrize("mesh, splits", [
+    ("[a = 2, b = 4]", "[[a], [b]]"), ("[a = 2, b = 4]", "[[b, a], []]"),
+    ("[a = 2, b = 2, c = 2]", "[[c, a], [b]]"), ("[a = 2, b = 2, c = 2]", "[[], [a, b, c]]")])
+def test_sharded_dropout_masks_are_bit_exact(mesh: str, splits: str) -> None:
+    """Each device builds its block's global element indices from lax.axis_index: the masks are
+    the single-device masks, bit for bit, and nothing is communicated."""
+    t = f"tensor<16x24xf32, #lamina.place<@m, {splits}>>"
+    text = (f"lamina.mesh @m {mesh}\nfunc.func @f(%x: {t}) -> {t} {{\n"
+            f"  %y = lamina.dropout %x {{rate = 4.000000e-01 : f64, seed = 77 : i64}} : {t}\n"
+            f"  func.return %y : {t}\n}}\n")
+    module = lamina.parse(text)
+    ones = np.ones((16, 24), np.float32)
+    stats = check_on_jax(module, [ones], text, exact=True)
+    assert stats["hlo_collectives"] == []
+    single = lamina.run(lamina.parse(text.split("\n", 1)[1].replace(f", #lamina.place<@m, {splits}>",
+                                                                     "")), [ones])
+    np.testing.assert_array_equal(lamina.run(module, [ones], backend="jax").outputs["out0"],
+                                  single.outputs["out0"])

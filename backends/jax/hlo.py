@@ -9,6 +9,10 @@ with its replica groups as explicit device lists, in every form XLA prints them:
     replica_groups={{0,1,2,3},{4,5,6,7}}      explicit (an empty {} means one group of all)
     replica_groups=[2,4]<=[8]                  iota: arange(8) reshaped to [2,4], one group a row
     replica_groups=[4,2]<=[2,4]T(1,0)          iota of a transposed [2,4] device array
+    replica_groups=mesh['x'=2,'y'=4], device_ids=([2,4]T(1,0)) {'y'}
+                                               a named mesh over the listed device ids (iota
+                                               form, or [0,1,...]): one group per position on
+                                               the other axes, along the braced axes
 
 Bytes follow Lamina's convention (`lamina.analysis.comm_cost`): `payload` is the per-device
 buffer B (all_reduce: the local buffer; all_gather: the gathered result; reduce_scatter: the
@@ -33,6 +37,7 @@ _LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+ = (?P<type>.+?) (?P<kind>"
                    + "|".join(KINDS) + r")(?P<start>-start)?\(")
 _SHAPE = re.compile(r"\b(" + "|".join(_ITEM) + r")\[([0-9,]*)\]")
 _EXPLICIT = re.compile(r"replica_groups=\{((?:\{[0-9,]*\},?)*)\}")
+_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\](?:, device_ids=\((.*?)\))? \{([^}]*)\}")
 _IOTA = re.compile(r"replica_groups=\[([0-9,]+)\]<=\[([0-9,]+)\](?:T\(([0-9,]+)\))?")
 
 
@@ -81,8 +86,40 @@ def _iota_groups(shape: list[int], dims: list[int], perm: list[int] | None
     return tuple(tuple(flat[i:i + size]) for i in range(0, len(flat), size))
 
 
+def _iota_list(text: str) -> list[int]:
+    """Device ids written as `[2,4]T(1,0)` (an iota, reshaped and transposed) or `0,1,2`."""
+    m = re.fullmatch(r"\[([0-9,]+)\](?:T\(([0-9,]+)\))?", text.strip())
+    if not m:
+        return [int(d) for d in re.findall(r"\d+", text)]
+    dims = [int(d) for d in m.group(1).split(",")]
+    perm = [int(p) for p in m.group(2).split(",")] if m.group(2) else None
+    return [d for g in _iota_groups([math.prod(dims)], dims, perm) for d in g]
+
+
+def _mesh_groups(m: re.Match[str]) -> tuple[tuple[int, ...], ...]:
+    axes = [(a, int(n)) for a, n in re.findall(r"'([^']+)'=(\d+)", m.group(1))]
+    sizes = [n for _, n in axes]
+    ids = _iota_list(m.group(2)) if m.group(2) else list(range(math.prod(sizes)))
+    along = [a.strip().strip("'") for a in m.group(3).split(",") if a.strip()]
+    names = [a for a, _ in axes]
+    strides = [math.prod(sizes[i + 1:]) for i in range(len(sizes))]
+    rest = [i for i, a in enumerate(names) if a not in along]
+    inner = [names.index(a) for a in along]
+
+    def positions(dims: list[int]) -> list[int]:
+        out = [0]
+        for i in dims:
+            out = [p + c * strides[i] for p in out for c in range(sizes[i])]
+        return out
+
+    return tuple(tuple(ids[base + off] for off in positions(inner)) for base in positions(rest))
+
+
 def replica_groups(line: str, devices: int) -> tuple[tuple[int, ...], ...]:
     """The replica groups of one HLO instruction line (all `devices` when it names none)."""
+    mesh = _MESH.search(line)
+    if mesh:
+        return _mesh_groups(mesh)
     m = _IOTA.search(line)
     if m:
         perm = [int(p) for p in m.group(3).split(",")] if m.group(3) else None
