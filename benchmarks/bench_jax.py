@@ -18,7 +18,8 @@ Engines, each on the same inputs (`random_inputs(func, 0)`):
              NamedShardings (b)'s arguments and results have; XLA's SPMD partitioner chooses
              every collective
 Columns: wall time per step (median of --repeats runs after a first one; (b) and (c) timed in
-turn, round by round, so the VM's drifting speed does not enter their ratio), compile time, the
+turn, round by round, so the VM's drifting speed does not enter their ratio, and for at least
+--min-seconds per row), compile time, the
 collectives of each compiled HLO and the bytes one device sends for them (ring model,
 `lamina.backends.jax.hlo`; for (a) Lamina's own list, which (b)'s HLO equals), and the ratios.
 Targets (issue 11): (b) sends no more than (c) on every row and less on the contracting MLP, and
@@ -66,14 +67,18 @@ PIPELINE = "propagate-sharding,insert-collectives{target=h100-node}"
 MIB = float(1 << 20)
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median wall time of each function over `repeats` rounds, the functions called in turn in
-    every round after one untimed call each (this VM's speed drifts over minutes: interleaving
-    keeps the drift out of the ratios)."""
+def interleaved(fns: dict[str, Callable[[], Any]], repeats: int,
+                min_seconds: float = 0.0) -> dict[str, float]:
+    """Median wall time of each function over at least `repeats` rounds (more for fast ones, to
+    fill `min_seconds`), the functions called in turn in every round after one untimed call each
+    (this VM's speed drifts over minutes: interleaving keeps the drift out of the ratios)."""
+    start = time.perf_counter()
     for fn in fns.values():
         fn()
+    first = time.perf_counter() - start
+    rounds = max(repeats, min(500, int(min_seconds / max(first, 1e-6))))
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
+    for _ in range(rounds):
         for k, fn in fns.items():
             start = time.perf_counter()
             fn()
@@ -147,6 +152,9 @@ def _ms(s: float | None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Lamina placed programs on NumPy, the JAX backend and GSPMD.")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per cell (median; >= 5)")
+    p.add_argument("--min-seconds", type=float, default=3.0,
+                   help="time (b) and (c) for at least this long per row (more rounds for fast "
+                        "rows; default 3)")
     p.add_argument("--rows", default=",".join(ROWS), help="rows to run: " + ", ".join(ROWS))
     args = p.parse_args(argv)
     table: list[tuple[str, dict[str, dict[str, Any]]]] = []
@@ -160,11 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with jax.enable_x64(True):   # as the JAX backend runs (dropout's 64-bit index)
             step_b, cells["jax"] = jax_cell(placed, inputs)
             step_c, cells["gspmd"] = gspmd_cell(parsed, placed, inputs)
-            steps = interleaved({"jax": step_b, "gspmd": step_c}, args.repeats)
+            steps = interleaved({"jax": step_b, "gspmd": step_c}, args.repeats,
+                                args.min_seconds)
         cells["jax"]["step"], cells["gspmd"]["step"] = steps["jax"], steps["gspmd"]
         table.append((name, cells))
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices, "
-          f"{os.cpu_count()} cores, medians of {args.repeats}\n")
+          f"{os.cpu_count()} cores, medians of >= {args.repeats} runs\n")
     print("| row | engine | step | compile | collectives (compiled) | sent per device | "
           "step / gspmd | sent / gspmd |")
     print("|---|---|---|---|---|---|---|---|")
