@@ -83,8 +83,9 @@ def start_processes(options: RunOptions) -> None:
 
 
 def prepare(mesh_name: str | None, needed: int, options: RunOptions) -> list[Device]:
-    """The first `needed` devices (global, process-major), after setting the host device count
-    and joining the multi-process run; LaminaError when there are fewer (see the docstring)."""
+    """The first `needed` devices of the mesh (global, process-major; without a mesh this
+    process's first device), after setting the host device count and joining the multi-process
+    run; LaminaError when there are fewer (see the docstring)."""
     what = f"mesh @{mesh_name} has {needed} devices" if mesh_name else f"the run needs {needed}"
     procs = options.num_processes or 1
     if options.devices is not None:
@@ -109,7 +110,7 @@ def prepare(mesh_name: str | None, needed: int, options: RunOptions) -> list[Dev
                    f"XLA_FLAGS={COUNT_FLAG}={needed} before it starts)")
         raise LaminaError(f"backend 'jax': {what}, but jax has only {len(devices)} "
                           f"{devices[0].platform} devices{why}")
-    return devices[:needed]
+    return devices[:needed] if mesh_name else jax.local_devices()[:1]
 
 
 def native_stdout_to_stderr() -> None:
