@@ -22,7 +22,7 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(MODULES)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	@# setuptools reports where it put the link tree as an "Editable installation." warning:
 	@# informational (build/ is documented above), so that one message is filtered out
-	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]' \
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev,jax]' \
 		--config-settings editable_mode=strict
 	touch $(STAMP)
 

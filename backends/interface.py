@@ -49,8 +49,13 @@ class RunOptions:
                 one per core); results never depend on it
     tile_bytes  NumPy: bytes per tile buffer of a fused kernel (None: the measured defaults)
     target      check every tier's capacity against this target while running (checked execution)
-    devices     JAX: devices to run on (None: the mesh's size)
-    repeats     JAX: timed runs after the first (their median is reported)
+    devices     JAX: devices to run on, per process (None: the mesh's size); on CPU, the host
+                device count XLA is started with
+    repeats     JAX: timed runs after the first, which compiles (their median is reported)
+    coordinator JAX multi-process: the coordinator's host:port (process 0 serves it); None runs
+                in this process alone
+    num_processes  JAX multi-process: how many processes take part (with `coordinator`)
+    process_id  JAX multi-process: this process's number, 0 .. num_processes-1
     """
 
     threads: int | None = None
@@ -58,6 +63,9 @@ class RunOptions:
     target: Target | None = None
     devices: int | None = None
     repeats: int = 1
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
 
 
 @dataclass

@@ -10,12 +10,23 @@ Profiles (pick with the environment variable HYPOTHESIS_PROFILE, default "ci"):
 Tests that need fewer or more examples than a normal test should scale with the profile instead of
 hard-coding a count: `@settings(max_examples=scaled(0.3))` with
 `from strategies import scaled` (30 under ci, 600 under thorough).
+
+JAX: XLA reads its host device count once, when jax starts its backends, so it is set here,
+before any test imports jax: 8 host CPU devices (the 2 x 4 and 2 x 2 x 2 meshes of the JAX
+backend's tests; subprocesses inherit it). JAX_PLATFORMS defaults to cpu so the same 8 devices
+exist on any machine (a GPU machine runs its GPU checks with JAX_PLATFORMS set explicitly).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+_COUNT_FLAG = "--xla_force_host_platform_device_count"
+os.environ["XLA_FLAGS"] = " ".join(
+    [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_COUNT_FLAG)]
+    + [f"{_COUNT_FLAG}=8"])
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if TESTS_DIR not in sys.path:

@@ -3,6 +3,8 @@
     lamina-run FILE [-p PIPELINE] [--entry NAME] [--backend NAME] [--inputs IN.npz] [--seed N]
                [--outputs OUT.npz] [--check] [--stats-json PATH] [--print-outputs]
                [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
+               [--devices N] [--repeats N] [--coordinator HOST:PORT --num-processes N
+               --process-id I]
 
 Without `--inputs`, inputs are drawn from the argument types and `--seed`. With `--check` the
 program runs twice on the same inputs, as parsed and after the pipeline, and every output is
@@ -19,6 +21,14 @@ for the program as parsed).
 A function with placed values runs on every device of its mesh (`lamina.backends.numpy.spmd`);
 its stats add `devices`, `collectives` (kind, axes, algorithm, bytes per device) and
 `comm_bytes_per_device`.
+
+`--backend jax` compiles the function with XLA (`lamina.backends.jax`): `--devices N` sets how
+many devices (on CPU: host devices XLA starts with; default the mesh's size), `--repeats N` times
+N runs after the first, and `--coordinator`, `--num-processes`, `--process-id` run one process of
+a multi-process job (every process runs the same command with its own id; only process 0 prints
+and writes files). Its stats add `backend`, `compile_seconds`, `run_seconds` (median of the
+repeats) and, for placed programs, the compiled HLO's collectives (`hlo_collectives`) beside
+Lamina's own (`collectives`); its notes (how memory moves ran) go to stderr.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from lamina.cli.outputs import save_npz_atomic, write_text_atomic
 from lamina.ir.diagnostics import LaminaError, UsageError, report
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
-from lamina.ir.target import load_target
+from lamina.ir.target import Target, load_target
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from xdsl.dialects.builtin import ModuleOp
 
@@ -75,7 +85,42 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads for fused kernels' tile loops (default: LAMINA_FUSED_THREADS, "
                         "else one per core); results do not depend on it")
+    jax = p.add_argument_group("backend jax")
+    jax.add_argument("--devices", type=int, default=None, metavar="N",
+                     help="devices to run on, per process (default: the mesh's size)")
+    jax.add_argument("--repeats", type=int, default=1, metavar="N",
+                     help="timed runs after the first; stats report their median (default 1)")
+    jax.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                     help="multi-process: the coordinator's address (process 0 serves it)")
+    jax.add_argument("--num-processes", type=int, default=None, metavar="N",
+                     help="multi-process: how many processes take part")
+    jax.add_argument("--process-id", type=int, default=None, metavar="I",
+                     help="multi-process: this process's number, 0 .. N-1")
     return p
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Usage errors for option values no backend could use (before any work)."""
+    for flag, value, least in (("--threads", args.threads, 1), ("--devices", args.devices, 1),
+                               ("--repeats", args.repeats, 0),
+                               ("--num-processes", args.num_processes, 1),
+                               ("--process-id", args.process_id, 0)):
+        if value is not None and value < least:
+            raise UsageError("lamina-run", f"argument {flag}: must be at least {least}, got "
+                             f"{value}")
+    multi = (args.coordinator, args.num_processes, args.process_id)
+    if any(v is not None for v in multi) and any(v is None for v in multi):
+        raise UsageError("lamina-run", "--coordinator, --num-processes and --process-id go "
+                         "together")
+    if args.process_id is not None and args.process_id >= args.num_processes:
+        raise UsageError("lamina-run", f"argument --process-id: must be below --num-processes "
+                         f"{args.num_processes}, got {args.process_id}")
+
+
+def run_options(args: argparse.Namespace, target: Target | None) -> RunOptions:
+    return RunOptions(threads=args.threads, target=target, devices=args.devices,
+                      repeats=args.repeats, coordinator=args.coordinator,
+                      num_processes=args.num_processes, process_id=args.process_id)
 
 
 def summarize(name: str, a: np.ndarray, dtype: str) -> str:
@@ -89,8 +134,7 @@ def summarize(name: str, a: np.ndarray, dtype: str) -> str:
 
 def run(argv: Sequence[str] | None = None) -> int:
     args = arg_parser().parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("lamina-run", f"argument --threads: must be at least 1, got {args.threads}")
+    check_flags(args)
     backend = get_backend(args.backend)
     ctx = make_context()
     module: ModuleOp = load(args.file, ctx)
@@ -103,7 +147,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     check_supported(backend, func)
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     target = load_target(args.target) if args.target else None
-    result = backend.run(module, entry, inputs, RunOptions(threads=args.threads, target=target))
+    result = backend.run(module, entry, inputs, run_options(args, target))
+    quiet = bool(args.process_id)   # processes other than 0 of a multi-process run: no output
+    for note in result.stats.get("notes", []) if not quiet else []:
+        print(f"lamina-run: note: {note}", file=sys.stderr)
     names = output_names(func)
     dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]
 
@@ -127,21 +174,29 @@ def run(argv: Sequence[str] | None = None) -> int:
             report_lines.append(diff.line())
             failed |= not diff.ok
     stats["outputs"] = outputs
+    if not quiet:
+        publish(args, stats, dict(zip(names, result.outputs, strict=True)), dtypes,
+                report_lines, failed)
+    if failed:
+        if not quiet:
+            print(f"lamina-run: error: outputs after '{args.passes}' differ from the program as "
+                  "parsed", file=sys.stderr)
+        return 1
+    return 0
 
+
+def publish(args: argparse.Namespace, stats: dict[str, Any], outputs: dict[str, np.ndarray],
+            dtypes: list[str], report_lines: list[str], failed: bool) -> None:
+    """Print and write what the command line asks for (`--outputs` only when the check passed)."""
     if args.print_outputs:
-        for n, a, d in zip(names, result.outputs, dtypes, strict=True):
+        for (n, a), d in zip(outputs.items(), dtypes, strict=True):
             print(summarize(n, a, d))
     for line in report_lines:
         print(("check " if not failed else "check FAILED ") + line)
     if args.stats_json:
         write_text_atomic(args.stats_json, json.dumps(stats, indent=2) + "\n")
     if args.outputs and not failed:
-        save_npz_atomic(args.outputs, dict(zip(names, result.outputs, strict=True)))
-    if failed:
-        print(f"lamina-run: error: outputs after '{args.passes}' differ from the program as "
-              "parsed", file=sys.stderr)
-        return 1
-    return 0
+        save_npz_atomic(args.outputs, outputs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,204 @@
+"""Lamina's placement ops as their `jax.lax` counterparts, inside the one `jax.shard_map`.
+
+Every function here runs on one device's block, traced inside `shard_map` over the program's
+mesh (axis names as declared in `lamina.mesh`). The correspondences, each the NumPy SPMD runner's
+semantics (`lamina.backends.numpy.spmd`) bit for bit on data movement:
+
+    all_reduce sum / max       lax.psum / lax.pmax over the op's axes; several operands (an
+                               insert-collectives bucket) are one flat buffer, one all-reduce
+                               (one per element type in a bucket of mixed types)
+    reduce_scatter sum         lax.psum_scatter(tiled=True) along `dim` (moved to the front)
+    reduce_scatter max         lax.pmax, then the device's slice along `dim` (XLA has no
+                               max reduce-scatter in lax)
+    all_gather                 lax.all_gather along `dim` (gathered in front, moved into place)
+    all_to_all                 lax.all_to_all(tiled=True), split_dim -> concat_dim
+    all_slice                  the device's slice along `dim` at its axis index (no collective)
+    reshard                    as the NumPy runner defines it: reduce the pending axes, gather
+                               every split dimension, then take the destination's block
+
+A collective whose groups hold one device each (its axes have size 1) moves nothing and is not
+emitted (the value passes through unchanged, as the NumPy runner's reduction of one part does).
+A tuple of axes is major to minor, as in Lamina; XLA orders each replica group the same way, so
+block j of a group is the device whose index along the axes is j. Sums of f16/bf16 values are
+computed in float32 and rounded once, Lamina's rule (XLA:CPU promotes a bf16 psum to an f32
+all-reduce anyway). Algorithm attributes (ring, tree, hierarchical) are Lamina's cost-model plan;
+XLA chooses its own algorithm, so they do not change what is lowered.
+
+Function arguments and results: a `partial = sum[...]` argument enters as the NumPy runner
+distributes it (the whole value on the devices at coordinate 0 of every partial axis, zeros on the
+others; `max` partials: the whole value everywhere). A partial result leaves as every device's
+block, stacked along a new leading dimension over all mesh axes, and the host adds the blocks up
+exactly as the NumPy runner's `assemble` does, so no collective that Lamina did not insert
+appears in the compiled program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from lamina.backends.numpy.spmd import spec_or_replicated
+from lamina.ir.collectives import (
+    AllGatherOp,
+    AllReduceOp,
+    AllSliceOp,
+    AllToAllOp,
+    PlacementOp,
+    ReduceScatterOp,
+    ReshardOp,
+)
+from lamina.ir.diagnostics import error_at
+from lamina.ir.dtypes import tensor_dtype
+from lamina.ir.placement import Mesh
+from lamina.ir.sharding import Spec
+
+NARROW = ("f16", "bf16")   # element types whose sums run in float32
+
+
+def names(axes: Sequence[str]) -> Any:
+    """The `axis_name` argument of a lax collective: one name, or a tuple (major to minor)."""
+    return axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def position(mesh: Mesh, axes: Sequence[str]) -> Any:
+    """The device's index along `axes` (mixed radix, major to minor), traced."""
+    pos: Any = 0
+    for a in axes:
+        pos = pos * mesh.size([a]) + lax.axis_index(a)
+    return pos
+
+
+def owner(axes: Sequence[str]) -> Any:
+    """True on the devices at coordinate 0 of every axis in `axes`."""
+    flag: Any = True
+    for a in axes:
+        flag = jnp.logical_and(flag, lax.axis_index(a) == 0)
+    return flag
+
+
+def slice_at(x: jax.Array, dim: int, axes: Sequence[str], mesh: Mesh) -> jax.Array:
+    """The device's block of `x` along `dim` when that dimension is split over `axes`."""
+    k = x.shape[dim] // mesh.size(axes)
+    return lax.dynamic_slice_in_dim(x, position(mesh, axes) * k, k, axis=dim)
+
+
+def reduce(xs: Sequence[jax.Array], dtypes: Sequence[str], axes: Sequence[str],
+           kind: str) -> list[jax.Array]:
+    """psum / pmax of `xs` over `axes` (narrow floats summed in float32). Several operands (an
+    insert-collectives bucket) travel as one flat buffer per element type, one collective each."""
+    wide = [x.astype(jnp.float32) if d in NARROW and kind == "sum" else x
+            for x, d in zip(xs, dtypes, strict=True)]
+    op = lax.pmax if kind == "max" else lax.psum
+    out: list[jax.Array | None] = [None] * len(xs)
+    for dtype in dict.fromkeys(w.dtype for w in wide):
+        idx = [i for i, w in enumerate(wide) if w.dtype == dtype]
+        if len(idx) == 1:
+            out[idx[0]] = op(wide[idx[0]], names(axes))
+            continue
+        flat = op(jnp.concatenate([wide[i].reshape(-1) for i in idx]), names(axes))
+        start = 0
+        for i in idx:
+            n = wide[i].size
+            out[i] = flat[start:start + n].reshape(wide[i].shape)
+            start += n
+    return [r.astype(x.dtype) for r, x in zip(out, xs, strict=True) if r is not None]
+
+
+def reduce_scatter(x: jax.Array, dtype: str, axes: Sequence[str], kind: str, dim: int,
+                   mesh: Mesh) -> jax.Array:
+    """Device j of a group gets block j along `dim` of the group's sum (max). A dimension other
+    than the leading one is first split into (n, size/n) and n moved to the front, so XLA
+    scatters contiguous blocks (on XLA:CPU a scatter along a minor dimension transposes the
+    whole operand into another layout and back, measured 2x slower)."""
+    if kind == "max":
+        return slice_at(lax.pmax(x, names(axes)), dim, axes, mesh)
+    wide = x.astype(jnp.float32) if dtype in NARROW else x
+    if dim == 0:
+        out = lax.psum_scatter(wide, names(axes), scatter_dimension=0, tiled=True)
+    else:
+        n = mesh.size(axes)
+        s = wide.shape
+        front = jnp.moveaxis(wide.reshape(s[:dim] + (n, s[dim] // n) + s[dim + 1:]), dim, 0)
+        out = lax.psum_scatter(front, names(axes), scatter_dimension=0, tiled=True)[0]
+    return out.astype(x.dtype)
+
+
+def all_gather(x: jax.Array, axes: Sequence[str], dim: int) -> jax.Array:
+    """The group's blocks concatenated along `dim` in group order (gathered along a new leading
+    dimension and moved into place: contiguous blocks for XLA, as in `reduce_scatter`)."""
+    if dim == 0:
+        return lax.all_gather(x, names(axes), axis=0, tiled=True)
+    g = jnp.moveaxis(lax.all_gather(x, names(axes), axis=0, tiled=False), 0, dim)
+    s = g.shape
+    return g.reshape(s[:dim] + (s[dim] * s[dim + 1],) + s[dim + 2:])
+
+
+def reshard(x: jax.Array, dtype: str, src: Spec, dst: Spec, mesh: Mesh) -> jax.Array:
+    """Assemble the whole value (reduce pending axes, gather every split), take `dst`'s block."""
+    if mesh.size(src.partial) > 1:
+        (x,) = reduce([x], [dtype], src.partial, src.partial_kind)
+    for d, axes in enumerate(src.splits):
+        if mesh.size(axes) > 1:
+            x = all_gather(x, axes, d)
+    for d, axes in enumerate(dst.splits):
+        if axes:
+            x = slice_at(x, d, axes, mesh)
+    return enter(mesh, Spec(((),) * len(dst.splits), dst.partial, dst.partial_kind), x)
+
+
+def lower(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
+    """The per-device results of placement op `op` on blocks `xs` (see the module docstring)."""
+    axes = op.axis_names()
+    if not isinstance(op, ReshardOp) and mesh.size(axes) == 1:
+        return list(xs)   # groups of one device: nothing moves
+    dtypes = [tensor_dtype(v.type) for v in op.inputs]
+    if isinstance(op, AllReduceOp):
+        return reduce(xs, dtypes, axes, op.reduce_kind())
+    outs: list[jax.Array] = []
+    for v, r, x, dtype in zip(op.inputs, op.outputs, xs, dtypes, strict=True):
+        if isinstance(op, ReduceScatterOp):
+            outs.append(reduce_scatter(x, dtype, axes, op.reduce_kind(), op.int_attr("dim"), mesh))
+        elif isinstance(op, AllGatherOp):
+            outs.append(all_gather(x, axes, op.int_attr("dim")))
+        elif isinstance(op, AllToAllOp):
+            outs.append(lax.all_to_all(x, names(axes), op.int_attr("split_dim"),
+                                       op.int_attr("concat_dim"), tiled=True))
+        elif isinstance(op, AllSliceOp):
+            outs.append(slice_at(x, op.int_attr("dim"), axes, mesh))
+        elif isinstance(op, ReshardOp):
+            outs.append(reshard(x, dtype, spec_or_replicated(v.type),
+                                spec_or_replicated(r.type), mesh))
+        else:
+            raise error_at(op, f"backend 'jax' has no lowering for '{op.name}'")
+    return outs
+
+
+def enter(mesh: Mesh, spec: Spec, x: jax.Array) -> jax.Array:
+    """A function argument's block as the NumPy runner distributes it (pending sums: the whole
+    value on coordinate-0 devices of the partial axes, zeros elsewhere)."""
+    if not spec.partial or spec.partial_kind == "max":
+        return x
+    return jnp.where(owner(spec.partial), x, jnp.zeros_like(x))
+
+
+def leave(spec: Spec, x: jax.Array) -> jax.Array:
+    """A function result's block as it leaves the shard_map: a partial value keeps every device's
+    block (stacked along a new leading dimension; the host reduces it), others leave as placed."""
+    return x[None] if spec.partial else x
+
+
+def in_spec(spec: Spec) -> jax.sharding.PartitionSpec:
+    """The PartitionSpec an argument placed `spec` enters the shard_map with (pending axes are
+    replicated there; `enter` keeps the value on their coordinate-0 devices only)."""
+    return jax.sharding.PartitionSpec(*(names(axes) if axes else None for axes in spec.splits))
+
+
+def out_spec(spec: Spec, mesh: Mesh) -> jax.sharding.PartitionSpec:
+    """The PartitionSpec a result placed `spec` leaves with: a partial result keeps every
+    device's block along the new leading dimension `leave` adds, others leave as placed."""
+    if spec.partial:
+        return jax.sharding.PartitionSpec(names(mesh.axes), *([None] * len(spec.splits)))
+    return in_spec(spec)
