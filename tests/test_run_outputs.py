@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from lamina.cli.outputs import BROKEN_PIPE_EXIT, StagedOutputs
 from lamina.ir.diagnostics import LaminaError
-from test_cli import GOOD, OPT, RUN, TWO, assert_error, no_temp_files, opt, run, write
+from test_cli import GOOD, OPT, RUN, TWO, VERIFY_ERROR, assert_error, no_temp_files, opt, run, write
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -191,6 +191,17 @@ def test_destinations_checked_before_running(tmp_path: Path) -> None:
         assert (tmp_path / "s.json").read_text() == "old"
     no_temp_files(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.mlir", "s.json"]
+
+
+def test_lamina_opt_checks_its_destination_before_any_work(tmp_path: Path) -> None:
+    """main parsed, verified and ran the pipeline, then failed on `-o` (here the program's own
+    error would have come first, hiding the bad destination until it was fixed)."""
+    write(tmp_path, "bad.mlir", VERIFY_ERROR)
+    for dest, why in [("no/dir/out.mlir", "No such file or directory"), (".", "Is a directory"),
+                      ("y" * 300, "File name too long")]:
+        assert_error(opt("bad.mlir", "-p", "cse", "-o", dest, cwd=tmp_path),
+                     f"error: cannot write '{dest}': {why}")
+    no_temp_files(tmp_path)
 
 
 def test_a_failing_output_leaves_no_other_output_behind(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ from typing import Any, TextIO
 
 import lamina
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
-from lamina.cli.outputs import broken_pipe_exit, write_text_atomic
+from lamina.cli.outputs import broken_pipe_exit, check_destination, write_text_atomic
 from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic, report
 from lamina.ir.source import make_context, parse_text, read_source, verify
 from lamina.ir.target import builtin_targets
@@ -236,6 +236,8 @@ class OptRun:
         return output, failures + check(produced, expectations, name)
 
     def run(self) -> int:
+        if self.args.output_file:   # refused before any work, not after a long pipeline
+            check_destination(self.args.output_file)
         passes = build_pipeline(self.args.passes, explain=self.args.explain)
         source, name = read_source(self.args.input_file)
         chunks = split_chunks(source) if self.args.split_input_file else [(source, 0)]
