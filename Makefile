@@ -29,7 +29,7 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(MODULES)
 demo: $(STAMP)
 	@echo "== 1. Parse and verify the seed example, then fuse LayerNorm + GeLU + Dropout (decisions on stderr)"
 	$(BIN)/lamina-opt samples/layernorm_gelu_dropout.mlir -p fuse-elementwise --explain
-	@echo "== 2. Run the small function and summarize its output"
+	@echo "== 2. Run the small function: a summary line per output, then its values"
 	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout_small --seed 0 --print-outputs
 	@echo "== 3. Run f32[8192,4096] as written and after fusion on the same inputs; compare; stats (kernels after vs reference)"
 	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout --seed 0 -p fuse-elementwise --check --stats-json -

@@ -86,7 +86,11 @@ def intermediate_bytes(op: FusedOp) -> int:
 
 
 def sram_bytes(op: FusedOp, target: Target | None) -> int:
-    """The SRAM a fused op holds while it runs: its intermediates, at most the target's SRAM."""
+    """The SRAM a fused op compiled for `target` holds while it runs: its intermediates, at most
+    the target's SRAM (a kernel sizes its tiles to fit). This is the model assign-memory-tiers
+    plans with and checked execution charges under a target; without one, checked execution
+    charges what the interpreter's executor really allocates (`lamina.backends.numpy.memory`),
+    since a kernel with no SRAM to fit has no tile size this model could derive."""
     total = intermediate_bytes(op)
     if target is not None and any(t.name == "sram" for t in target.tiers):
         total = min(total, int(target.tier("sram").capacity))

@@ -6,8 +6,11 @@ The Python API, for scripts and notebooks (the command-line tools are `lamina.cl
     module = lamina.load("samples/mlp_block.mlir")            # parse and verify
     lamina.apply(module, "fuse-elementwise,annotate-lifetimes")  # a pass pipeline, verified after each pass
     print(lamina.to_text(module))                              # the MLIR text
-    run = lamina.run(module, {"x": x, "w1": w1, ...}, entry="mlp_block")   # NumPy in, NumPy out
-    run.outputs, run.stats
+    x = lamina.inputs(module)                                  # random inputs by argument name
+    run = lamina.run(module, x)                                # NumPy in, NumPy out
+    run.outputs["out0"], run.stats
+
+The README's "Python API" section is the tutorial; its code is run by the tests.
 
 Every failure raises `lamina.LaminaError`, whose `str()` is the one-line diagnostic the tools print.
 The package's layers (each imports only those below it): `lamina.ir` (dialect, op table, types,
@@ -29,8 +32,8 @@ if TYPE_CHECKING:
 
 __version__ = "0.2.0"
 
-__all__ = ["LaminaError", "Run", "__version__", "apply", "load", "parse", "run", "to_text",
-           "verify"]
+__all__ = ["LaminaError", "Run", "__version__", "apply", "inputs", "load", "parse", "run",
+           "to_text", "verify"]
 
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:
@@ -80,13 +83,26 @@ def apply(module: ModuleOp, pipeline: str, explain: bool = False) -> ModuleOp:
     return module
 
 
+def inputs(module: ModuleOp, entry: str | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """The random inputs `lamina-run --seed` would draw for function `entry`, by argument name
+    (`x` for `%x`): a starting point to edit, and what `lamina-run --write-inputs` saves."""
+    from lamina.backends.inputs import input_keys, random_inputs
+    from lamina.backends.interface import find_entry
+
+    func = find_entry(module, entry)
+    return dict(zip(input_keys(func), random_inputs(func, seed), strict=True))
+
+
 @dataclass
 class Run:
     """What `run` gives back: one array per function result, by name (`out0`, `out1`, ...),
-    and the statistics `lamina-run --stats-json` writes."""
+    the statistics `lamina-run --stats-json` writes (fields: the README's "Run statistics"), and
+    notes about how the program ran when that differs from how it is written (a partially placed
+    program runs on one device with its placements ignored)."""
 
     outputs: dict[str, np.ndarray]
     stats: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
 
 def run(module: ModuleOp, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
@@ -97,14 +113,10 @@ def run(module: ModuleOp, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
     `inputs` maps argument names (`x` for `%x`) to arrays, or lists them in order; None draws
     them from the argument types and `seed`, as `lamina-run` does. `options` are the backend's
     (`lamina.backends.interface.RunOptions`: threads, target, ...)."""
-    from lamina.backends.inputs import random_inputs
-    from lamina.backends.interface import (
-        RunOptions,
-        arg_names,
-        check_supported,
-        find_entry,
-        output_names,
-    )
+    from dataclasses import fields
+
+    from lamina.backends.inputs import input_keys, random_inputs
+    from lamina.backends.interface import RunOptions, check_supported, find_entry, output_names
     from lamina.backends.registry import get_backend
     from lamina.ir.target import load_target
 
@@ -112,7 +124,7 @@ def run(module: ModuleOp, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
     if inputs is None:
         arrays = random_inputs(func, seed)
     elif isinstance(inputs, Mapping):
-        names = arg_names(func)
+        names = input_keys(func)
         missing = [n for n in names if n not in inputs]
         extra = sorted(set(inputs) - set(names))
         if missing or extra:
@@ -122,9 +134,14 @@ def run(module: ModuleOp, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
         arrays = [inputs[n] for n in names]
     else:
         arrays = list(inputs)
+    known = [f.name for f in fields(RunOptions)]
+    if unknown := sorted(set(options) - set(known)):
+        raise LaminaError(f"unknown run option {', '.join(map(repr, unknown))} (options: "
+                          f"{', '.join(known)})")
     if isinstance(options.get("target"), str):
         options["target"] = load_target(options["target"])
     chosen = get_backend(backend)
     check_supported(chosen, func)
     result = chosen.run(module, func.sym_name.data, arrays, RunOptions(**options))
-    return Run(dict(zip(output_names(func), result.outputs, strict=True)), result.stats)
+    return Run(dict(zip(output_names(func), result.outputs, strict=True)), result.stats,
+               result.notes)

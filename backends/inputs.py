@@ -1,19 +1,53 @@
 """A run's inputs: random arrays drawn from the argument types, or arrays read from an `.npz`.
 
-`.npz` files are read with `allow_pickle=False`: an input file can never execute code.
+`.npz` files are read with `allow_pickle=False`: an input file can never execute code. Nothing is
+allocated before it is known to fit: every array's header (shape, dtype) is read and checked
+against its argument before its data is, so a header declaring a huge shape is one diagnostic,
+not a MemoryError; and a program whose inputs alone exceed the machine's physical memory is
+refused before any input is drawn or read (`check_input_memory`).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from typing import IO
 
 import numpy as np
+from lamina.analysis.sizes import fmt_bytes
 from lamina.backends.interface import arg_names
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import STORAGE, to_storage
 from lamina.ir.opbase import tensor_info
 from xdsl.dialects.func import FuncOp
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory of this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_input_memory(func: FuncOp, limit: int | None = None) -> None:
+    """Refuse `func` when its inputs, as the interpreter stores them, need more than `limit`
+    bytes (default: the machine's physical memory): such a run could never hold its inputs."""
+    limit = physical_memory() if limit is None else limit
+    if limit is None:
+        return
+    sizes = []
+    for name, t in zip(arg_names(func), func.function_type.inputs.data, strict=True):
+        info = tensor_info(t)
+        sizes.append((int(np.prod(info.shape, dtype=object)) * STORAGE[info.dtype].itemsize,
+                      name))
+    total = sum(n for n, _ in sizes)
+    if total > limit:
+        largest = ", ".join(f"{name} {fmt_bytes(n)}" for n, name in sorted(sizes, reverse=True)[:3])
+        which = f"; largest: {largest}" if len(sizes) > 1 else ""
+        raise error_at(func, f"the inputs of @{func.sym_name.data} need {fmt_bytes(total)} "
+                       f"({total} bytes{which}), more than this machine's {fmt_bytes(limit)} of "
+                       "memory")
 
 
 def random_inputs(func: FuncOp, seed: int) -> list[np.ndarray]:
@@ -21,6 +55,9 @@ def random_inputs(func: FuncOp, seed: int) -> list[np.ndarray]:
 
     Floats are standard normal, i1 are fair coins, integers uniform in [0, 1000).
     """
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise LaminaError(f"the seed for random inputs must be a non-negative integer, got {seed!r}")
+    check_input_memory(func)
     rng = np.random.default_rng(seed)
     out: list[np.ndarray] = []
     for t in func.function_type.inputs.data:
@@ -37,32 +74,78 @@ def random_inputs(func: FuncOp, seed: int) -> list[np.ndarray]:
     return out
 
 
+def input_keys(func: FuncOp) -> list[str]:
+    """The `.npz` key of each argument when a tool writes inputs (`--write-inputs`): its name
+    (`x` for `%x`), or its position (`arg0`, ...) for all of them when two names coincide."""
+    names = arg_names(func)
+    return names if len(set(names)) == len(names) else [f"arg{i}" for i in range(len(names))]
+
+
+def _header(f: IO[bytes]) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype from an `.npy` header, reading nothing past it (ValueError if not .npy)."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+    else:  # 2.0 and 3.0 differ only in the header's text encoding
+        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    return tuple(shape), dtype
+
+
+def _headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Every array of the `.npz` at `path`: key -> (shape, dtype), from the headers only."""
+    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    with zipfile.ZipFile(path) as z:
+        for member in z.infolist():
+            key = member.filename[:-4] if member.filename.endswith(".npy") else member.filename
+            with z.open(member) as f:
+                try:
+                    out[key] = _header(f)
+                except ValueError:
+                    raise LaminaError(f"cannot read inputs '{path}': member '{member.filename}' "
+                                      "is not an .npy array") from None
+    return out
+
+
+def _match_keys(path: str, func: FuncOp, keys: set[str]) -> list[str]:
+    """The key of each argument in the file (its name, else `arg<i>`; only `arg<i>` when two
+    names coincide, see `input_keys`), refusing missing and extra arrays."""
+    names = arg_names(func)
+    unique = len(set(names)) == len(names)
+    out: list[str] = []
+    for i, name in enumerate(names):
+        key = name if unique and name in keys else f"arg{i}"
+        if key not in keys:
+            raise LaminaError(f"{path}: no array for argument '{name}' (expected key '{name}' or "
+                              f"'arg{i}'; file has: {', '.join(sorted(keys)) or 'nothing'})")
+        out.append(key)
+    extra = sorted(keys - set(out))
+    if extra:
+        raise LaminaError(f"{path}: arrays {', '.join(extra)} match no argument of "
+                          f"@{func.sym_name.data} (arguments: {', '.join(names)})")
+    return out
+
+
 def load_inputs(path: str, func: FuncOp) -> list[np.ndarray]:
     """Arrays for `func`'s arguments from an `.npz`, keyed by argument name (`x` for `%x`) or
-    by position (`arg0`, `arg1`, ...)."""
+    by position (`arg0`, `arg1`, ...); each array's shape is checked before its data is read."""
+    check_input_memory(func)
     try:
         # np.load also accepts .npy and pickle files (and says "pickled data" for any other
         # bytes); an inputs file must be an .npz archive.
         if os.path.isfile(path) and not zipfile.is_zipfile(path):
             raise LaminaError(f"cannot read inputs '{path}': not an .npz archive")
+        headers = _headers(path)
+        keys = _match_keys(path, func, set(headers))
+        for key, name, t in zip(keys, arg_names(func), func.function_type.inputs.data,
+                                strict=True):
+            shape, _ = headers[key]
+            if shape != tensor_info(t).shape:
+                raise error_at(func, f"input '{name}' has shape {shape}, argument type is {t}")
         with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+            return [data[k] for k in keys]
     except FileNotFoundError:
         raise LaminaError(f"cannot read inputs '{path}': no such file") from None
+    except IsADirectoryError:
+        raise LaminaError(f"cannot read inputs '{path}': Is a directory") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise LaminaError(f"cannot read inputs '{path}': {e}") from None
-    names = arg_names(func)
-    out: list[np.ndarray] = []
-    used: set[str] = set()
-    for i, name in enumerate(names):
-        key = name if name in arrays else f"arg{i}"
-        if key not in arrays:
-            raise LaminaError(f"{path}: no array for argument '{name}' (expected key '{name}' or "
-                              f"'arg{i}'; file has: {', '.join(sorted(arrays)) or 'nothing'})")
-        used.add(key)
-        out.append(arrays[key])
-    extra = sorted(set(arrays) - used)
-    if extra:
-        raise LaminaError(f"{path}: arrays {', '.join(extra)} match no argument of "
-                          f"@{func.sym_name.data} (arguments: {', '.join(names)})")
-    return out

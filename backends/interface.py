@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from lamina.ir.collectives import PlacementOp
-from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.diagnostics import LaminaError, error_at, note_at
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp, MoveOp
 from lamina.ir.placement import place_of
@@ -84,9 +84,14 @@ class MemoryTrace:
 
 @dataclass
 class RunResult:
+    """One array per function result, the statistics (the `--stats-json` payload), the memory
+    trace when the backend records one, and notes: one line each about how the program was run
+    when that differs from how it is written (the tools print them on stderr)."""
+
     outputs: list[np.ndarray]
     stats: dict[str, Any] = field(default_factory=dict)
     memory: MemoryTrace | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 class Backend(Protocol):
@@ -103,20 +108,32 @@ def functions(module: ModuleOp) -> list[FuncOp]:
     return [op for op in module.ops if isinstance(op, FuncOp)]
 
 
+def signature(func: FuncOp) -> str:
+    """`@name(%x: T, ...) -> R` as written, for messages that list functions."""
+    args = ", ".join(f"%{n}: {t}" for n, t in zip(arg_names(func), func.function_type.inputs.data,
+                                                  strict=True))
+    outs = [str(t) for t in func.function_type.outputs.data]
+    result = outs[0] if len(outs) == 1 else f"({', '.join(outs)})"
+    return f"@{func.sym_name.data}({args}) -> {result}"
+
+
 def find_entry(module: ModuleOp, entry: str | None) -> FuncOp:
-    """The function named `entry`, or the module's only function when `entry` is None."""
+    """The function named `entry`, or the module's only function when `entry` is None; when
+    neither is found, the diagnostic lists every function with its signature, as notes at each."""
     funcs = functions(module)
-    if entry is None:
-        if len(funcs) == 1:
-            return funcs[0]
-        names = ", ".join(f.sym_name.data for f in funcs) or "none"
-        raise LaminaError(f"the module has {len(funcs)} functions ({names}); choose one with "
-                          f"--entry")
+    if not funcs:
+        raise LaminaError("the module has no function to run")
+    if entry is None and len(funcs) == 1:
+        return funcs[0]
     for f in funcs:
         if f.sym_name.data == entry:
             return f
-    names = ", ".join(f.sym_name.data for f in funcs) or "none"
-    raise LaminaError(f"no function named '{entry}' (functions: {names})")
+    names = ", ".join(f.sym_name.data for f in funcs)
+    notes = [note_at(f, signature(f)) for f in funcs]
+    if entry is None:
+        raise LaminaError(f"the module has {len(funcs)} functions ({names}); choose one with "
+                          "--entry", notes=notes)
+    raise LaminaError(f"no function named '{entry}' (functions: {names})", notes=notes)
 
 
 def arg_names(func: FuncOp) -> list[str]:

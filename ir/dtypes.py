@@ -109,5 +109,32 @@ def to_storage(a: np.ndarray, dtype: str) -> np.ndarray:
     return a.astype(target)
 
 
+def unrepresentable(a: np.ndarray, dtype: str) -> str | None:
+    """Why the values of `a` cannot be held by element type `dtype`, or None when they can.
+
+    Converting with NumPy would not say: an integer outside the type's range wraps around
+    (2**40 into i32 gives 0) and a finite float beyond the type's largest becomes infinite. Both
+    change the program's input silently, so the runners refuse them; rounding a float to a
+    narrower one (0.1 to f32) is the ordinary conversion and is accepted."""
+    if a.size == 0:
+        return None
+    if dtype in ("i32", "i64") and a.dtype.kind in "iub":
+        info = np.iinfo(STORAGE[dtype])
+        bad = (a < info.min) | (a > info.max)
+        if bad.any():
+            i = np.unravel_index(int(np.argmax(bad)), a.shape)
+            return (f"{a[i].item()!r} at index {tuple(int(k) for k in i)} is outside {dtype}'s range "
+                    f"[{info.min}, {info.max}]")
+    if dtype in FLOAT_TYPES and a.dtype.kind in "iubf":
+        with np.errstate(over="ignore", invalid="ignore"):
+            converted = to_storage(a, dtype)
+            bad = np.isinf(converted) & np.isfinite(a)
+        if bad.any():
+            i = np.unravel_index(int(np.argmax(bad)), a.shape)
+            return (f"{a[i].item()!r} at index {tuple(int(k) for k in i)} is beyond {dtype}'s "
+                    f"largest finite value (it would become infinite)")
+    return None
+
+
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_TYPES

@@ -35,6 +35,7 @@ uses the innermost level whose `group` holds that span (`axis_level`).
 
 from __future__ import annotations
 
+import difflib
 import math
 import tomllib
 from collections.abc import Sequence
@@ -109,14 +110,59 @@ class Target:
 
 
 def _num(d: dict[str, Any], key: str, where: str, *, integer: bool = False) -> Any:
+    """`d[key]` when it is a positive integer (`integer`) or a positive finite number.
+
+    TOML can write `nan` and `inf`; neither is a capacity or a bandwidth (a NaN capacity fits
+    nothing and compares false with everything; an infinite one overflows the planner's sums),
+    so they are refused here, where the file is read, with the key that has them."""
     if key not in d:
         raise LaminaError(f"{where}: missing '{key}'")
     v = d[key]
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok or v <= 0:
-        kind = "a positive integer" if integer else "a positive number"
+    # an integer beyond 2**63 (TOML's own limit, which tomllib does not enforce) is no count
+    # or size either, and would overflow float()
+    if isinstance(v, bool) or not ok or abs(v) >= 2**63 or not math.isfinite(v) or v <= 0:
+        kind = "a positive integer" if integer else "a positive finite number"
         raise LaminaError(f"{where}: '{key}' must be {kind}, got {v!r}")
     return v
+
+
+def _tables(data: dict[str, Any], key: str, source: str) -> list[dict[str, Any]]:
+    """The `[[key]]` array of tables (empty when absent); anything else is refused."""
+    items = data.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(t, dict) for t in items):
+        raise LaminaError(f"{source}: '{key}' must be a list of tables ([[{key}]] sections)")
+    return items
+
+
+# the keys each part of a target file may have; anything else is most likely a typo (`bandwith`)
+# that would otherwise be ignored, leaving a default or a "missing" error that hides the cause
+_KEYS = {"": ("name", "description", "devices", "flops", "links", "tiers", "transfers"),
+         "links": ("name", "group", "alpha", "beta"),
+         "tiers": ("name", "capacity", "bandwidth"),
+         "transfers": ("between", "bandwidth")}
+
+
+def _text(d: dict[str, Any], key: str, where: str, *, required: bool = False) -> str:
+    """`d[key]` when it is a non-empty string ("" when absent and not `required`)."""
+    if key not in d:
+        if required:
+            raise LaminaError(f"{where}: missing '{key}'")
+        return ""
+    v = d[key]
+    if not isinstance(v, str) or not v:
+        raise LaminaError(f"{where}: '{key}' must be a non-empty string, got {v!r}")
+    return v
+
+
+def _check_keys(d: dict[str, Any], part: str, where: str) -> None:
+    """Refuse a key `part` of a target file does not have, suggesting the closest one."""
+    known = _KEYS[part]
+    for key in d:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise LaminaError(f"{where}: unknown key '{key}'{hint}; keys: {', '.join(known)}")
 
 
 def parse_target(text: str, source: str) -> Target:
@@ -125,15 +171,16 @@ def parse_target(text: str, source: str) -> Target:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise LaminaError(f"{source}: invalid TOML: {e}") from None
-    name = data.get("name")
-    if not isinstance(name, str) or not name:
-        raise LaminaError(f"{source}: missing 'name'")
+    _check_keys(data, "", source)
+    name = _text(data, "name", source, required=True)
+    description = _text(data, "description", source)
     devices = _num(data, "devices", source, integer=True)
     flops = _num(data, "flops", source)
     links = []
-    for i, link in enumerate(data.get("links", [])):
+    for i, link in enumerate(_tables(data, "links", source)):
         where = f"{source}: links[{i}]"
-        links.append(LinkLevel(str(link.get("name", f"level{i}")),
+        _check_keys(link, "links", where)
+        links.append(LinkLevel(_text(link, "name", where) or f"level{i}",
                                _num(link, "group", where, integer=True),
                                float(_num(link, "alpha", where)), float(_num(link, "beta", where))))
     if not links:
@@ -143,8 +190,9 @@ def parse_target(text: str, source: str) -> Target:
             raise LaminaError(f"{source}: link level '{b.name}' must join whole groups of "
                               f"'{a.name}' (group {b.group} vs {a.group})")
     tiers = []
-    for i, tier in enumerate(data.get("tiers", [])):
+    for i, tier in enumerate(_tables(data, "tiers", source)):
         where = f"{source}: tiers[{i}]"
+        _check_keys(tier, "tiers", where)
         tname = tier.get("name")
         if tname not in TIER_ORDER:
             raise LaminaError(f"{where}: tier name must be one of {', '.join(TIER_ORDER)}, "
@@ -157,14 +205,15 @@ def parse_target(text: str, source: str) -> Target:
     if [n for n in TIER_ORDER if n in names] != names:
         raise LaminaError(f"{source}: tiers must be listed fastest first ({', '.join(TIER_ORDER)})")
     transfers: dict[frozenset[str], float] = {}
-    for i, tr in enumerate(data.get("transfers", [])):
+    for i, tr in enumerate(_tables(data, "transfers", source)):
         where = f"{source}: transfers[{i}]"
+        _check_keys(tr, "transfers", where)
         between = tr.get("between")
         if not (isinstance(between, list) and len(between) == 2 and all(b in names for b in between)
                 and between[0] != between[1]):
             raise LaminaError(f"{where}: 'between' must name two different tiers of this target")
         transfers[frozenset(between)] = float(_num(tr, "bandwidth", where))
-    return Target(name, str(data.get("description", "")), devices, float(flops), tuple(links),
+    return Target(name, description, devices, float(flops), tuple(links),
                   tuple(tiers), transfers, source)
 
 
@@ -177,9 +226,14 @@ def load_target(spec: str) -> Target:
     """A built-in target by name (`h100-node`) or a TOML file by path."""
     if spec.endswith(".toml") or "/" in spec or Path(spec).exists():
         try:
-            text = Path(spec).read_text(encoding="utf-8")
+            raw = Path(spec).read_bytes()
         except OSError as e:
             raise LaminaError(f"cannot read target '{spec}': {e.strerror}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise LaminaError(f"cannot read target '{spec}': not UTF-8 text (byte {e.start})") \
+                from None
         return parse_target(text, spec)
     names = builtin_targets()
     if spec not in names:

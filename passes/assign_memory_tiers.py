@@ -200,7 +200,22 @@ def _infeasible_error(fm: _FuncModel, e: Infeasible, target: Target) -> LaminaEr
     return error_at(at, f"assign-memory-tiers: no assignment fits tier '{e.tier}' at program point "
                     f"{e.step} ({what}): {int(e.need)} bytes per device needed, capacity "
                     f"{int(e.capacity)} (target '{target.name}'); the op's own operands and result "
-                    f"take {own} bytes" + (f"; largest live values: {live}" if live else ""))
+                    f"take {own} bytes" + (f"; largest live values: {live}" if live else "")
+                    + _infeasible_why(fm, e, target))
+
+
+def _infeasible_why(fm: _FuncModel, e: Infeasible, target: Target) -> str:
+    """What the planner could not change: no tier to offload to, or arguments the program itself
+    declared in the overflowing tier."""
+    prob = fm.problem
+    if e.tier == "hbm" and not prob.tiers():
+        return f"; target '{target.name}' has no host or nvme tier to offload values to"
+    declared = [v for v in prob.values if v.home == e.tier]
+    if not declared:
+        return ""
+    names = ", ".join(f"{v.name} ({int(v.size)} B)" for v in declared[:4])
+    return (f"; arguments declared in '{e.tier}' take {int(sum(v.size for v in declared))} bytes "
+            f"({names}{', ...' if len(declared) > 4 else ''})")
 
 
 # ---- from the plan back to IR ------------------------------------------------------------------

@@ -95,8 +95,9 @@ def test_options_reach_the_backend() -> None:
     one = lamina.run(module, entry="ln_gelu_dropout_small", threads=1, tile_bytes=256)
     two = lamina.run(module, entry="ln_gelu_dropout_small", threads=2, tile_bytes=256)
     assert one.outputs["out0"].tobytes() == two.outputs["out0"].tobytes()
-    with pytest.raises(TypeError):
-        lamina.run(module, entry="ln_gelu_dropout_small", thread=1)   # a typo is not ignored
+    # a typo is not ignored; like every API failure it is a LaminaError naming the options
+    with pytest.raises(lamina.LaminaError, match=r"unknown run option 'thread' \(options: threads"):
+        lamina.run(module, entry="ln_gelu_dropout_small", thread=1)
 
 
 def test_lamina_run_backend_flag() -> None:

@@ -5,7 +5,6 @@ and `lamina.constant` prints the result type a pass gave it, so every pass outpu
 
 from __future__ import annotations
 
-import glob
 import io
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from lamina.ir.lamina import ConstantOp, DropoutOp
 from lamina.ir.opbase import dense_to_array
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from sample_files import VALID
 from xdsl.dialects.builtin import ModuleOp, NoneAttr, TensorType
 from xdsl.printer import Printer
 
@@ -294,7 +294,7 @@ TIER_PIPELINES = ["assign-memory-tiers{target=tiny}",
 
 
 @pytest.mark.parametrize("pipeline", TIER_PIPELINES)
-@pytest.mark.parametrize("sample", sorted(glob.glob(str(ROOT / "samples" / "*.mlir"))),
+@pytest.mark.parametrize("sample", VALID,
                          ids=lambda p: Path(p).name)
 def test_every_sample_reads_back_after_placing_passes(sample: str, pipeline: str) -> None:
     """The pipeline either refuses the program with a diagnostic (a sample too large for the

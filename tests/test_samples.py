@@ -4,13 +4,18 @@ For each sample: parse + verify; printing, re-parsing and printing again gives t
 (custom form); printing in generic form, re-parsing and printing in custom form gives the same
 text; and every function whose arguments total fewer than 50M elements runs on the NumPy
 interpreter with `random_inputs(func, 0)`, producing finite float outputs of the declared types.
+A sample that shows an error (`samples/bad.mlir`) is not run: its `// RUN:` lines are, as lit
+would run them, and the error it shows is checked at the line its annotation names.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
+import re
+import shlex
+import subprocess
+import sys
 from io import StringIO
 
 import numpy as np
@@ -22,10 +27,11 @@ from lamina.cli.run import main as run_main
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.opbase import tensor_info
 from lamina.ir.source import load, parse_text, verify
+from sample_files import ALL, INVALID, VALID
 from xdsl.printer import Printer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLES = sorted(glob.glob(os.path.join(ROOT, "samples", "*.mlir")))
+SAMPLES = VALID  # every sample but the ones that show an error (tests/sample_files.py)
 MAX_ELEMENTS = 50_000_000
 
 
@@ -117,3 +123,52 @@ def test_sample_fuses_and_checks(path: str, entry: str, capsys: pytest.CaptureFi
     assert rc == 0, err
     stats = json.loads(out[out.index("{"):])
     assert stats["kernels"] <= stats["reference"]["kernels"], stats
+
+
+RUN_LINE = re.compile(r"^// RUN: (.*)$", re.M)
+
+
+def _text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+WITH_RUN_LINES = [p for p in ALL if RUN_LINE.search(_text(p))]
+
+
+def test_every_invalid_sample_has_a_run_line() -> None:
+    """An error sample nothing runs could drift from the error it claims to show."""
+    assert INVALID and set(INVALID) <= set(WITH_RUN_LINES)
+
+
+@pytest.mark.parametrize("path", WITH_RUN_LINES, ids=_ids(WITH_RUN_LINES))
+def test_sample_run_lines(path: str) -> None:
+    """Each `// RUN:` line, `%s` for the sample, in bash with the venv's tools first on PATH
+    (as tests/filecheck/lit.cfg does), from the repository root; each must exit 0."""
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep
+           + os.environ.get("PATH", "")}
+    env.pop("LAMINA_TRACEBACK", None)
+    for command in RUN_LINE.findall(_text(path)):
+        script = "set -o pipefail\n" + command.replace("%s", shlex.quote(path))
+        res = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, (command, res.stdout[-2000:], res.stderr[-2000:])
+
+
+_EXPECTED = re.compile(r"// expected-error @\+(\d+) \{\{(.*)\}\}")
+
+
+@pytest.mark.parametrize("path", INVALID, ids=_ids(INVALID))
+def test_invalid_sample_shows_its_error(path: str) -> None:
+    """Plain `lamina-opt SAMPLE` exits 1 with one diagnostic at the annotated line: what a reader
+    of the sample (and of the README tour) sees."""
+    lines = _text(path).splitlines()
+    [(index, (offset, message))] = [(i, m.groups()) for i, line in enumerate(lines)
+                                    if (m := _EXPECTED.search(line))]
+    line = index + 1 + int(offset)
+    column = len(lines[line - 1]) - len(lines[line - 1].lstrip()) + 1
+    rel = os.path.relpath(path, ROOT)
+    res = subprocess.run([os.path.join(os.path.dirname(sys.executable), "lamina-opt"), rel],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.splitlines()[0] == f"{rel}:{line}:{column}: error: {message}"

@@ -65,3 +65,140 @@ def test_bad_target_files(text: str, message: str) -> None:
 def test_unknown_builtin_names_the_choices() -> None:
     with pytest.raises(LaminaError, match="unknown target 'h900'.*h100-node"):
         load_target("h900")
+
+
+# -- issue 10's fuzz roots on the target side: each was an internal error or a crash --------------
+
+_HEAD = 'name = "x"\ndevices = 1\nflops = 1e12\n[[links]]\nname = "l"\ngroup = 1\n'
+_HBM = '[[tiers]]\nname = "hbm"\ncapacity = 1048576\nbandwidth = 1e12\n'
+
+
+@pytest.mark.parametrize("key, value", [
+    ("capacity", "nan"), ("capacity", "inf"), ("bandwidth", "nan"), ("bandwidth", "+inf"),
+    ("capacity", "1" + "0" * 400),
+])
+def test_non_finite_tier_numbers_are_refused(key: str, value: str) -> None:
+    """TOML writes nan and inf; main accepted them and the planner failed later with an
+    AssertionError or OverflowError. Refused where the file is read, naming the key."""
+    tier = _HBM.replace(f"{key} = " + ("1048576" if key == "capacity" else "1e12"),
+                        f"{key} = {value}")
+    with pytest.raises(LaminaError) as e:
+        parse_target(_HEAD + "alpha = 1e-6\nbeta = 1e9\n" + tier, "bad.toml")
+    assert e.value.message.startswith(f"bad.toml: tiers[0]: '{key}' must be a positive finite "
+                                      "number, got "), e.value.message
+
+
+@pytest.mark.parametrize("link", ["alpha = nan\nbeta = 1e9\n", "alpha = 1e-6\nbeta = inf\n"])
+def test_non_finite_link_numbers_are_refused(link: str) -> None:
+    with pytest.raises(LaminaError, match=r"links\[0\]: '(alpha|beta)' must be a positive finite"):
+        parse_target(_HEAD + link, "bad.toml")
+
+
+@pytest.mark.parametrize("text", ["tiers = 3\n" + _HEAD + "alpha = 1e-6\nbeta = 1e9\n",
+                                  "tiers = [1, 2]\n" + _HEAD + "alpha = 1e-6\nbeta = 1e9\n",
+                                  'name = "x"\ndevices = 1\nflops = 1e12\nlinks = "nvlink"\n'])
+def test_sections_that_are_not_tables_are_refused(text: str) -> None:
+    with pytest.raises(LaminaError, match=r"bad.toml: '(tiers|links)' must be a list of tables"):
+        parse_target(text, "bad.toml")
+
+
+def test_target_file_that_is_not_utf8(tmp_path: Path) -> None:
+    p = tmp_path / "latin1.toml"
+    p.write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(LaminaError) as e:
+        load_target(str(p))
+    assert e.value.message == f"cannot read target '{p}': not UTF-8 text (byte 11)"
+
+
+LONG_CHAIN = """\
+func.func @chain(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
+  %a = lamina.tanh %x : tensor<256x256xf32>
+  %b = lamina.neg %a : tensor<256x256xf32>
+  %c = lamina.abs %b : tensor<256x256xf32>
+  %d = lamina.add %a, %c : tensor<256x256xf32>
+  %e = lamina.add %d, %x : tensor<256x256xf32>
+  func.return %e : tensor<256x256xf32>
+}
+"""
+
+HOST_ARG = """\
+func.func @f(%big: tensor<1024x1024xf32, #lamina.place<tier = host>>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = lamina.neg %y : tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+"""
+
+
+def _plan(tmp_path: Path, program: str, target_toml: str, solver: str = "greedy") -> LaminaError:
+    from lamina.ir.source import make_context, parse_text, verify
+    from lamina.passes.pipeline import build_pipeline, run_pipeline
+
+    (tmp_path / "t.toml").write_text(target_toml)
+    ctx = make_context()
+    module = parse_text(program, "p.mlir", ctx)
+    verify(module)
+    pipeline = f'assign-memory-tiers{{target="{tmp_path / "t.toml"}" solver={solver}}}'
+    with pytest.raises(LaminaError) as e:
+        run_pipeline(ctx, module, build_pipeline(pipeline))
+    return e.value
+
+
+def test_target_without_offload_tier_is_a_diagnostic(tmp_path: Path) -> None:
+    """A target with HBM only: the greedy planner indexed `prob.tiers()[0]` of an empty list
+    (IndexError) as soon as HBM overflowed; now the overflow is the pass's diagnostic at the op,
+    saying there is nowhere to offload to."""
+    hbm = _HBM.replace("1048576", "600000")
+    err = _plan(tmp_path, LONG_CHAIN, _HEAD + "alpha = 1e-6\nbeta = 1e9\n" + hbm)
+    assert err.loc is not None and err.loc.file == "p.mlir"
+    assert err.message.startswith("assign-memory-tiers: no assignment fits tier 'hbm' at program "
+                                  "point "), err.message
+    assert err.message.endswith("; target 'x' has no host or nvme tier to offload values to")
+
+
+def test_arguments_declared_in_host_beyond_its_capacity(tmp_path: Path) -> None:
+    """Arguments the program itself puts in host, more than the target's host holds: the greedy
+    solver ended in a bare `assert best.fits()`; now one diagnostic naming them."""
+    host = ('[[tiers]]\nname = "host"\ncapacity = 1048576\nbandwidth = 1e10\n'
+            '[[transfers]]\nbetween = ["hbm", "host"]\nbandwidth = 1e10\n')
+    toml = _HEAD + "alpha = 1e-6\nbeta = 1e9\n" + _HBM.replace("1048576", "16777216") + host
+    err = _plan(tmp_path, HOST_ARG, toml)
+    assert err.loc is not None
+    assert err.message.startswith("assign-memory-tiers: no assignment fits tier 'host'"), \
+        err.message
+    assert err.message.endswith("; arguments declared in 'host' take 4194304 bytes "
+                                "(%big (4194304 B))")
+
+
+@pytest.mark.parametrize("text, message", [
+    # a typo in a key was ignored (and then "missing 'bandwidth'" hid the cause), an extra key
+    # was taken silently
+    (_HEAD + "alpha = 1e-6\nbeta = 1e9\n" + _HBM.replace("bandwidth", "bandwith"),
+     "bad.toml: tiers[0]: unknown key 'bandwith' (did you mean 'bandwidth'?); keys: name, "
+     "capacity, bandwidth"),
+    (_HEAD + "alpha = 1e-6\nbeta = 1e9\nlatency = 2\n",
+     "bad.toml: links[0]: unknown key 'latency'; keys: name, group, alpha, beta"),
+    ('name = "x"\ndevice = 1\n', "bad.toml: unknown key 'device' (did you mean 'devices'?); "
+     "keys: name, description, devices, flops, links, tiers, transfers"),
+    (_HEAD + "alpha = 1e-6\nbeta = 1e9\n" + _HBM
+     + '[[transfers]]\nbetween = ["hbm", "hbm"]\nbandwidth = 1\nspeed = 3\n',
+     "bad.toml: transfers[0]: unknown key 'speed'"),
+    # values of the wrong kind: main printed "missing 'name'" for a number, str()-ed the rest
+    ("name = 3\ndevices = 1\n", "bad.toml: 'name' must be a non-empty string, got 3"),
+    ('name = "x"\ndescription = ["a"]\n', "bad.toml: 'description' must be a non-empty string"),
+    (_HEAD.replace('name = "l"', "name = 1.5") + "alpha = 1e-6\nbeta = 1e9\n",
+     "bad.toml: links[0]: 'name' must be a non-empty string, got 1.5"),
+])
+def test_unknown_keys_and_wrongly_typed_values_are_one_diagnostic(text: str, message: str) -> None:
+    with pytest.raises(LaminaError) as e:
+        parse_target(text, "bad.toml")
+    assert e.value.message.startswith(message), e.value.message
+
+
+def test_bad_target_file_through_lamina_run_is_one_line(tmp_path: Path) -> None:
+    from test_cli import GOOD, assert_error, run, write
+
+    write(tmp_path, "ok.mlir", GOOD)
+    (tmp_path / "t.toml").write_text(_HEAD + "alpha = 1e-6\nbeta = 1e9\n"
+                                     + _HBM.replace("capacity", "capacty"))
+    assert_error(run("ok.mlir", "--target", "t.toml", cwd=tmp_path),
+                 "error: t.toml: tiers[0]: unknown key 'capacty' (did you mean 'capacity'?)")

@@ -48,7 +48,7 @@ from typing import Any, TextIO
 
 import lamina
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
-from lamina.cli.outputs import write_text_atomic
+from lamina.cli.outputs import broken_pipe_exit, check_destination, write_text_atomic
 from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic, report
 from lamina.ir.source import make_context, parse_text, read_source, verify
 from lamina.ir.target import builtin_targets
@@ -236,6 +236,8 @@ class OptRun:
         return output, failures + check(produced, expectations, name)
 
     def run(self) -> int:
+        if self.args.output_file:   # refused before any work, not after a long pipeline
+            check_destination(self.args.output_file)
         passes = build_pipeline(self.args.passes, explain=self.args.explain)
         source, name = read_source(self.args.input_file)
         chunks = split_chunks(source) if self.args.split_input_file else [(source, 0)]
@@ -272,11 +274,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = arg_parser().parse_args(argv)
         session = OptRun(args, sys.stderr)
-        return session.run()
+        code = session.run()
+        sys.stdout.flush()   # a reader that went away is found here, not at interpreter exit
+        return code
     except SystemExit as e:  # --help and --version
         return e.code if isinstance(e.code, int) else 0
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `lamina-opt ... | head`: exit quietly, as Unix tools do
+        return broken_pipe_exit()
     except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
         if os.environ.get("LAMINA_TRACEBACK") and not isinstance(e, LaminaError):
             raise

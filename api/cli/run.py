@@ -1,26 +1,35 @@
 """`lamina-run`: run a function of a Lamina program on a backend (default: the NumPy interpreter).
 
     lamina-run FILE [-p PIPELINE] [--entry NAME] [--backend NAME] [--inputs IN.npz] [--seed N]
-               [--outputs OUT.npz] [--check] [--stats-json PATH] [--print-outputs]
-               [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
+               [--write-inputs IN.npz] [--outputs OUT.npz] [--check] [--stats-json PATH]
+               [--print-outputs] [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
                [--devices N] [--repeats N] [--coordinator HOST:PORT --num-processes N
                --process-id I]
 
-Without `--inputs`, inputs are drawn from the argument types and `--seed`. With `--check` the
-program runs twice on the same inputs, as parsed and after the pipeline, and every output is
+Without `--inputs`, inputs are drawn from the argument types and `--seed`; `--write-inputs` saves
+the inputs a run used, keyed by argument name, in the form `--inputs` reads back. With `--check`
+the program runs twice on the same inputs, as parsed and after the pipeline, and every output is
 compared (tolerances by element type, see `lamina.backends.compare`); exit 1 with a per-output
 report when they disagree. The program as parsed always runs on the NumPy interpreter, whole
 arrays on one device: `--backend X --check` compares backend X after the pipeline against it.
 On the NumPy backend every run is checked execution (`lamina.backends.numpy.memory`): a use after
 `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the op;
-with `--target` so is a tier's capacity overflow (naming what was live). `--stats-json` writes
-`ops_executed`, `kernels`, `flops`, `bytes_accessed`, `peak_live_bytes`, `peak_bytes` (per memory
-tier, per device), `moved_bytes` (per tier pair, e.g. "hbm->host") and `outputs` (name, shape,
-dtype, and the errors under `--check`); with `--check` it also has `reference` (the same counters
-for the program as parsed).
-A function with placed values runs on every device of its mesh (`lamina.backends.numpy.spmd`);
-its stats add `devices`, `collectives` (kind, axes, algorithm, bytes per device) and
-`comm_bytes_per_device`.
+with `--target` so is a tier's capacity overflow (naming what was live). A function with placed
+values runs on every device of its mesh (`lamina.backends.numpy.spmd`); a partially placed one
+runs on one device with its placements ignored, and a note on stderr says so.
+
+What it prints: one summary line per output (`out0: f32[4, 8] mean ... std ... min ... max ...
+zeros N`), with `--print-outputs` each output's values too, and with `--check` one comparison
+line per output. These go to stdout, except when stdout carries data (`--stats-json -`, or any
+output written to `-`): then stdout carries that data alone and every other line goes to stderr,
+so `lamina-run ... --stats-json - | python -m json.tool` always parses. Notes and diagnostics
+always go to stderr.
+
+The files it writes (`--outputs`, `--write-inputs`, `--stats-json`, `--memory-plot`) are written
+all together when the run succeeded, or not at all (`lamina.cli.outputs`); each destination is
+checked before the program runs, and an empty value for any flag is refused, never ignored.
+When `--check` finds a difference, the files that describe and reproduce it (`--stats-json`,
+`--memory-plot`, `--write-inputs`) are written and `--outputs` is not.
 
 `--backend jax` compiles the function with XLA (`lamina.backends.jax`): `--devices N` sets how
 many devices (on CPU: host devices XLA starts with; default the mesh's size), `--repeats N` times
@@ -28,7 +37,10 @@ N runs after the first, and `--coordinator`, `--num-processes`, `--process-id` r
 a multi-process job (every process runs the same command with its own id; only process 0 prints
 and writes files). Its stats add `backend`, `compile_seconds`, `run_seconds` (median of the
 repeats) and, for placed programs, the compiled HLO's collectives (`hlo_collectives`) beside
-Lamina's own (`collectives`); its notes (how memory moves ran) go to stderr.
+Lamina's own (`collectives`).
+
+Every `--stats-json` field (name, unit, per device or total) is documented in one place: the
+README's "Run statistics" section.
 """
 
 from __future__ import annotations
@@ -38,23 +50,34 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 import lamina
 import numpy as np
 from lamina.backends.compare import compare
-from lamina.backends.inputs import load_inputs, random_inputs
-from lamina.backends.interface import RunOptions, check_supported, find_entry, output_names
+from lamina.backends.inputs import input_keys, load_inputs, random_inputs
+from lamina.backends.interface import (
+    Backend,
+    RunOptions,
+    RunResult,
+    check_supported,
+    find_entry,
+    output_names,
+)
 from lamina.backends.numpy.backend import reference_run
 from lamina.backends.registry import backend_names, get_backend
-from lamina.cli.memory_plot import plot_memory
-from lamina.cli.outputs import save_npz_atomic, write_text_atomic
-from lamina.ir.diagnostics import LaminaError, UsageError, report
+from lamina.cli.memory_plot import plot_format, plot_memory
+from lamina.cli.outputs import StagedOutputs, broken_pipe_exit, check_destination, is_stdout
+from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic, report
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
 from lamina.ir.target import Target, load_target
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
+
+STATS_DOC = "README.md, section 'Run statistics'"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,7 +86,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def arg_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="lamina-run", description="Run a Lamina program on a backend.")
+    p = _Parser(prog="lamina-run", description="Run a Lamina program on a backend.",
+                epilog=f"--stats-json fields (name, unit, per device or total): {STATS_DOC}.")
     p.add_argument("file", help="program (.mlir); '-' reads stdin")
     p.add_argument("--version", action="version", version=f"lamina-run {lamina.__version__}")
     p.add_argument("--backend", default="numpy",
@@ -72,16 +96,22 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--entry", default=None, help="function to run (default: the only one)")
     p.add_argument("--inputs", default=None, help=".npz with one array per argument")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--write-inputs", default=None, metavar="IN.npz",
+                   help="write the inputs this run uses, keyed by argument name (what --inputs "
+                        "reads)")
     p.add_argument("--outputs", default=None, help="write the results to this .npz")
     p.add_argument("--check", action="store_true",
                    help="also run the program as parsed and compare every output")
-    p.add_argument("--stats-json", default=None, help="write run statistics as JSON ('-': stdout)")
-    p.add_argument("--print-outputs", action="store_true", help="print a summary of each output")
+    p.add_argument("--stats-json", default=None,
+                   help=f"write run statistics as JSON ('-': stdout); fields: {STATS_DOC}")
+    p.add_argument("--print-outputs", action="store_true",
+                   help="print each output's values after its summary line")
     p.add_argument("--explain", action="store_true", help="Lamina passes explain their decisions")
     p.add_argument("--target", default=None,
                    help="check memory-tier capacities against this target (name or .toml)")
     p.add_argument("--memory-plot", default=None, metavar="OUT.png",
-                   help="draw bytes per tier per device over program points (needs matplotlib)")
+                   help="draw bytes per tier per device over program points (needs matplotlib; "
+                        "the format follows the extension)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads for fused kernels' tile loops (default: LAMINA_FUSED_THREADS, "
                         "else one per core); results do not depend on it")
@@ -99,8 +129,20 @@ def arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_flags(args: argparse.Namespace) -> None:
-    """Usage errors for option values no backend could use (before any work)."""
+# ---- the command line, checked before any work ----------------------------------------------
+
+# flags whose value is a file the run writes, in the order they are listed in messages
+_DESTINATIONS = ("outputs", "write_inputs", "stats_json", "memory_plot")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse, before anything runs, a command line that could not be honoured: numbers out of
+    range, empty values (an empty --outputs or --target names nothing; `-p ''` is the empty
+    pipeline and stays valid), and destinations that cannot be written or collide."""
     for flag, value, least in (("--threads", args.threads, 1), ("--devices", args.devices, 1),
                                ("--repeats", args.repeats, 0),
                                ("--num-processes", args.num_processes, 1),
@@ -115,12 +157,39 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.process_id is not None and args.process_id >= args.num_processes:
         raise UsageError("lamina-run", f"argument --process-id: must be below --num-processes "
                          f"{args.num_processes}, got {args.process_id}")
+    if args.seed < 0:
+        raise UsageError("lamina-run", f"argument --seed: must be non-negative, got {args.seed}")
+    for dest, value in vars(args).items():
+        if value == "" and dest not in ("passes", "file"):
+            raise UsageError("lamina-run", f"argument {_flag(dest)}: expected a value, got ''")
+    seen: dict[str, str] = {}
+    for dest in _DESTINATIONS:
+        path = getattr(args, dest)
+        if path is None:
+            continue
+        key = "-" if is_stdout(path) else os.path.realpath(path)
+        if key in seen:
+            what = "stdout" if key == "-" else f"'{path}'"
+            raise UsageError("lamina-run", f"{_flag(seen[key])} and {_flag(dest)} both write "
+                             f"{what}")
+        seen[key] = dest
+        check_destination(path)
+    if args.memory_plot is not None:
+        plot_format(args.memory_plot)
 
 
 def run_options(args: argparse.Namespace, target: Target | None) -> RunOptions:
     return RunOptions(threads=args.threads, target=target, devices=args.devices,
                       repeats=args.repeats, coordinator=args.coordinator,
                       num_processes=args.num_processes, process_id=args.process_id)
+
+
+def data_on_stdout(args: argparse.Namespace) -> bool:
+    """Whether one of the run's files goes to stdout (then stdout carries nothing else)."""
+    return any(getattr(args, d) is not None and is_stdout(getattr(args, d)) for d in _DESTINATIONS)
+
+
+# ---- what a run prints ----------------------------------------------------------------------
 
 
 def summarize(name: str, a: np.ndarray, dtype: str) -> str:
@@ -132,78 +201,117 @@ def summarize(name: str, a: np.ndarray, dtype: str) -> str:
     return f"{name}: {dtype}{list(a.shape)} nonzero {int(np.count_nonzero(a))}"
 
 
-def run(argv: Sequence[str] | None = None) -> int:
-    args = arg_parser().parse_args(argv)
-    check_flags(args)
-    backend = get_backend(args.backend)
-    ctx = make_context()
-    module: ModuleOp = load(args.file, ctx)
-    reference = module.clone() if args.check else None
-    passes = build_pipeline(args.passes, explain=args.explain)
-    run_pipeline(ctx, module, passes)
+@dataclass
+class Outcome:
+    """A finished run of the entry function: its results, their stats, and the check."""
 
+    func: FuncOp
+    inputs: list[np.ndarray]
+    result: RunResult
+    stats: dict[str, Any]
+    check_lines: list[str]
+    failed: bool
+
+    @property
+    def names(self) -> list[str]:
+        return output_names(self.func)
+
+    @property
+    def dtypes(self) -> list[str]:
+        return [tensor_dtype(t) for t in self.func.function_type.outputs.data]
+
+
+def print_report(out: Outcome, values: bool, stream: TextIO) -> None:
+    """One summary line per output (and its values with `values`), then the check lines."""
+    for n, a, d in zip(out.names, out.result.outputs, out.dtypes, strict=True):
+        print(summarize(n, a, d), file=stream)
+        if values:
+            print(np.array2string(a, separator=", ", max_line_width=100), file=stream)
+    for line in out.check_lines:
+        print(("check " if not out.failed else "check FAILED ") + line, file=stream)
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
+              reference: ModuleOp | None) -> Outcome:
+    """Run the entry function of `module` (after its pipeline) on `backend` as the flags say,
+    and compare it with `reference` (the program as parsed) under --check."""
     func = find_entry(module, args.entry)
     entry = func.sym_name.data
     check_supported(backend, func)
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     target = load_target(args.target) if args.target else None
     result = backend.run(module, entry, inputs, run_options(args, target))
-    quiet = bool(args.process_id)   # processes other than 0 of a multi-process run: no output
-    for note in result.stats.get("notes", []) if not quiet else []:
-        print(f"lamina-run: note: {note}", file=sys.stderr)
-    names = output_names(func)
-    dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]
-
     stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
-    if args.memory_plot:
-        if result.memory is None:
-            raise LaminaError(f"--memory-plot: backend '{backend.name}' records no memory trace")
-        plot_memory(result.memory, args.memory_plot, f"@{entry} on target "
-                    f"'{target.name if target else 'none'}'")
+    out = Outcome(func, inputs, result, stats, [], False)
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
-               for n, a, d in zip(names, result.outputs, dtypes, strict=True)]
-    failed = False
-    report_lines: list[str] = []
+               for n, a, d in zip(out.names, result.outputs, out.dtypes, strict=True)]
     if reference is not None:
         ref = reference_run(reference, entry, inputs)
         stats["reference"] = ref.stats
-        for out, n, a, r, d in zip(outputs, names, result.outputs, ref.outputs, dtypes,
-                                   strict=True):
+        for info, n, a, r, d in zip(outputs, out.names, result.outputs, ref.outputs, out.dtypes,
+                                    strict=True):
             diff = compare(n, d, a, r)
-            out.update(diff.as_dict())
-            report_lines.append(diff.line())
-            failed |= not diff.ok
+            info.update(diff.as_dict())
+            out.check_lines.append(diff.line())
+            out.failed |= not diff.ok
     stats["outputs"] = outputs
-    if not quiet:
-        publish(args, stats, dict(zip(names, result.outputs, strict=True)), dtypes,
-                report_lines, failed)
-    if failed:
-        if not quiet:
-            print(f"lamina-run: error: outputs after '{args.passes}' differ from the program as "
-                  "parsed", file=sys.stderr)
+    return out
+
+
+def stage_files(staged: StagedOutputs, args: argparse.Namespace, out: Outcome) -> None:
+    """Every file the flags ask for, complete, ready to be put in place together."""
+    if args.memory_plot:
+        trace = out.result.memory
+        if trace is None:
+            raise LaminaError(f"--memory-plot: backend '{args.backend}' records no memory trace")
+        fmt = plot_format(args.memory_plot)
+        title = f"@{out.func.sym_name.data} on target '{args.target or 'none'}'"
+        staged.add(args.memory_plot, lambda f: plot_memory(trace, f, fmt, title))
+    if args.write_inputs:
+        staged.add_npz(args.write_inputs, dict(zip(input_keys(out.func), out.inputs, strict=True)))
+    if args.stats_json:
+        staged.add_text(args.stats_json, json.dumps(out.stats, indent=2) + "\n")
+    if args.outputs and not out.failed:
+        staged.add_npz(args.outputs, dict(zip(out.names, out.result.outputs, strict=True)))
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = arg_parser().parse_args(argv)
+    check_args(args)
+    backend = get_backend(args.backend)  # an unknown backend is reported before any work
+    ctx = make_context()
+    module: ModuleOp = load(args.file, ctx)
+    reference = module.clone() if args.check else None
+    passes = build_pipeline(args.passes, explain=args.explain)
+    run_pipeline(ctx, module, passes)
+    out = run_entry(args, backend, module, reference)
+    if args.process_id:   # processes other than 0 of a multi-process run: no output
+        return 1 if out.failed else 0
+    for note in out.result.notes:
+        print("\n".join(format_diagnostic(None, "note", note)), file=sys.stderr)
+    print_report(out, args.print_outputs, sys.stderr if data_on_stdout(args) else sys.stdout)
+    with StagedOutputs() as staged:
+        stage_files(staged, args, out)
+        staged.commit()
+    if out.failed:
+        print(f"lamina-run: error: outputs after '{args.passes}' differ from the program as "
+              "parsed", file=sys.stderr)
         return 1
     return 0
 
 
-def publish(args: argparse.Namespace, stats: dict[str, Any], outputs: dict[str, np.ndarray],
-            dtypes: list[str], report_lines: list[str], failed: bool) -> None:
-    """Print and write what the command line asks for (`--outputs` only when the check passed)."""
-    if args.print_outputs:
-        for (n, a), d in zip(outputs.items(), dtypes, strict=True):
-            print(summarize(n, a, d))
-    for line in report_lines:
-        print(("check " if not failed else "check FAILED ") + line)
-    if args.stats_json:
-        write_text_atomic(args.stats_json, json.dumps(stats, indent=2) + "\n")
-    if args.outputs and not failed:
-        save_npz_atomic(args.outputs, outputs)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return run(argv)
+        code = run(argv)
+        sys.stdout.flush()   # a reader that went away is found here, not at interpreter exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return broken_pipe_exit()
     except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
         if isinstance(e, SystemExit):
             return e.code if isinstance(e.code, int) else 0

@@ -21,8 +21,8 @@ float32 arrays (rounded) at this interface.
 Memory tiers: where the device has a `pinned_host` memory kind, `lamina.move` to `host` is
 `jax.device_put` to that memory and to `hbm` back to device memory (on CPU both are the same RAM
 and XLA compiles the moves to no copies); where it has none, moves are no-ops; either way the run
-says so once in `notes`. `nvme` and `sram` are statements of the plan, not backend actions, and
-`lamina.free` is a no-op under jit (XLA owns the buffers). Tier capacities (`--target`) are not
+says so once in the result's `notes`. `nvme` and `sram` are statements of the plan, not backend
+actions, and `lamina.free` is a no-op under jit (XLA owns the buffers). Tier capacities (`--target`) are not
 checked on this backend: that is the NumPy interpreter's checked execution.
 
 Statistics: `backend`, `platform`, `devices`, `processes`, `compile_seconds`, `run_seconds`
@@ -30,8 +30,7 @@ Statistics: `backend`, `platform`, `devices`, `processes`, `compile_seconds`, `r
 functions `collectives` (Lamina's plan, `plan.planned`), `comm_bytes_per_device`,
 `hlo_collectives` (kind, replica groups, shape, bytes; `hlo.collectives`),
 `hlo_comm_bytes_per_device`, `hlo_matches_plan` with the differences `hlo_extra` / `hlo_missing`
-(`plan.difference`) and `lowered_matches_plan` (the HLO before XLA's optimizations); `notes` where
-something above applies.
+(`plan.difference`) and `lowered_matches_plan` (the HLO before XLA's optimizations).
 """
 
 from __future__ import annotations
@@ -51,7 +50,13 @@ from lamina.backends.jax import hlo, plan
 from lamina.backends.jax.devices import Device
 from lamina.backends.jax.lower import Lowering, Moves, unsupported_op
 from lamina.backends.numpy.runner import check_inputs
-from lamina.backends.numpy.spmd import assemble, check_placed, placed_mesh, spec_or_replicated
+from lamina.backends.numpy.spmd import (
+    assemble,
+    first_unplaced,
+    partly_placed_note,
+    placed_mesh,
+    spec_or_replicated,
+)
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import native_dtype
@@ -184,13 +189,15 @@ class JaxBackend:
         if bad is not None:
             raise error_at(bad, f"backend 'jax' cannot run '{bad.name}'")
         mesh_op = placed_mesh(func)
-        if mesh_op is not None:
-            check_placed(func)
-        mesh = mesh_op.mesh if mesh_op is not None else None
+        gap = first_unplaced(func) if mesh_op is not None else None
+        mesh = mesh_op.mesh if mesh_op is not None and gap is None else None
         arrays = check_inputs(func, inputs)
         devices = devs.prepare(mesh.name if mesh else None, mesh.devices if mesh else 1, options)
         with jax.enable_x64(True):
-            return self._run(func, mesh, devices, arrays, options)
+            result = self._run(func, mesh, devices, arrays, options)
+        if gap is not None:   # as on the interpreter: one device, placements ignored
+            result.notes.append(partly_placed_note(func, gap))
+        return result
 
     def _run(self, func: FuncOp, mesh: Mesh | None, devices: list[Device],
              arrays: list[np.ndarray], options: RunOptions) -> RunResult:
@@ -210,9 +217,7 @@ class JaxBackend:
         }
         if mesh is not None:
             stats.update(compare_collectives(func, mesh, compiled.as_text(), program.lowered_hlo))
-        if notes:
-            stats["notes"] = notes
-        return RunResult(program.fetch(results), stats)
+        return RunResult(program.fetch(results), stats, notes=notes)
 
 
 def compare_collectives(func: FuncOp, mesh: Mesh, compiled: str,

@@ -4,6 +4,13 @@ A function with placed values runs on every device of its mesh (`spmd`), anythin
 arrays (`runner`); either way every run is checked execution (`memory.MemoryChecker`): a use
 after `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the
 op, and with `RunOptions.target` so is a tier's capacity overflow.
+
+A partially placed function (placements written on some values, e.g. only on the inputs, before
+`propagate-sharding` placed the rest) cannot run on its mesh, since the unplaced values do not say
+where they live. It runs on one device, whole arrays, with its placements ignored (read as the
+identity they are on whole arrays, as the `--check` reference run reads them), and the result
+carries a one-line note saying so and naming the first unplaced value: any program runs, before
+or after any pass.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from lamina.backends.interface import Feature, RunOptions, RunResult, find_entry
 from lamina.backends.numpy.fused import thread_count
 from lamina.backends.numpy.memory import MemoryChecker
 from lamina.backends.numpy.runner import run_function
-from lamina.backends.numpy.spmd import placed_mesh, run_spmd
+from lamina.backends.numpy.spmd import first_unplaced, partly_placed_note, placed_mesh, run_spmd
 from xdsl.dialects.builtin import ModuleOp
 
 
@@ -30,10 +37,15 @@ class NumpyBackend:
             options: RunOptions) -> RunResult:
         thread_count(options)   # a bad LAMINA_FUSED_THREADS is reported before any work
         func = find_entry(module, entry)
-        checker = MemoryChecker(options.target)
         mesh = placed_mesh(func)
-        result = run_spmd(func, inputs, mesh, observer=checker, options=options) \
-            if mesh is not None else run_function(func, inputs, observer=checker, options=options)
+        gap = first_unplaced(func) if mesh is not None else None
+        checker = MemoryChecker(options.target, whole_arrays=gap is not None)
+        if mesh is not None and gap is None:
+            result = run_spmd(func, inputs, mesh, observer=checker, options=options)
+        else:
+            result = run_function(func, inputs, observer=checker, options=options)
+        if gap is not None:
+            result.notes.append(partly_placed_note(func, gap))
         result.stats.update(checker.stats())
         result.memory = checker.trace()
         return result

@@ -83,9 +83,11 @@ def thread_count(options: RunOptions) -> int:
         return max(1, options.threads)
     env = os.environ.get("LAMINA_FUSED_THREADS", "").strip()
     if env:
-        if not env.isdigit() or int(env) < 1:
+        # isdigit() alone accepts '²' and other digits int() refuses; past 18 digits the count is
+        # more than any tile loop uses (and int() would refuse 4,300 digits)
+        if not (env.isascii() and env.isdigit()) or int(env[:19]) < 1:
             raise LaminaError(f"LAMINA_FUSED_THREADS must be a positive integer, got '{env}'")
-        return int(env)
+        return int(env) if len(env) <= 18 else 10**18
     return os.cpu_count() or 1
 
 
@@ -120,6 +122,10 @@ class _Scratch:
             self._views = {k: v for k, v in self._views.items() if k[0] != slot}
         view = self._views[key] = raw[:need].view(dt).reshape(shape)
         return view
+
+    def nbytes(self) -> int:
+        """Bytes of scratch allocated so far (part of the tile working set)."""
+        return sum(int(r.nbytes) for r in self._raw.values())
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -225,6 +231,7 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
         env[a] = x
     space = _iteration_space(body, block.args)
     results = list(op.yield_op.values)
+    tile_set = 0
     with np.errstate(all="ignore"):
         steps, slot_of = _plan_steps(body, env, space)
         if steps:
@@ -232,10 +239,30 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
             buffers = _assign_buffers(steps, slot_of, set(results), space.rows, tile_rows)
             for st in steps:
                 st.sources = _operand_sources(st.op, env, slot_of, space, tile_rows)
-            _tile_loop(steps, buffers, space, tile_rows, ctx.options)
+            tile_set = _tile_loop(steps, buffers, space, tile_rows, ctx.options)
     outs = _results(results, steps, env)
     _record_stats(ctx.stats, op, body, args, outs)
+    if ctx.observer is not None:
+        ctx.observer.on_working_set(op, _working_set(steps, env, {*block.args, *results},
+                                                     tile_set))
     return outs
+
+
+def _owned(a: np.ndarray) -> int:
+    """Bytes `a` allocated itself (0 for a view: a reshape or broadcast of another array)."""
+    return int(a.nbytes) if a.flags.owndata else 0
+
+
+def _working_set(steps: list[_Step], env: dict[SSAValue, np.ndarray], outside: set[SSAValue],
+                 tile_set: int) -> int:
+    """The bytes a fused kernel allocated besides its inputs and results: one worker's tile
+    buffers and scratch (`tile_set`, what one tile in flight holds, the same for any thread
+    count), the row-invariant operands repeated to a tile, and the values computed once per
+    kernel (broadcasts, masks from constants; not the kernel's inputs and results, `outside`),
+    counted only where they own their memory."""
+    reps = sum(_owned(src) for st in steps for kind, src in st.sources if kind == "rep")
+    once = sum(_owned(a) for v, a in env.items() if v not in outside)
+    return tile_set + reps + once
 
 
 def _iteration_space(body: list[Operation], args: Sequence[SSAValue]) -> _Space:
@@ -386,7 +413,7 @@ def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict
 
 
 def _tile_loop(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]], space: _Space,
-               tile_rows: int, options: RunOptions) -> None:
+               tile_rows: int, options: RunOptions) -> int:
     """Run every tile, on one thread or on the shared pool.
 
     Small kernels (below PARALLEL_MIN_ELEMENTS, or under 4 tiles per thread) stay on the calling
@@ -394,7 +421,9 @@ def _tile_loop(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype
     inside ufunc loops, so tiles run on all cores, like XLA:CPU's thread pool (the benchmark
     reports 1 thread and all threads). Tiles are handed out one at a time from a shared counter
     (next() on it is atomic under the GIL): a thread slowed by the OS or a noisy neighbour simply
-    takes fewer tiles, where a fixed split would leave the other core idle at the end."""
+    takes fewer tiles, where a fixed split would leave the other core idle at the end.
+
+    Returns the largest tile working set of a worker (its tile buffers and scratch, bytes)."""
     rows = space.rows
     n_tiles = -(-rows // tile_rows)
     nthreads = max(1, min(thread_count(options), n_tiles // 4))
@@ -402,22 +431,22 @@ def _tile_loop(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype
         nthreads = 1
     tiles = itertools.count()
     if nthreads == 1:
-        _worker(steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
-    else:
-        ex = _pool(nthreads)
-        for f in [ex.submit(_worker, steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
-                  for _ in range(nthreads)]:
-            f.result()
+        return _worker(steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
+    ex = _pool(nthreads)
+    futures = [ex.submit(_worker, steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
+               for _ in range(nthreads)]
+    return max(f.result() for f in futures)
 
 
 def _worker(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
-            tiles: Iterator[int], n_tiles: int, tile_rows: int, rows: int, nl: int) -> None:
+            tiles: Iterator[int], n_tiles: int, tile_rows: int, rows: int, nl: int) -> int:
     """Take tiles from `tiles` until none are left and run every step on each.
 
     Each worker owns its tile buffers and its fast-path scratch, and tiles write disjoint rows of
     the results, so workers share nothing mutable but the counter; a tile is computed the same
     way on any worker, which keeps results independent of the thread count. This loop is the hot
-    path: everything it needs is resolved into `plan` before the first tile."""
+    path: everything it needs is resolved into `plan` before the first tile. Returns the bytes
+    of the worker's tile buffers and scratch (its tile working set)."""
     bufs = [np.empty(shape, dtype=dt) for shape, dt in buffers]
     scratch = _Scratch()
     plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch), st.sources,
@@ -452,6 +481,7 @@ def _worker(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
                 else:
                     out[...] = _generic(o, st, xs, r0, tr, rows, nl)
                 vals[slot] = out
+    return sum(b.nbytes for b in bufs) + scratch.nbytes()
 
 
 def _results(values: list[SSAValue], steps: list[_Step],

@@ -9,11 +9,19 @@ through the runner's hooks only, so the same layer works under any runner that c
 single-device runner, or an SPMD runner that calls the same hooks). It tracks, at every op, the
 bytes live in each memory tier *per device*: a value's bytes are its local shard size (placement
 `lamina.analysis.sizes.local_bytes`), identical on every device of a
-mesh because splits are even. Lifetimes are the IR's: a value is live from its definition to its
+mesh because splits are even (`whole_arrays`: the global size, for a program run on one device
+with its placements ignored). Lifetimes are the IR's: a value is live from its definition to its
 `lamina.free` (or to the function's return when it is never freed); the runner's own early drops
 do not count, so a program without frees keeps every value. A value without a tier counts as `hbm`.
-The intermediates inside a `lamina.fused` op live in `sram` while it runs; the kernel works tile
-by tile, so they are charged at most the SRAM capacity (`lamina.analysis.fusion.sram_bytes`).
+
+What a `lamina.fused` op holds while it runs is charged to `sram`:
+- with a target, what a kernel compiled for it would hold: its intermediates, at most the
+  target's SRAM (its tiles are sized to fit), the model `assign-memory-tiers` plans with
+  (`lamina.analysis.fusion.sram_bytes`), so a plan that fits also runs;
+- without one, what the interpreter's fused executor allocated for it, as its runner reports
+  (`on_working_set`): one worker's tile buffers and scratch plus the kernel's repeated and
+  once-computed operands (`lamina.backends.numpy.fused`), or its intermediates under the SPMD
+  runner, which runs fused bodies op by op.
 
 It stops the run with a `LaminaError` at the op (the drivers print one line and exit 1) on
 - a capacity overflow: the tier, its bytes and capacity, and the largest values live in it;
@@ -37,6 +45,7 @@ from lamina.analysis.sizes import fmt_bytes, local_bytes
 from lamina.backends.interface import MemoryTrace
 from lamina.backends.numpy.runner import ExecutionObserver, RunContext, register_op_runner
 from lamina.ir.diagnostics import error_at
+from lamina.ir.dtypes import nbytes as type_bytes
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp, MoveOp, effective_tier
 from lamina.ir.placement import COMPUTE_TIERS, TIERS
@@ -72,6 +81,7 @@ class MemoryChecker(ExecutionObserver):
     """Checked execution: per-tier, per-device bytes at every op (see the module docstring)."""
 
     target: Target | None = None
+    whole_arrays: bool = False
     top_live: int = 4
     bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
     peak: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
@@ -100,7 +110,7 @@ class MemoryChecker(ExecutionObserver):
     def _add(self, v: SSAValue, where: Operation) -> None:
         assert self.func is not None
         tier = effective_tier(v.type)
-        n = local_bytes(v, self.func)
+        n = type_bytes(v.type) if self.whole_arrays else local_bytes(v, self.func)
         self.live[v] = (tier, n)
         self.bytes[tier] += n
         self._check(tier, where)
@@ -169,8 +179,13 @@ class MemoryChecker(ExecutionObserver):
                 raise error_at(op, f"checked execution: compute op {self._where(op)} reads "
                                f"{self.name(v)} in tier '{tier}' (compute reads only "
                                f"{'/'.join(COMPUTE_TIERS)}; move it to hbm first)")
-        if isinstance(op, FusedOp):
+        if isinstance(op, FusedOp) and self.target is not None:
             self.transient = sram_bytes(op, self.target)
+            self._check("sram", op)
+
+    def on_working_set(self, op: Operation, nbytes: int) -> None:
+        if self.target is None:   # with a target, the model of on_op stands
+            self.transient = nbytes
             self._check("sram", op)
 
     def on_result(self, value: SSAValue, index: int) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from lamina.backends.interface import RunOptions, RunResult, arg_names
 from lamina.backends.numpy.kernels import kernel
 from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage
+from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage, unrepresentable
 from lamina.ir.formulas import Call
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import OpInfo
@@ -59,10 +59,12 @@ class RunStats:
 
 @dataclass
 class RunContext:
-    """What every op runner of one run shares: the counters and the options."""
+    """What every op runner of one run shares: the counters, the options, and the run's observer
+    (an op runner that allocates memory of its own reports it there: `on_working_set`)."""
 
     stats: RunStats
     options: RunOptions = field(default_factory=RunOptions)
+    observer: ExecutionObserver | None = None
 
 
 def device_nbytes(a: np.ndarray, dtype: str) -> int:
@@ -118,6 +120,9 @@ def check_inputs(func: FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]
         want = STORAGE[info.dtype]
         if a.dtype != want and not np.can_cast(a.dtype, want, casting="same_kind"):
             raise error_at(func, f"input '{name}' has dtype {a.dtype}, argument type is {t}")
+        if (a.dtype != want or info.dtype == "bf16") and \
+                (why := unrepresentable(a, info.dtype)) is not None:
+            raise error_at(func, f"input '{name}' does not fit its argument type {t}: {why}")
         out.append(to_storage(a, info.dtype) if a.dtype != want or info.dtype == "bf16" else a)
     return out
 
@@ -147,6 +152,10 @@ class ExecutionObserver:
 
     def on_free(self, value: SSAValue, index: int) -> None:
         """Called when `value` is dropped after its last use at op `index`."""
+
+    def on_working_set(self, op: Operation, nbytes: int) -> None:
+        """Called while `op` runs by an op runner that allocated `nbytes` per device besides
+        the op's operands and results (a fused kernel's tile buffers and scratch)."""
 
     def on_return(self, index: int) -> None: ...
 
@@ -212,7 +221,7 @@ def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
 
     Placements in the types are not looked at: on whole arrays every collective is the identity,
     which makes this the reference run a placed program is compared with."""
-    ctx = RunContext(RunStats(), options or RunOptions())
+    ctx = RunContext(RunStats(), options or RunOptions(), observer)
 
     def execute(op: Operation, operands: list[np.ndarray | None]) -> list[np.ndarray]:
         if isinstance(op, LaminaOp):

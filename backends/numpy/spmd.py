@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 from lamina.analysis.comm_cost import sent_bytes
+from lamina.analysis.fusion import intermediate_bytes
 from lamina.backends.interface import RunOptions, RunResult
 from lamina.backends.numpy import runner as base
 from lamina.backends.numpy.runner import (
@@ -54,7 +55,7 @@ from lamina.ir.collectives import (
     ReduceScatterOp,
     ReshardOp,
 )
-from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.diagnostics import LaminaError, error_at, op_loc
 from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp, YieldOp
@@ -213,9 +214,13 @@ class SpmdRun:
         return out
 
     def run_fused(self, op: FusedOp, args: list[Shards]) -> list[Shards]:
+        """A fused op's body op by op on every device's shards (not tile by tile): its working
+        set per device is its intermediates, which is what it reports to the observer."""
         env: dict[SSAValue, Shards] = dict(zip(op.body.block.args, args, strict=True))
         for inner in op.body.block.ops:
             if isinstance(inner, YieldOp):
+                if self.ctx.observer is not None:
+                    self.ctx.observer.on_working_set(op, intermediate_bytes(op))
                 return [env[v] for v in inner.operands]
             if not isinstance(inner, LaminaOp):
                 if isinstance(inner, FreeOp):
@@ -358,6 +363,23 @@ def check_placed(func: FuncOp) -> None:
     """Reject, at the first offending op, a value left unplaced where reading it as replicated
     would not follow the op's sharding rule (a partially placed program: the user must run
     propagate-sharding). Unplaced values whose replicated reading is consistent are accepted."""
+    gap = first_unplaced(func)
+    if gap is not None:
+        raise error_at(gap[0], f"{gap[1]}; run -p propagate-sharding first")
+
+
+def partly_placed_note(func: FuncOp, gap: tuple[Operation, str]) -> str:
+    """The note a backend gives when it ran partly placed `func` (`first_unplaced` found `gap`)
+    on one device with its placements ignored, as every backend does."""
+    loc = op_loc(gap[0])
+    return (f"@{func.sym_name.data} is only partly placed ({gap[1]}"
+            f"{f', at {loc}' if loc else ''}): it ran on one device with its placements "
+            "ignored; run -p propagate-sharding to run it on its mesh")
+
+
+def first_unplaced(func: FuncOp) -> tuple[Operation, str] | None:
+    """The first op of a partially placed `func` (see `check_placed`) and what is unplaced
+    there, or None when the mesh can run it as placed."""
     from lamina.ir.sharding import ShardingError, infer
 
     for op in func.walk():
@@ -382,11 +404,10 @@ def check_placed(func: FuncOp) -> None:
             continue
         what = f"{value_label(r)} = {op.name}" if r.name_hint else f"the result of {op.name}"
         if r_unplaced:
-            raise error_at(op, f"{what} is not placed while its operands are; "
-                           "run -p propagate-sharding first")
-        raise error_at(op, f"operand {value_label(unplaced[0])} of {what} is not "
-                       "placed while the result is (read as replicated it breaks the "
-                       f"{op.info.sharding.name} rule); run -p propagate-sharding first")
+            return op, f"{what} is not placed while its operands are"
+        return op, (f"operand {value_label(unplaced[0])} of {what} is not placed while the "
+                    f"result is (read as replicated it breaks the {op.info.sharding.name} rule)")
+    return None
 
 
 def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None,
@@ -398,7 +419,7 @@ def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None 
     if mesh_op is None:
         raise LaminaError(f"@{func.sym_name.data} has no placed values to run on a mesh")
     check_placed(func)
-    ctx = RunContext(RunStats(), options or RunOptions())
+    ctx = RunContext(RunStats(), options or RunOptions(), observer)
     run = SpmdRun(mesh_op.mesh, ctx)
     outputs = run.run(func, inputs, observer)
     d = ctx.stats.as_dict()
