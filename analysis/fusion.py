@@ -15,6 +15,7 @@ from lamina.ir.fused import FusedOp, YieldOp, make_body
 from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
+from lamina.ir.placement import PlaceAttr
 from lamina.ir.sharding import Reduction
 from lamina.ir.target import Target
 from xdsl.dialects.builtin import TensorType
@@ -148,3 +149,41 @@ def build_fused(members: Sequence[Operation]) -> FusedOp:
         old.replace_uses_with_if(new, lambda u: u.operation is not yield_op
                                  and u.operation not in mset)
     return fused
+
+
+def placement_key(op: Operation) -> tuple[object, None] | tuple[None, str]:
+    """What every member of `op`'s kernel must share (the key), or why `op` must stay alone.
+
+    A kernel computes in one memory tier, and on a mesh it is one body that every device runs on
+    its own shards, exactly as the ops would run one by one. That needs no agreement beyond what
+    the verifier already enforces: a fully placed op satisfies its sharding rule, so its operands'
+    placements agree with its result's on every dimension they share after broadcasting, and any
+    communication a value needs is an explicit collective or reshard op, never a group member.
+    So a bias `[[model]]` fuses with the `[[data], [model]]` activations it is added to, and a
+    pending sum flows through linear members just as through the unfused ops. What must match:
+    the tier of every value (one kernel, one memory) and the mesh, with either every value placed
+    or none (a half-placed op has not been checked against its rule yet)."""
+    encs = {getattr(v.type, "encoding", None) for v in (*op.operands, *op.results)}
+    encs = {None if e is None or type(e).__name__ == "NoneAttr" else e for e in encs}
+    if len(encs) == 1:
+        enc = next(iter(encs))
+        return (("encoding", enc) if not isinstance(enc, PlaceAttr) else _key(enc)), None
+    if any(e is not None and not isinstance(e, PlaceAttr) for e in encs):
+        return None, "mixes type encodings Lamina does not know"
+    places: list[PlaceAttr | None] = [e if isinstance(e, PlaceAttr) else None for e in encs]
+    tiers = {p.tier_name if p is not None else None for p in places}
+    if len(tiers) > 1:
+        return None, f"mixes memory tiers in its types ({_names(tiers)})"
+    meshes = {p.mesh_name if p is not None else None for p in places}
+    if len(meshes) > 1:
+        return None, (f"mixes placed and unplaced values ({_names(meshes)}); "
+                      "run propagate-sharding first")
+    return ("place", next(iter(meshes)), next(iter(tiers))), None
+
+
+def _key(enc: PlaceAttr) -> tuple[object, ...]:
+    return ("place", enc.mesh_name, enc.tier_name)
+
+
+def _names(items: set[str | None]) -> str:
+    return ", ".join(sorted("none" if i is None else i for i in items))

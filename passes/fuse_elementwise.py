@@ -37,8 +37,14 @@ Legality rule (when op `c` may join the group G of a producer `p`)
    domain but broadcasts into it (a mask [T,T] used by [H,T,T] scores, a bias computed from
    [D] vectors) may join when all its in-group operands are such ops too; it is computed once per
    kernel, not per tile, so no work is repeated.
-4. Same placement. All operand and result types of the ops in a group carry the same
-   TensorType encoding (placement / memory tier); an op whose own types disagree stays alone.
+4. One tier, one mesh. Every value of every member lives in the same memory tier, and either
+   every value is placed on the same mesh or none is (`placement_key`). Placements may differ
+   otherwise: a placed kernel is one body each device runs on its own shards, exactly as the
+   members would run one by one, and a verified placed op already satisfies its sharding rule
+   (operands agree with the result on the dims they share), with every communication an explicit
+   collective or reshard op, which is a boundary. So `gelu(h + b)` with `h` `[[data], [model]]`
+   and `b` `[[model]]` is one kernel after propagate-sharding. An op mixing tiers, or placed and
+   unplaced values, stays alone.
 5. No cycles. Merging must not create a path that leaves the group and comes back
    (G -> outside op -> c). Checked by a backward search from c's (and, when two groups merge, both
    groups') outside producers, cut off at the group's first op position, bounded in effort
@@ -63,7 +69,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.analysis.fusion import build_fused, row_split
+from lamina.analysis.fusion import build_fused, placement_key, row_split
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
 from lamina.ir.fused import FusedOp
@@ -75,7 +81,7 @@ from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, f
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 
 @dataclass(frozen=True)
@@ -133,19 +139,6 @@ def _own_space(op: LaminaOp) -> Space:
     return Space(_shape(op.results[0]), None)
 
 
-def _encoding(t: Attribute) -> Attribute | None:
-    enc = getattr(t, "encoding", None)
-    return None if enc is None or type(enc).__name__ == "NoneAttr" else enc
-
-
-def _uniform_encoding(op: Operation) -> tuple[bool, Attribute | None]:
-    """(True, the encoding) when all of `op`'s operand and result types share one (rule 4)."""
-    encs = {_encoding(v.type) for v in (*op.operands, *op.results)}
-    if len(encs) > 1:
-        return False, None
-    return True, next(iter(encs), None)
-
-
 # -- the walk --
 
 class _FuncFusion:
@@ -182,11 +175,11 @@ class _FuncFusion:
     def start_group(self, op: LaminaOp) -> bool:
         """Give a fusible op its own group, unless its types mix placements (then it stays
         alone: False)."""
-        ok, enc = _uniform_encoding(op)
-        if not ok:
-            self.explain(op, f"not fused: {self.nm(op)} mixes placements/tiers in its types")
+        key, why = placement_key(op)
+        if why is not None:
+            self.explain(op, f"not fused: {self.nm(op)} {why}")
             return False
-        self.groups.add(op, _own_space(op), enc)
+        self.groups.add(op, _own_space(op), key)
         return True
 
     def merge_with_producers(self, op: LaminaOp) -> None:
@@ -225,8 +218,8 @@ class _FuncFusion:
 
         The checks run in the legality rule's order, cheapest first; the cycle search, the only
         one that is not O(1) in the group sizes, runs last."""
-        if mine.encoding != other.encoding:
-            return "different placement/tier encodings"
+        if mine.key != other.key:
+            return "different meshes or memory tiers"
         if mine.size + other.size > self.opts.max_group_size:
             return f"group would exceed max-group-size={self.opts.max_group_size}"
         in_other = [v for v in op.operands

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lamina.analysis.graph import UnionFind
-from xdsl.ir import Attribute, Operation
+from xdsl.ir import Operation
 
 # How many ops one cycle search may visit before it gives up (and the merge is refused)
 SEARCH_LIMIT = 1024
@@ -81,7 +81,7 @@ class Group:
     space: Space
     size: int
     first: int           # position of the earliest member
-    encoding: Attribute | None
+    key: object          # placement_key: the mesh and tier every member shares
     members: list[Operation]
     last: int = -1       # position of the latest member
 
@@ -135,11 +135,11 @@ class Groups:
         self.hoisted: set[Operation] = set()     # members computed once per kernel, not per tile
         self.spans = _MinTree(len(ops))
 
-    def add(self, op: Operation, space: Space, encoding: Attribute | None) -> None:
+    def add(self, op: Operation, space: Space, key: object) -> None:
         """Start `op`'s own group."""
         i = self.pos[op]
         self.members.add(op)
-        self.by_root[i] = Group(i, space, 1, i, encoding, [op], i)
+        self.by_root[i] = Group(i, space, 1, i, key, [op], i)
 
     def root_of(self, op: Operation) -> int:
         """The root of a member's group."""

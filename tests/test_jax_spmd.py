@@ -64,14 +64,17 @@ def check_on_jax(module: ModuleOp, inputs: list[np.ndarray], what: str,
 
 @settings(max_examples=scaled(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(max_ops=10, dtypes=("f32", "f64")), mesh=st.sampled_from(MESHES),
-       fuse=st.booleans(), data=st.data())
-def test_placed_random_programs_on_jax(prog, mesh, fuse: bool, data) -> None:
+       fuse=st.sampled_from(["", "before", "after"]), data=st.data())
+def test_placed_random_programs_on_jax(prog, mesh, fuse: str, data) -> None:
+    """Fused before placement (propagate-sharding re-forms the groups) or after it (kernels whose
+    operands carry different placements, run per device inside the shard_map)."""
     ctx = make_context()
     module = parse_text(prog.text, "gen.mlir", ctx)
     place_args(module, mesh, data.draw)
     verify(module)
-    lamina.apply(module, ("fuse-elementwise," if fuse else "")
-                 + "propagate-sharding,insert-collectives{target=h100-cluster}")
+    lamina.apply(module, ("fuse-elementwise," if fuse == "before" else "")
+                 + "propagate-sharding,insert-collectives{target=h100-cluster}"
+                 + (",fuse-elementwise" if fuse == "after" else ""))
     check_on_jax(module, prog.inputs, prog.text, strict=False)
 
 
