@@ -305,3 +305,29 @@ def concat(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     shape = list(xs[0].shape)
     shape[dim] = sum(x.shape[dim] for x in xs)
     return TensorInfo(tuple(shape), dtype)
+
+
+# ---- indexing and index sources -----------------------------------------------------------------
+
+INDEX_TYPES = ("i32", "i64")
+
+
+def gather(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """input[..., indices, ...] along `axis`: the indices' dims replace dimension `axis`."""
+    x, idx = _present(ops)
+    if x.rank == 0:
+        raise ShapeError("input must have rank >= 1")
+    if idx.dtype not in INDEX_TYPES:
+        raise ShapeError(f"indices must have element type i32 or i64, got {idx.dtype}")
+    axis = _axis(attrs["axis"], x.rank)
+    return TensorInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+
+
+def iota(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """The declared type, which must be numeric and have the dimension `dim` counts along."""
+    if declared.dtype == "i1":
+        raise ShapeError("result must have a numeric element type, got i1")
+    if declared.rank == 0:
+        raise ShapeError("result must have rank >= 1")
+    _axis(attrs["dim"], declared.rank, "dim")
+    return declared

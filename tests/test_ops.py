@@ -501,6 +501,75 @@ def test_softmax(shape, dtype: str, seed: int, data) -> None:
     check(got, ref, dtype)
 
 
+covers("log_softmax")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS), seed=SEED, data=st.data())
+def test_log_softmax(shape, dtype: str, seed: int, data) -> None:
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    show = axis != -1 or data.draw(st.booleans())
+    x = values(seed, shape, dtype, -10, 10)
+    got = run_op("log_softmax", [(shape, dtype)], (shape, dtype), [x],
+                 f"axis = {axis} : i64" if show else "")
+    ax = axis % rank
+    ref = np.empty(shape, dtype=np.float64)
+    for idx in np.ndindex(shape):
+        line = [float(x[idx[:ax] + (k,) + idx[ax + 1:]]) for k in range(shape[ax])]
+        m = max(line)
+        ref[idx] = float(x[idx]) - m - math.log(math.fsum(math.exp(v - m) for v in line))
+    check(got, ref, dtype)
+
+
+# ---- indexing ------------------------------------------------------------------------------------
+
+covers("gather", "iota")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(ALL), index_dtype=st.sampled_from(["i32", "i64"]),
+       index_shape=hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=4),
+       seed=SEED, data=st.data())
+def test_gather(shape, dtype: str, index_dtype: str, index_shape, seed: int, data) -> None:
+    """Every index in [-n-2, n+2): in range (negative ones from the end) picks the element,
+    outside gives 0; ONNX Gather / numpy.take on the in-range ones."""
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    ax = axis % rank
+    n = shape[ax]
+    x = values(seed, shape, dtype, -100, 100)
+    idx = np.random.default_rng(seed).integers(-n - 2, n + 2, size=index_shape)
+    idx = idx.astype(NP_STORAGE[index_dtype])
+    out = shape[:ax] + tuple(index_shape) + shape[ax + 1:]
+    got = run_op("gather", [(shape, dtype), (index_shape, index_dtype)], (out, dtype), [x, idx],
+                 f"axis = {axis} : i64" if axis != 0 or data.draw(st.booleans()) else "")
+    k = len(index_shape)
+    for o in np.ndindex(out):
+        i = int(idx[o[ax:ax + k]])
+        if -n <= i < 0:
+            i += n
+        want = x[o[:ax] + (i,) + o[ax + k:]] if 0 <= i < n else 0
+        assert got[o] == want, (o, i, got[o], want)
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(["f16", "bf16", "f32", "f64", "i32", "i64"]),
+       data=st.data())
+def test_iota(shape, dtype: str, data) -> None:
+    rank = len(shape)
+    dim = data.draw(st.integers(-rank, rank - 1))
+    t = ty(shape, dtype)
+    attr = f" {{dim = {dim} : i64}}" if dim != 0 or data.draw(st.booleans()) else ""
+    text = f"func.func @main() -> {t} {{\n  %r = lamina.iota{attr} : {t}\n  func.return %r : {t}\n}}\n"
+    module = parse_text(text)
+    verify(module)
+    got = run_function(find_entry(module, None), []).outputs[0]
+    assert got.shape == tuple(shape) and got.dtype == np.dtype(NP_STORAGE[dtype])
+    for o in np.ndindex(shape):
+        assert got[o] == o[dim % rank]
+
+
 # ---- matmul --------------------------------------------------------------------------------------
 
 covers("matmul")
