@@ -1,0 +1,175 @@
+"""The ONNX importer: the GPT-2 of `gpt2_model` exported by torch to ONNX, and refusals.
+
+The model is exported with `torch.onnx.export(dynamo=True)` (offline), saved with its weights in
+an external `MODEL.onnx.data` file as torch writes them, imported from the file and run; both
+outputs equal onnxruntime's. Small hand-built models check the refusals: an unmapped op, a
+symbolic dimension, control flow, an element type Lamina lacks, an attribute no converter reads,
+a corrupt file, a missing external-data file; each is one diagnostic naming the file, the node
+(index, name, op type) and what is missing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import lamina
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+torch = pytest.importorskip("torch")
+
+from gpt2_model import GPT2Config, example_inputs, make_gpt2  # noqa: E402
+from lamina.frontends.common import ImportRefused  # noqa: E402
+from lamina.frontends.onnx import StaticInputNeeded, import_model  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+BIN = Path(sys.executable).parent
+CFG = GPT2Config()
+
+
+@pytest.fixture(scope="module")
+def gpt2_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("onnx") / "gpt2.onnx"
+    model = make_gpt2(CFG).eval()
+    program = torch.onnx.export(model, example_inputs(CFG), dynamo=True,
+                                input_names=["idx", "targets"], verbose=False)
+    assert program is not None
+    program.save(str(path), external_data=True)
+    assert (path.parent / "gpt2.onnx.data").exists()
+    return path
+
+
+def test_gpt2_from_torch_onnx_equals_onnxruntime(gpt2_onnx: Path) -> None:
+    module, weights = import_model(str(gpt2_onnx))
+    again = lamina.parse(lamina.to_text(module))
+    idx, targets = (t.numpy() for t in example_inputs(CFG))
+    got = lamina.run(again, {"idx": idx, "targets": targets, **weights}).outputs
+    session = ort.InferenceSession(str(gpt2_onnx), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"idx": idx, "targets": targets})
+    assert len(got) == len(want) == 2
+    for g, w in zip(got.values(), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_cli_writes_program_and_weights(gpt2_onnx: Path, tmp_path: Path) -> None:
+    out, w = tmp_path / "g.mlir", tmp_path / "g.npz"
+    r = subprocess.run([str(BIN / "lamina-import"), "onnx", str(gpt2_onnx), "-o", str(out),
+                        "--weights", str(w)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    module = lamina.load(str(out))
+    weights = dict(np.load(w))
+    idx, targets = (t.numpy() for t in example_inputs(CFG))
+    got = lamina.run(module, {"idx": idx, "targets": targets, **weights}).outputs
+    assert np.isfinite(got["out1"]) and got["out0"].shape == (2, 8, CFG.vocab)
+
+
+# ---- hand-built models ---------------------------------------------------------------------
+
+def _model(nodes, inputs, outputs, inits=(), opset: int = 20):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _vi(name: str, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _refused(model) -> ImportRefused:
+    with pytest.raises(ImportRefused) as e:
+        import_model(model, name="m.onnx")
+    assert str(e.value).startswith("m.onnx: error: ") or str(e.value).startswith("m.onnx:")
+    return e.value
+
+
+def test_unmapped_op_names_the_node() -> None:
+    m = _model([helper.make_node("Relu", ["x"], ["r"], name="first"),
+                helper.make_node("Cos", ["r"], ["y"], name="the_cos")], [_vi("x", [2])],
+               [_vi("y", [2])])
+    e = _refused(m)
+    assert e.kind == "unsupported op" and "node 1 'the_cos' (Cos)" in str(e)
+
+
+def test_symbolic_dimension_is_a_dynamic_shape() -> None:
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["batch", 4])],
+               [_vi("y", ["batch", 4])])
+    e = _refused(m)
+    assert e.kind == "dynamic shape" and "'batch'" in str(e)
+
+
+def test_control_flow_is_refused() -> None:
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [],
+                               [_vi("o", [2])])
+    m = _model([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)],
+               [_vi("c", [], TensorProto.BOOL), _vi("x", [2])], [_vi("y", [2])])
+    e = _refused(m)
+    assert e.kind == "control flow" and "(If)" in str(e)
+
+
+def test_element_type_and_attribute_refusals() -> None:
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2], TensorProto.UINT8)],
+               [_vi("y", [2], TensorProto.UINT8)])
+    assert _refused(m).kind == "unsupported dtype"
+    m = _model([helper.make_node("Relu", ["x"], ["y"], frobnicate=3)], [_vi("x", [2])],
+               [_vi("y", [2])])
+    e = _refused(m)
+    assert e.kind == "unsupported attribute" and "'frobnicate'" in str(e)
+    m = _model([helper.make_node("Dropout", ["x", "r", "t"], ["y"])],
+               [_vi("x", [4])], [_vi("y", [4])],
+               [helper.make_tensor("r", TensorProto.FLOAT, [], [0.5]),
+                helper.make_tensor("t", TensorProto.BOOL, [], [True])])
+    e = _refused(m)
+    assert e.kind == "unsupported attribute" and "training_mode" in str(e)
+
+
+def test_shape_inputs_at_run_time_are_dynamic_unless_bound() -> None:
+    m = _model([helper.make_node("Reshape", ["x", "s"], ["y"])],
+               [_vi("x", [2, 3]), _vi("s", [2], TensorProto.INT64)], [_vi("y", [3, 2])])
+    with pytest.raises(StaticInputNeeded) as e:
+        import_model(m, name="m.onnx")
+    assert e.value.static_input == "s" and e.value.kind == "dynamic shape"
+    module, _ = import_model(m, static_inputs={"s": np.array([3, 2])})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = lamina.run(module, {"x": x}).outputs["out0"]
+    np.testing.assert_array_equal(out, x.reshape(3, 2))
+
+
+def test_initializers_are_weights_or_small_constants() -> None:
+    big = np.arange(100, dtype=np.float32).reshape(10, 10)
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                helper.make_node("Add", ["h", "b"], ["y"])],
+               [_vi("x", [2, 10])], [_vi("y", [2, 10])],
+               [onnx.numpy_helper.from_array(big, "w"),
+                onnx.numpy_helper.from_array(np.ones(10, np.float32), "b")])
+    module, weights = import_model(m)
+    assert list(weights) == ["w"] and "lamina.constant" in lamina.to_text(module)
+    x = np.ones((2, 10), np.float32)
+    out = lamina.run(module, {"x": x, **weights}).outputs["out0"]
+    np.testing.assert_allclose(out, x @ big + 1)
+
+
+def test_corrupt_and_missing_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage that is not a protobuf" * 3)
+    with pytest.raises(ImportRefused, match="not an ONNX model") as e:
+        import_model(str(bad))
+    assert e.value.kind == "bad input"
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [64, 64])], [_vi("y", [64, 64])])
+    onnx.save(m, str(tmp_path / "ok.onnx"))
+    module, _ = import_model(str(tmp_path / "ok.onnx"))
+    # a model whose weights live in an external file that is gone
+    w = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    m2 = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_vi("x", [64, 64])],
+                [_vi("y", [64, 64])], [w])
+    onnx.save(m2, str(tmp_path / "ext.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="ext.onnx.data", size_threshold=0)
+    (tmp_path / "ext.onnx.data").unlink()
+    with pytest.raises(ImportRefused, match="external data") as e:
+        import_model(str(tmp_path / "ext.onnx"))
+    r = subprocess.run([str(BIN / "lamina-import"), "onnx", str(bad), "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "bad.onnx: error: not an ONNX model" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()

@@ -1,0 +1,268 @@
+"""The torch importer on a whole GPT-2 with its loss: exported, imported, run, equal to torch.
+
+The small GPT-2 of `gpt2_model` (2 pre-LN blocks, causal attention, tanh-GeLU MLP, tied LM head,
+cross-entropy over next tokens) in eval mode is exported with torch.export, imported before and
+after `run_decompositions()`, and run by the interpreter on the same inputs and weights: logits
+and loss equal torch's within float32 tolerance; then the same after fuse-elementwise and
+annotate-lifetimes, and after propagate-sharding and insert-collectives with a data x model mesh
+written on the inputs (`lamina-run --check`, which also compares with the unplaced program).
+Train mode keeps one `lamina.dropout` per dropout with distinct seeds. Refusals (an unmapped ATen
+op, a dynamic shape, control flow, a dtype) are one diagnostic naming the node and its target.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lamina
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpt2_model import GPT2Config, example_inputs, make_gpt2  # noqa: E402
+from lamina.backends.interface import find_entry  # noqa: E402
+from lamina.frontends.common import ImportRefused  # noqa: E402
+from lamina.frontends.torch import import_exported  # noqa: E402
+from lamina.frontends.torch.aten import mapped  # noqa: E402
+from lamina.ir.collectives import with_spec  # noqa: E402
+from lamina.ir.lamina import DropoutOp, GatherOp, IotaOp, LogSoftmaxOp  # noqa: E402
+from lamina.ir.placement import MeshOp  # noqa: E402
+from lamina.ir.sharding import Spec  # noqa: E402
+from xdsl.dialects.builtin import FunctionType, ModuleOp  # noqa: E402
+
+BIN = Path(sys.executable).parent
+TESTS = Path(__file__).parent
+CFG = GPT2Config()
+# float32 tolerance for the logits (|x| ~ 5) and the loss, after 2 blocks of reordered sums
+RTOL, ATOL = 1e-5, 1e-5
+
+
+@pytest.fixture(scope="module")
+def model():
+    return make_gpt2(CFG).eval()
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return example_inputs(CFG)
+
+
+@pytest.fixture(scope="module")
+def exported(model, inputs):
+    return torch.export.export(model, inputs)
+
+
+@pytest.fixture(scope="module")
+def reference(model, inputs):
+    with torch.no_grad():
+        logits, loss = model(*inputs)
+    return logits.numpy(), loss.numpy()
+
+
+def _feeds(inputs, weights) -> dict[str, np.ndarray]:
+    idx, targets = inputs
+    return {"idx": idx.numpy(), "targets": targets.numpy(), **weights}
+
+
+def _check(outputs: dict[str, np.ndarray], reference) -> None:
+    np.testing.assert_allclose(outputs["out0"], reference[0], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(outputs["out1"], reference[1], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["aten", "core-aten"])
+def test_gpt2_equals_torch(exported, inputs, reference, decompose: bool) -> None:
+    ep = exported.run_decompositions() if decompose else exported
+    module, weights = import_exported(ep)
+    text = lamina.to_text(module)
+    again = lamina.parse(text)                      # an ordinary program: prints and re-parses
+    assert "lm_head.weight" in weights and "wte.weight" not in weights   # tied: one argument
+    ops = {type(op) for op in again.walk()}
+    assert {GatherOp, IotaOp, LogSoftmaxOp} <= ops and DropoutOp not in ops   # eval: no dropout
+    _check(lamina.run(again, _feeds(inputs, weights)).outputs, reference)
+
+
+def test_gpt2_after_fusion_and_lifetimes(exported, inputs, reference) -> None:
+    module, weights = import_exported(exported)
+    lamina.apply(module, "fuse-elementwise,annotate-lifetimes")
+    assert "lamina.fused" in lamina.to_text(module)
+    _check(lamina.run(module, _feeds(inputs, weights)).outputs, reference)
+
+
+# a data x model mesh: tokens split by batch on data; Megatron's column / row splits on model
+PLACEMENTS = {
+    "idx": ((("data",), ()),), "targets": ((("data",), ()),),
+    "lm_head.weight": (((), ("model",)),),           # embedding dim split (tied with the head)
+    "attn.weight": ((("model",), ()),), "fc.weight": ((("model",), ()),),
+    "proj.weight": (((), ("model",)),), "fc_proj.weight": (((), ("model",)),),
+}
+
+
+def _place(module: ModuleOp) -> None:
+    func = find_entry(module, None)
+    block = func.body.block
+    for arg in block.args:
+        name = arg.name_hint or ""
+        key = next((k for k in PLACEMENTS if name == k or name.endswith("." + k)), None)
+        if key is not None:
+            arg._type = with_spec(arg.type, "m", Spec(PLACEMENTS[key][0]))  # noqa: SLF001
+    func.properties["function_type"] = FunctionType.from_lists(
+        [a.type for a in block.args], list(func.function_type.outputs.data))
+    module.body.block.insert_op_before(MeshOp("m", [("data", 2), ("model", 2)]), func)
+
+
+def test_gpt2_on_a_data_x_model_mesh(exported, inputs, reference, tmp_path: Path) -> None:
+    module, weights = import_exported(exported)
+    _place(module)
+    lamina.verify(module)
+    prog = tmp_path / "gpt2_placed.mlir"
+    prog.write_text(lamina.to_text(module))
+    np.savez(tmp_path / "in.npz", **_feeds(inputs, weights))
+    r = subprocess.run([str(BIN / "lamina-run"), str(prog), "--inputs", str(tmp_path / "in.npz"),
+                        "-p", "propagate-sharding,insert-collectives{target=h100-node}",
+                        "--check", "--outputs", str(tmp_path / "out.npz"), "--stats-json",
+                        str(tmp_path / "stats.json")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("check out") == 2 and "FAILED" not in r.stdout
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    assert stats["devices"] == 4 and stats["collectives"], "placed on 4 devices, communicating"
+    _check(dict(np.load(tmp_path / "out.npz")), reference)
+
+
+def test_train_mode_keeps_seeded_dropout(inputs) -> None:
+    model = make_gpt2(CFG).train()
+    ep = torch.export.export(model, inputs)
+    module, weights = import_exported(ep, seed=7)
+    drops = [op for op in module.walk() if isinstance(op, DropoutOp)]
+    n_torch = sum(1 for n in ep.graph.nodes if "dropout" in str(n.target))
+    assert len(drops) == n_torch == 1 + 3 * CFG.layers
+    attrs = [op.attr_values() for op in drops]
+    assert {a["rate"] for a in attrs} == {CFG.dropout}
+    assert [a["seed"] for a in attrs] == list(range(7, 7 + len(drops)))
+    # Lamina's masks, not torch's: the same program runs to the same result, and differs from
+    # the eval-mode one (dropout is applied)
+    first = lamina.run(module, _feeds(inputs, weights)).outputs
+    second = lamina.run(module, _feeds(inputs, weights)).outputs
+    np.testing.assert_array_equal(first["out0"], second["out0"])
+    eval_logits = model.eval()(*inputs)[0].detach().numpy()
+    assert np.abs(first["out0"] - eval_logits).max() > 1e-3
+
+
+def test_decomposed_train_mode_uses_native_dropout(inputs) -> None:
+    ep = torch.export.export(make_gpt2(CFG).train(), inputs).run_decompositions()
+    assert any("native_dropout" in str(n.target) for n in ep.graph.nodes)
+    module, _ = import_exported(ep)
+    assert sum(isinstance(op, DropoutOp) for op in module.walk()) == 1 + 3 * CFG.layers
+
+
+class Buffered(torch.nn.Module):
+    """A parameter, a persistent and a non-persistent buffer, and a lifted constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3))
+        self.register_buffer("scale", torch.full((3,), 2.0))
+        self.register_buffer("shift", torch.arange(3.0), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x @ self.w) * self.scale + self.shift + torch.tensor([1.0, 2.0, 3.0])
+
+
+def test_parameters_and_buffers_become_named_arguments() -> None:
+    m = Buffered()
+    x = torch.randn(2, 4)
+    module, weights = import_exported(torch.export.export(m, (x,)))
+    func = find_entry(module, None)
+    assert [a.name_hint for a in func.body.block.args] == ["x", "w", "scale", "shift"]
+    assert set(weights) == {"w", "scale", "shift"}
+    got = lamina.run(module, {"x": x.numpy(), **weights}).outputs["out0"]
+    np.testing.assert_allclose(got, m(x).detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def _refusal(m: torch.nn.Module, args: tuple, **kw) -> ImportRefused:
+    ep = torch.export.export(m, args, **kw)
+    with pytest.raises(ImportRefused) as e:
+        import_exported(ep)
+    return e.value
+
+
+class Cumsum(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, dim=0) + 1.0
+
+
+class Branch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda y: y + 1.0, lambda y: y - 1.0, (x,))
+
+
+class IntMath(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+
+class Bytes(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float() * 2.0
+
+
+def test_refusals_name_the_node_and_what_is_missing() -> None:
+    x = torch.randn(4, 3)
+    e = _refusal(Cumsum(), (x,))
+    assert e.kind == "unsupported op" and "node 'cumsum' (aten.cumsum.default)" in str(e)
+    assert "test_frontend_torch.py:" in str(e).split(":", 1)[0] + ":" + str(e).split(":")[1]
+    e = _refusal(Branch(), (x,))
+    assert e.kind == "control flow" and "cond" in str(e)
+    e = _refusal(IntMath(), (torch.ones(3, dtype=torch.int64),))
+    assert e.kind == "unsupported dtype" and "aten.mul.Tensor" in str(e) and "i64" in str(e)
+    e = _refusal(Bytes(), (torch.ones(3, dtype=torch.uint8),))
+    assert e.kind == "unsupported dtype" and "torch.uint8" in str(e)
+    dim = torch.export.Dim("n", min=2, max=64)
+    e = _refusal(Cumsum(), (x,), dynamic_shapes={"x": {0: dim}})
+    assert e.kind == "dynamic shape" and "symbolic size" in str(e)
+
+
+def test_every_target_the_gpt2_graphs_use_is_mapped(exported) -> None:
+    used = {str(n.target) for ep in (exported, exported.run_decompositions())
+            for n in ep.graph.nodes if n.op == "call_function"}
+    used.discard("<built-in function getitem>")
+    assert used <= set(mapped()), sorted(used - set(mapped()))
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+def _lamina_import(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "lamina-import"), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+def test_cli_imports_a_factory(tmp_path: Path, inputs, reference) -> None:
+    r = _lamina_import("torch", "gpt2_model:make_gpt2", "--args", "2x8xi64,2x8xi64", "-o",
+                       str(tmp_path / "g.mlir"), "--weights", str(tmp_path / "w.npz"), cwd=TESTS)
+    assert r.returncode == 0, r.stderr
+    module = lamina.load(str(tmp_path / "g.mlir"))
+    weights = dict(np.load(tmp_path / "w.npz"))
+    _check(lamina.run(module, _feeds(inputs, weights)).outputs, reference)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["torch", "no_such_module:f", "--args", "2xf32"], "cannot import module 'no_such_module'"),
+    (["torch", "gpt2_model:nothing", "--args", "2xf32"], "has no attribute 'nothing'"),
+    (["torch", "gpt2_model:GPT2Config", "--args", "2xf32"], "not a torch.nn.Module"),
+    (["torch", "gpt2_model:make_gpt2", "--args", "2x8xu8"], "is not SHAPExDTYPE"),
+])
+def test_cli_bad_factories_are_one_diagnostic(tmp_path: Path, args: list[str], message: str,
+                                              capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process (torch is loaded already): exit 1, one line, no file written."""
+    from lamina.cli.importer import main
+
+    monkeypatch.chdir(TESTS)
+    out = tmp_path / "never.mlir"
+    assert main([*args, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
