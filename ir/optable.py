@@ -200,6 +200,11 @@ _UNARY_ATTRS: dict[str, tuple[AttrSpec, ...]] = {
 }
 _TILES: dict[str, npk.TileFactory] = {"gelu": npk.gelu_tile}
 
+# rows also defined on i32 / i64 (integer arithmetic wraps in two's complement, as in NumPy,
+# PyTorch and XLA); the others are float-only (integer division and powers round differently
+# in every framework)
+_INTEGER_OK = frozenset({"neg", "abs", "add", "sub", "mul", "max", "min"})
+
 _REDUCE_ATTRS = (AttrSpec("axes", AttrKind.INTS, required=True),
                  AttrSpec("keepdims", AttrKind.BOOL, False))
 _NORM_ATTRS = (AttrSpec("axis", AttrKind.INT, -1), AttrSpec("eps", AttrKind.FLOAT, 1e-5))
@@ -221,12 +226,14 @@ def _cast_linearity(operands: Sequence[TensorInfo | None], result: TensorInfo) -
 def _elementwise_rows() -> list[OpInfo]:
     rows: list[OpInfo] = []
     for name, summary, flops, lin, lin_ops, ew, ufunc, interval in UNARY_OPS:
-        rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), shapes.unary,
+        rule = shapes.unary_numeric if name in _INTEGER_OK else shapes.unary
+        rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), rule,
                            fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
                            per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name),
                            interval=interval))
     for name, summary, flops, lin, lin_ops, ew, ufunc, interval in BINARY_OPS:
-        rows.append(OpInfo(name, summary, XY, (), shapes.binary, fm.elementwise(ew),
+        rule = shapes.binary_numeric if name in _INTEGER_OK else shapes.binary
+        rows.append(OpInfo(name, summary, XY, (), rule, fm.elementwise(ew),
                            Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
                            ew=ew, ufunc=ufunc, interval=interval))
     for name, symbol, fn, ufunc in COMPARE_OPS:

@@ -100,6 +100,26 @@ def binary(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     return TensorInfo(broadcast_shapes(a.shape, b.shape), _same_dtype([a, b]))
 
 
+def _need_number(name: str, t: TensorInfo) -> None:
+    if t.dtype == "i1":
+        raise ShapeError(f"{name} must have a numeric element type (a float, i32 or i64), got i1")
+
+
+def unary_numeric(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """`unary` for the rows also defined on integers (neg, abs)."""
+    (x,) = _present(ops)
+    _need_number("operand", x)
+    return x
+
+
+def binary_numeric(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """`binary` for the rows also defined on integers (add, sub, mul, max, min)."""
+    a, b = _present(ops)
+    dtype = _same_dtype([a, b])
+    _need_number("operand", a)
+    return TensorInfo(broadcast_shapes(a.shape, b.shape), dtype)
+
+
 def compare(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     a, b = _present(ops)
     _same_dtype([a, b])

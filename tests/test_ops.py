@@ -239,6 +239,51 @@ def test_binary_broadcasting(op: str, shapes, dtype: str, seed: int) -> None:
     check(got, elementwise_ref(fn, [a, b], out), dtype)
 
 
+INT_BINARY_REF: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "max": max, "min": min}
+INT_UNARY_REF: dict[str, Callable[[int], int]] = {"neg": lambda a: -a, "abs": abs}
+
+
+@pytest.mark.parametrize("op", sorted(INT_BINARY_REF))
+@settings(max_examples=EXAMPLES)
+@given(shapes=TWO_SHAPES, dtype=st.sampled_from(["i32", "i64"]), seed=SEED)
+def test_integer_binary(op: str, shapes, dtype: str, seed: int) -> None:
+    """The rows also defined on integers compute exactly (values far from overflow)."""
+    sa, sb = shapes.input_shapes
+    out = shapes.result_shape
+    a = values(seed, sa, dtype, -1000, 1000)
+    b = values(seed + 1, sb, dtype, -1000, 1000)
+    got = run_op(op, [(sa, dtype), (sb, dtype)], (out, dtype), [a, b])
+    ref = np.empty(out, dtype=np.int64)
+    for idx in np.ndindex(out):
+        ref[idx] = INT_BINARY_REF[op](int(a[bidx(idx, sa)]), int(b[bidx(idx, sb)]))
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("op", sorted(INT_UNARY_REF))
+@settings(max_examples=EXAMPLES)
+@given(shape=SHAPES, dtype=st.sampled_from(["i32", "i64"]), seed=SEED)
+def test_integer_unary(op: str, shape, dtype: str, seed: int) -> None:
+    x = values(seed, shape, dtype, -1000, 1000)
+    got = run_op(op, [(shape, dtype)], (shape, dtype), [x])
+    ref = np.vectorize(INT_UNARY_REF[op])(x.astype(np.int64)) if x.size else x
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("op", ["div", "pow", "exp", "relu"])
+def test_float_only_rows_refuse_integers(op: str) -> None:
+    from lamina.ir.diagnostics import LaminaError
+
+    n = len(OPS[op].operands)
+    args = ", ".join(f"%a{i}" for i in range(n))
+    sig = ", ".join(f"%a{i}: tensor<2xi32>" for i in range(n))
+    text = (f"func.func @f({sig}) -> tensor<2xi32> {{\n  %r = lamina.{op} {args} : "
+            f"tensor<2xi32>\n  func.return %r : tensor<2xi32>\n}}\n")
+    with pytest.raises(LaminaError, match="float element type"):
+        verify(parse_text(text))
+
+
 def test_max_min_propagate_nan() -> None:
     a = np.array([np.nan, 1.0, 2.0], dtype=np.float32)
     b = np.array([0.0, np.nan, 1.0], dtype=np.float32)

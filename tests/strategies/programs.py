@@ -138,10 +138,12 @@ def _generatable(info: OpInfo) -> bool:
     return info.interval is not None and all(a.choices or not a.required for a in info.attrs)
 
 
-def _elementwise(shape_rule: Callable[..., TensorInfo]) -> tuple[OpInfo, ...]:
-    """Elementwise rows typed by `shape_rule`: `shapes.unary` (one operand, its type),
-    `shapes.binary` (two broadcast operands), `shapes.compare` (an i1 result), ..."""
-    return _rows(lambda i: i.fusion is Fusion.ELEMENTWISE and i.shape is shape_rule
+def _elementwise(*shape_rules: Callable[..., TensorInfo]) -> tuple[OpInfo, ...]:
+    """Elementwise rows typed by one of `shape_rules`: `shapes.unary` (one operand, its type),
+    `shapes.binary` (two broadcast operands), `shapes.compare` (an i1 result), ...; the
+    generator emits them on floats, so a row also defined on integers (`unary_numeric`) is one
+    of the float rows here."""
+    return _rows(lambda i: i.fusion is Fusion.ELEMENTWISE and i.shape in shape_rules
                  and _generatable(i))
 
 
@@ -162,8 +164,8 @@ def _never_exceeds_cap(info: OpInfo) -> bool:
     return -CAP <= lo and hi <= CAP
 
 
-UNARY = _elementwise(shapes.unary)
-BINARY = _elementwise(shapes.binary)
+UNARY = _elementwise(shapes.unary, shapes.unary_numeric)
+BINARY = _elementwise(shapes.binary, shapes.binary_numeric)
 COMPARES = _elementwise(shapes.compare)
 SELECT = _only(_elementwise(shapes.select), "selecting")
 CAST = _only(_elementwise(shapes.cast), "element-type conversion")
