@@ -37,11 +37,14 @@ KINDS = (OP, ATTRIBUTE, DTYPE, DYNAMIC, CONTROL_FLOW, INPUT)
 
 
 class ImportRefused(LaminaError):
-    """A model an importer cannot map exactly; `kind` is one of `KINDS`."""
+    """A model an importer cannot map exactly; `kind` is one of `KINDS`, `op` the refused node's
+    op type or ATen target when a node is to blame."""
 
-    def __init__(self, message: str, kind: str, loc: SourceLoc | None = None) -> None:
+    def __init__(self, message: str, kind: str, loc: SourceLoc | None = None,
+                 op: str | None = None) -> None:
         super().__init__(message, loc)
         self.kind = kind
+        self.op = op
 
 
 _NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*")

@@ -10,22 +10,23 @@ a corrupt file, a missing external-data file; each is one diagnostic naming the 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import lamina
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-torch = pytest.importorskip("torch")
-
-from gpt2_model import GPT2Config, example_inputs, make_gpt2  # noqa: E402
-from lamina.frontends.common import ImportRefused  # noqa: E402
-from lamina.frontends.onnx import StaticInputNeeded, import_model  # noqa: E402
-from onnx import TensorProto, helper  # noqa: E402
+import torch
+from gpt2_model import GPT2Config, example_inputs, make_gpt2
+from lamina.frontends.common import ImportRefused
+from lamina.frontends.onnx import StaticInputNeeded, import_model
+from lamina.frontends.onnx.ops import folded_only, mapped
+from onnx import TensorProto, helper
 
 BIN = Path(sys.executable).parent
 CFG = GPT2Config()
@@ -52,7 +53,7 @@ def test_gpt2_from_torch_onnx_equals_onnxruntime(gpt2_onnx: Path) -> None:
     want = session.run(None, {"idx": idx, "targets": targets})
     assert len(got) == len(want) == 2
     for g, w in zip(got.values(), want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-5)
 
 
 def test_cli_writes_program_and_weights(gpt2_onnx: Path, tmp_path: Path) -> None:
@@ -173,3 +174,50 @@ def test_corrupt_and_missing_files(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "bad.onnx: error: not an ONNX model" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_fold_only_ops_fold_on_known_integers_and_are_refused_at_run_time() -> None:
+    """Mod has no row: on a shape it is folded, on a run-time tensor it is one refusal."""
+    folded = _model([helper.make_node("Shape", ["x"], ["s"]),
+                     helper.make_node("Mod", ["s", "k"], ["m"]),
+                     helper.make_node("Mul", ["m", "three"], ["t"]),
+                     helper.make_node("Expand", ["x", "t"], ["y"])],
+                    [_vi("x", [1, 6])], [_vi("y", [3, 6])],
+                    [onnx.numpy_helper.from_array(np.array([5, 4], np.int64), "k"),
+                     onnx.numpy_helper.from_array(np.array([3, 3], np.int64), "three")])
+    module, _ = import_model(folded)
+    assert "Mod" in folded_only() and "Mod" not in mapped()
+    x = np.arange(6, dtype=np.float32).reshape(1, 6)
+    out = lamina.run(module, {"x": x}).outputs["out0"]
+    np.testing.assert_array_equal(out, np.broadcast_to(x, (3, 6)))   # ([1, 6] % [5, 4]) * 3
+    at_run_time = _model([helper.make_node("Mod", ["i", "j"], ["y"])],
+                         [_vi("i", [3], TensorProto.INT64), _vi("j", [3], TensorProto.INT64)],
+                         [_vi("y", [3], TensorProto.INT64)])
+    e = _refused(at_run_time)
+    assert e.kind == "unsupported op" and "node 0 (Mod)" in str(e) and "run time" in str(e)
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
+def test_pad_modes_equal_numpy(mode: Literal["constant", "edge", "reflect", "wrap"]) -> None:
+    """Every Pad mode, with a constant value computed at run time (as Attention's function body
+    does), against numpy.pad."""
+    nodes = [helper.make_node("Neg", ["v"], ["nv"]),
+             helper.make_node("Pad", ["x", "p", "nv"] if mode == "constant" else ["x", "p"], ["y"],
+                              mode=mode)]
+    pads = np.array([1, 2, 2, 1], np.int64)           # before (dim 0, dim 1), after (dim 0, dim 1)
+    m = _model(nodes, [_vi("x", [3, 4]), _vi("v", [])], [_vi("y", [6, 7])],
+               [onnx.numpy_helper.from_array(pads, "p")])
+    module, _ = import_model(m)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = lamina.run(module, {"x": x, "v": np.array(2.5, np.float32)}).outputs["out0"]
+    width = [(1, 2), (2, 1)]
+    want = np.pad(x, width, mode=mode, constant_values=-2.5) if mode == "constant" \
+        else np.pad(x, width, mode=mode)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_the_readme_lists_every_mapped_op() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("- **onnx**"):readme.index("- **Refusals**")]
+    listed = set(re.findall(r"[A-Za-z][A-Za-z0-9]*", section))
+    assert set(mapped()) <= listed, sorted(set(mapped()) - listed)

@@ -62,8 +62,8 @@ _MISSING = object()
 class StaticInputNeeded(ImportRefused):
     """A graph input given at run time that the program's shapes depend on."""
 
-    def __init__(self, message: str, loc: SourceLoc, name: str) -> None:
-        super().__init__(message, DYNAMIC, loc)
+    def __init__(self, message: str, loc: SourceLoc, name: str, op: str) -> None:
+        super().__init__(message, DYNAMIC, loc, op)
         self.static_input = name
 
 
@@ -159,7 +159,7 @@ class NodeCtx:
         return f"node {self.index}{name} ({self.node.op_type})"
 
     def refuse(self, kind: str, message: str) -> NoReturn:
-        raise ImportRefused(f"{self.what()}: {message}", kind, self.imp.loc)
+        raise ImportRefused(f"{self.what()}: {message}", kind, self.imp.loc, self.node.op_type)
 
     # -- attributes --
     def attr(self, name: str, default: Any = _MISSING) -> Any:
@@ -225,7 +225,7 @@ class NodeCtx:
                       "result's shape would be dynamic; Lamina's shapes are static"
             if v.input_name is not None:
                 message += f" (bind graph input '{v.input_name}' to a constant to import it)"
-            raise StaticInputNeeded(message, self.imp.loc, v.input_name or "")
+            raise StaticInputNeeded(message, self.imp.loc, v.input_name or "", self.node.op_type)
         return v.const
 
     def ints(self, i: int, what: str) -> list[int] | None:
@@ -237,8 +237,8 @@ class NodeCtx:
            **attrs: Any) -> SSAValue:
         try:
             return self.imp.builder.op(cls, *operands, result=result, **attrs)
-        except ShapeError as e:
-            self.refuse(ATTRIBUTE, str(e))
+        except ShapeError as e:   # the row's rule: an element type it does not take, or else
+            self.refuse(DTYPE if "element type" in str(e) else ATTRIBUTE, str(e))
 
     def const(self, value: Any, dtype: str) -> SSAValue:
         return self.imp.builder.constant(np.asarray(value), dtype)

@@ -2,9 +2,11 @@
 
 Each maps onto its row, or onto an exact composition of rows where ONNX has an op Lamina spells
 with several (LeakyRelu is select(x < 0, alpha x, x); Not is x == false; Clip is min(max(x, lo),
-hi)), with ONNX's numpy broadcasting (the rows broadcast the same way). Arithmetic on integer
-tensors at run time is refused: Lamina's arithmetic rows are float-only (integer shape
-arithmetic on known values is folded, see `lamina.frontends.onnx.graph`).
+hi)), with ONNX's numpy broadcasting (the rows broadcast the same way). Each row says which
+element types it takes: Add Sub Mul Max Min Neg Abs run on i32 / i64 too (wrapping, as ONNX
+Runtime does), integer Div and Pow are refused (frameworks round differently). Integer shape
+arithmetic on known values is folded (see `lamina.frontends.onnx.graph`); `FOLD_ONLY` lists the
+ops accepted only that way.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from lamina.frontends.common import ATTRIBUTE, DTYPE
+from lamina.frontends.common import ATTRIBUTE, DTYPE, OP
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx, Val, lamina_dtype
 from lamina.frontends.onnx.ops_shape import Out, onnx_op
 from lamina.ir import lamina as L
@@ -44,7 +46,7 @@ def _no_legacy_broadcast(ctx: NodeCtx) -> None:
 def _binary(cls: Any) -> Callable[[NodeCtx], Out]:
     def conv(ctx: NodeCtx) -> Out:
         _no_legacy_broadcast(ctx)
-        return [ctx.op(cls, ctx.float_input(0), ctx.float_input(1))]
+        return [ctx.op(cls, ctx.value(0), ctx.value(1))]   # the row says which types
     return conv
 
 
@@ -64,7 +66,7 @@ def _pow(ctx: NodeCtx) -> Out:
 def _variadic(ctx: NodeCtx) -> Out:
     cls = {"Max": L.MaxOp, "Min": L.MinOp, "Sum": L.AddOp, "Mean": L.AddOp}[ctx.node.op_type]
     _no_legacy_broadcast(ctx)
-    values = [ctx.float_input(i) for i in range(ctx.n_inputs)]
+    values = [ctx.value(i) for i in range(ctx.n_inputs)]
     acc = values[0]
     for v in values[1:]:
         acc = ctx.op(cls, acc, v)
@@ -77,7 +79,7 @@ def _unary(cls: Any) -> Callable[[NodeCtx], Out]:
     def conv(ctx: NodeCtx) -> Out:
         if ctx.has_attr("consumed_inputs"):
             ctx.attr("consumed_inputs")
-        return [ctx.op(cls, ctx.float_input(0))]
+        return [ctx.op(cls, ctx.value(0))]
     return conv
 
 
@@ -138,7 +140,7 @@ def _activation(ctx: NodeCtx) -> Out:
 
 @onnx_op("Clip")
 def _clip(ctx: NodeCtx) -> Out:
-    x = ctx.float_input(0)
+    x = ctx.value(0)
     if ctx.opset < 11:
         lo = ctx.attr("min", None)
         hi = ctx.attr("max", None)
@@ -280,4 +282,18 @@ def _dropout(ctx: NodeCtx) -> Out:
     return outs
 
 
-__all__ = ["DTYPES", "Sequence"]
+# ops Lamina has no row for, met in shape computations (Mod in Attention's function body, the
+# product of a shape, ...): `graph.fold` evaluates them when every input is a known integer; a
+# run-time use reaches this converter and is refused
+FOLD_ONLY = ("Mod", "ReduceProd", "CumSum", "CumProd", "ArgMax", "ArgMin", "Sign", "Floor",
+             "Ceil", "Round", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
+             "NonZero")
+
+
+@onnx_op(*FOLD_ONLY)
+def _fold_only(ctx: NodeCtx) -> Out:
+    ctx.refuse(OP, "is mapped only on integer values known while importing (shape arithmetic); "
+               "Lamina has no row for it at run time")
+
+
+__all__ = ["DTYPES", "FOLD_ONLY", "Sequence"]

@@ -6,7 +6,8 @@
   RMSNormalization is `rmsnorm`. Softmax / LogSoftmax from opset 13 take one axis; before,
   they normalize the input coerced to 2-D at `axis`, which is a reshape around the row.
 - Reductions: the reduce rows, and exact spellings of the rest (ReduceMin is -max(-x), ReduceL2
-  sqrt(sum(x^2)), ReduceLogSumExp m + log(sum(exp(x - m))) with m the max).
+  sqrt(sum(x^2)), ReduceMax / ReduceMin of booleans any / all, ReduceLogSumExp
+  m + log(sum(exp(x - m))) with m the max).
 - GatherElements and the losses pick one element per row along an axis: the sum over that axis
   of select(iota == index, x, 0), exact since one term is non-zero (negative indices compared
   with iota - n as well); NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss weigh each pick
@@ -164,12 +165,26 @@ def reduce(ctx: NodeCtx, cls: Any, x: SSAValue, axes: list[int] | None, keep: bo
     return ctx.op(cls, x, axes=axes, keepdims=keep)
 
 
+def _any_all(ctx: NodeCtx, any_: bool, axes: list[int] | None, keep: bool) -> SSAValue:
+    """ReduceMax / ReduceMin of booleans: any(x) is sum(x as f32) != 0, all(x) is not any(not x)
+    (exact: a sum of zeros and ones is 0 only when all are 0; over no elements any is false)."""
+    x = ctx.value(0)
+    false = ctx.const(False, "i1")
+    if not any_:
+        x = ctx.op(L.EqOp, x, false)
+    top = reduce(ctx, L.ReduceSumOp, ctx.cast(x, "f32"), axes, keep)
+    hit = ctx.op(L.NeOp, top, ctx.const(0.0, "f32"))
+    return hit if any_ else ctx.op(L.EqOp, hit, false)
+
+
 @onnx_op("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2",
          "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp")
 def _reduction(ctx: NodeCtx) -> Out:
     op = ctx.node.op_type
     axes = _reduce_axes(ctx)
     keep = bool(ctx.attr("keepdims", 1))
+    if op in ("ReduceMax", "ReduceMin") and ctx.info(0).dtype == "i1" and axes != []:
+        return [_any_all(ctx, op == "ReduceMax", axes, keep)]
     x = ctx.float_input(0)
     if axes == []:                      # noop_with_empty_axes
         return [x]

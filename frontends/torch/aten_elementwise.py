@@ -38,7 +38,7 @@ COMPARE = {"eq": L.EqOp, "ne": L.NeOp, "lt": L.LtOp, "le": L.LeOp, "gt": L.GtOp,
 
 def _binary(cls: Any) -> Any:
     def conv(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
-        dtype = float_result(ctx)
+        dtype = ctx.out().dtype        # the row refuses integers where it is float-only
         lhs = operand(ctx, a["self"], dtype)
         rhs = operand(ctx, a["other"] if "other" in a else a["exponent"], dtype)
         alpha = a.get("alpha", 1)
@@ -59,7 +59,7 @@ for _name, _cls in BINARY.items():
 @aten("rsub.Scalar", "rsub.Tensor")
 def _rsub(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
     """other - alpha * self."""
-    dtype = float_result(ctx)
+    dtype = ctx.out().dtype
     x = operand(ctx, a["self"], dtype)
     if a["alpha"] != 1:
         x = ctx.op(L.MulOp, x, ctx.const(a["alpha"], dtype))
@@ -82,7 +82,7 @@ def _pow_scalar(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
 
 def _unary(cls: Any) -> Any:
     def conv(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
-        return ctx.op(cls, operand(ctx, a["self"], float_result(ctx)))
+        return ctx.op(cls, operand(ctx, a["self"], ctx.out().dtype))
     return conv
 
 
@@ -106,7 +106,7 @@ def _silu(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
 
 @aten("clamp.default", "clamp_min.default", "clamp_max.default")
 def _clamp(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
-    dtype = float_result(ctx)
+    dtype = ctx.out().dtype
     x = operand(ctx, a["self"], dtype)
     if a.get("min") is not None:
         x = ctx.op(L.MaxOp, x, ctx.const(a["min"], dtype))
@@ -148,16 +148,18 @@ def _bitwise_not(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
 
 
 @aten("logical_and.default", "bitwise_and.Tensor", "logical_or.default", "bitwise_or.Tensor",
-      "logical_xor.default", "bitwise_xor.Tensor")
+      "logical_xor.default", "bitwise_xor.Tensor", "__and__.Tensor", "__or__.Tensor",
+      "__xor__.Tensor")
 def _logical(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
     """and: a ? b : false; or: a ? true : b; xor: a != b (exact on i1)."""
-    name = str(ctx.node.target).split(".")[1]
-    if name.startswith("bitwise") and ctx.out().dtype != "i1":
+    name = str(ctx.node.target).split(".")[1].strip("_")
+    if not name.startswith("logical") and ctx.out().dtype != "i1":
         ctx.refuse(DTYPE, "bitwise ops on integers (Lamina has none)")
     x, y = _bool(ctx, a["self"]), _bool(ctx, a["other"])
-    if name.endswith("and"):
+    kind = name.rsplit("_", 1)[-1]                      # and / or / xor
+    if kind == "and":
         return ctx.op(L.SelectOp, x, y, ctx.const(False, "i1"))
-    if name.endswith("or"):
+    if kind == "or":
         return ctx.op(L.SelectOp, x, ctx.const(True, "i1"), y)
     return ctx.op(L.NeOp, x, y)
 

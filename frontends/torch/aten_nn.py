@@ -204,6 +204,21 @@ def _reduction(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
 
 # ---- lookups and losses ----------------------------------------------------------------------
 
+@aten("any.dim", "any.dims", "any.default", "all.dim", "all.dims", "all.default")
+def _any_all(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
+    """any: max of the booleans as f32 is 1; all: not any(not x) (exact)."""
+    x = ctx.tensor(a["self"])
+    every = str(ctx.node.target).startswith("aten.all")
+    b = x if info_of(x).dtype == "i1" else ctx.op(L.NeOp, x, ctx.const(0, info_of(x).dtype))
+    if every:
+        b = ctx.op(L.EqOp, b, ctx.const(False, "i1"))
+    dims = a.get("dim")
+    dims = [dims] if isinstance(dims, int) else dims
+    top = _reduce(ctx, L.ReduceMaxOp, ctx.cast(b, "f32"), dims, a.get("keepdim") or False)
+    hit = ctx.op(L.NeOp, top, ctx.const(0.0, "f32"))
+    return ctx.op(L.EqOp, hit, ctx.const(False, "i1")) if every else hit
+
+
 @aten("embedding.default")
 def _embedding(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
     """weight[indices] (padding_idx and scale_grad_by_freq change only gradients)."""
@@ -321,6 +336,10 @@ def _attention(ctx: Ctx, a: dict[str, Any]) -> SSAValue | tuple[SSAValue | None,
         s = ctx.op(L.SelectOp, m, s, ctx.const(-math.inf, dtype)) if info_of(m).dtype == "i1" \
             else ctx.op(L.AddOp, s, ctx.cast(m, dtype))
     p = ctx.op(L.SoftmaxOp, s, axis=-1)
+    if a["is_causal"] or mask is not None:   # a row with every key masked is 0, as in torch
+        top = ctx.op(L.ReduceMaxOp, s, axes=[info_of(s).rank - 1], keepdims=True)
+        empty = ctx.op(L.EqOp, top, ctx.const(-math.inf, dtype))
+        p = ctx.op(L.SelectOp, empty, ctx.const(0.0, dtype), p)
     if a["dropout_p"]:
         p = _dropout_op(ctx, p, float(a["dropout_p"]))
     out = ctx.op(L.MatmulOp, p, v)

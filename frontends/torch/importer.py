@@ -105,7 +105,8 @@ class Ctx:
         return f"node '{self.node.name}' ({self.node.target})"
 
     def refuse(self, kind: str, message: str) -> NoReturn:
-        raise ImportRefused(f"{self.what()}: {message}", kind, node_loc(self.node))
+        raise ImportRefused(f"{self.what()}: {message}", kind, node_loc(self.node),
+                            str(self.node.target))
 
     # -- operands --
     def tensor(self, arg: Any) -> SSAValue:
@@ -136,7 +137,7 @@ class Ctx:
         try:
             return self.builder.op(cls, *operands, result=result, **attrs)
         except ShapeError as e:
-            self.refuse(ATTRIBUTE, str(e))
+            self.refuse(DTYPE if "element type" in str(e) else ATTRIBUTE, str(e))
 
     def const(self, value: Any, dtype: str) -> SSAValue:
         return self.builder.constant(np.asarray(value), dtype)
