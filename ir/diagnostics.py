@@ -54,7 +54,8 @@ class SourceLoc:
 
     Line 0 means the file as a whole and column 0 the line as a whole: a model file (.onnx) has
     no lines, so importers name the file and say which node in the message, and a Python frame
-    knows its line but not its column. They print as `model.onnx` and `model.py:42`."""
+    knows its line but not its column (the torch importer finds the op's name on the line when
+    it can read the file). They print as `model.onnx`, `model.py:42` and `model.py:42:22`."""
 
     file: str
     line: int

@@ -54,6 +54,11 @@ def test_gpt2_from_torch_onnx_equals_onnxruntime(gpt2_onnx: Path) -> None:
     assert len(got) == len(want) == 2
     for g, w in zip(got.values(), want, strict=True):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-5)
+    lamina.apply(again, "cse,fuse-elementwise,annotate-lifetimes")   # an ordinary program
+    assert "lamina.fused" in lamina.to_text(again)
+    fused = lamina.run(again, {"idx": idx, "targets": targets, **weights}).outputs
+    for g, w in zip(fused.values(), want, strict=True):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-5, atol=1e-5)
 
 
 def test_cli_writes_program_and_weights(gpt2_onnx: Path, tmp_path: Path) -> None:

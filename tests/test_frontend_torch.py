@@ -5,9 +5,11 @@ cross-entropy over next tokens) in eval mode is exported with torch.export, impo
 after `run_decompositions()`, and run by the interpreter on the same inputs and weights: logits
 and loss equal torch's within float32 tolerance; then the same after fuse-elementwise and
 annotate-lifetimes, and after propagate-sharding and insert-collectives with a data x model mesh
-written on the inputs (`lamina-run --check`, which also compares with the unplaced program).
-Train mode keeps one `lamina.dropout` per dropout with distinct seeds. Refusals (an unmapped ATen
-op, a dynamic shape, control flow, a dtype) are one diagnostic naming the node and its target.
+written on the inputs (`lamina-run --check`, which also compares with the unplaced program), and
+through the other passes (cse, canonicalize, dce, fusion, lifetimes, memory tiers on a target too
+small for it). Train mode keeps one `lamina.dropout` per dropout with distinct seeds. Refusals (an
+unmapped ATen op, a dynamic shape, control flow, a dtype) are one diagnostic naming the node and
+its target, at the model's source line. Each family of mapped ATen ops equals eager torch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib import resources
 from pathlib import Path
 
 import lamina
@@ -128,6 +131,33 @@ def test_gpt2_on_a_data_x_model_mesh(exported, inputs, reference, tmp_path: Path
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["devices"] == 4 and stats["collectives"], "placed on 4 devices, communicating"
     _check(dict(np.load(tmp_path / "out.npz")), reference)
+
+
+EVERY_PASS = ("cse,canonicalize,dce,fuse-elementwise,annotate-lifetimes,"
+              "assign-memory-tiers{{target={t}}}")
+
+
+def test_gpt2_through_every_other_pass(exported, inputs, reference, tmp_path: Path) -> None:
+    """The passes the mesh test does not run, in one pipeline, on a target whose HBM is too small
+    for the model (so weights and activations are offloaded and prefetched): equal to torch."""
+    tiny = resources.files("lamina.ir.targets").joinpath("tiny.toml").read_text("utf-8")
+    target = tmp_path / "smaller.toml"
+    target.write_text(tiny.replace("capacity = 1048576", "capacity = 65536")    # HBM 64 KiB
+                      .replace('name = "tiny"', 'name = "smaller"'))
+    module, weights = import_exported(exported)
+    prog = tmp_path / "gpt2.mlir"
+    prog.write_text(lamina.to_text(module))
+    np.savez(tmp_path / "in.npz", allow_pickle=False, **_feeds(inputs, weights))
+    pipeline = EVERY_PASS.format(t=target)
+    r = subprocess.run([str(BIN / "lamina-run"), str(prog), "--inputs", str(tmp_path / "in.npz"),
+                        "-p", pipeline, "--target", str(target), "--check", "--outputs",
+                        str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("check out") == 2 and "FAILED" not in r.stdout
+    _check(dict(np.load(tmp_path / "out.npz")), reference)
+    lamina.apply(module, pipeline)
+    text = lamina.to_text(module)
+    assert "lamina.fused" in text and "lamina.free" in text and "lamina.move" in text
 
 
 def test_train_mode_keeps_seeded_dropout(inputs) -> None:
@@ -269,6 +299,40 @@ def test_cli_bad_factories_are_one_diagnostic(tmp_path: Path, args: list[str], m
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()
 
+
+
+CUMSUM_MODEL = """import torch
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) + torch.cumsum(x, 0)
+
+
+def make():
+    return Model()
+"""
+
+
+def test_cli_refusal_points_at_the_model_source(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unmapped op: `file:line:col: error:` at the call in the model's code, that line and a
+    caret under the op's name; exit 1, nothing written."""
+    from lamina.cli.importer import main
+
+    (tmp_path / "cumsum_model.py").write_text(CUMSUM_MODEL)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "never.mlir"
+    assert main(["torch", "cumsum_model:make", "--args", "4xf32", "-o", str(out)]) == 1
+    err = capsys.readouterr().err.rstrip("\n").splitlines()
+    assert len(err) == 3, err
+    assert err[0].startswith(f"{tmp_path / 'cumsum_model.py'}:6:38: error: node 'cumsum' "
+                             "(aten.cumsum.default): has no Lamina mapping"), err[0]
+    assert err[1] == "        return torch.tanh(x) + torch.cumsum(x, 0)"
+    assert err[2] == " " * 37 + "^"
+    assert not out.exists()
 
 # ---- the ATen table, op by op against eager torch ------------------------------------------
 

@@ -13,6 +13,7 @@ naming the node, its ATen target and what is missing, at the Python line the nod
 
 from __future__ import annotations
 
+import linecache
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from lamina.frontends.common import (
     ImportRefused,
 )
 from lamina.ir.builder import Builder, info_of
-from lamina.ir.diagnostics import SourceLoc
+from lamina.ir.diagnostics import SourceLoc, record_source, source_line
 from lamina.ir.lamina import CastOp
 from lamina.ir.shapes import ShapeError, TensorInfo
 from torch import fx
@@ -75,7 +76,8 @@ def fake_info(val: Any, what: str, loc: SourceLoc | None = None) -> TensorInfo:
 
 
 def node_loc(node: fx.Node) -> SourceLoc | None:
-    """The innermost frame of the node's stack trace outside torch (the user's line)."""
+    """The innermost frame of the node's stack trace outside torch (the user's line), at the
+    column where the call that made the node is spelled."""
     trace = node.meta.get("stack_trace") or ""
     best: SourceLoc | None = None
     for line in trace.splitlines():
@@ -86,8 +88,22 @@ def node_loc(node: fx.Node) -> SourceLoc | None:
         number = rest.split(",", 1)[0]
         if path.startswith((TORCH_DIR, "<")) or not number.isdigit():
             continue
-        best = SourceLoc(path, int(number), 0)
+        best = SourceLoc(path, int(number), _column(path, int(number), node))
     return best
+
+
+def _column(path: str, line: int, node: fx.Node) -> int:
+    """1-based column of the target's name (`cumsum` of aten.cumsum.default) on the file's line,
+    else of the statement; 0 (the line as a whole) when the file cannot be read."""
+    code = linecache.getline(path, line)
+    if not code.strip():
+        return 0
+    if source_line(path, line) is None:       # so a refusal echoes the line with a caret
+        record_source(path, "".join(linecache.getlines(path)))
+    parts = str(node.target).split(".")
+    name = (parts[1] if len(parts) > 2 else parts[-1]).strip("_")
+    at = code.find(name) if name else -1
+    return (at if at >= 0 else len(code) - len(code.lstrip())) + 1
 
 
 @dataclass
@@ -233,7 +249,7 @@ def convert_graph(ep: ExportedProgram, table: dict[str, Converter], seed: int,
         ctx.node = node
         loc = node_loc(node)
         fb.builder.location = None if loc is None else FileLineColLoc(
-            StringAttr(loc.file), IntAttr(loc.line), IntAttr(0))
+            StringAttr(loc.file), IntAttr(loc.line), IntAttr(loc.col))
         if node.op == "call_function":
             values[node] = _convert(ctx, table)
         elif node.op == "output":
