@@ -226,3 +226,21 @@ def test_the_readme_lists_every_mapped_op() -> None:
     section = readme[readme.index("- **onnx**"):readme.index("- **Refusals**")]
     listed = set(re.findall(r"[A-Za-z][A-Za-z0-9]*", section))
     assert set(mapped()) <= listed, sorted(set(mapped()) - listed)
+
+
+def test_group_normalization_of_opset_18_scales_per_group() -> None:
+    """Opset 18's scale and bias have one entry per group (21's per channel; the node suite
+    has only the newer form)."""
+    m = _model([helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2,
+                                 epsilon=1e-3)],
+               [_vi("x", [3, 4, 5]), _vi("s", [2]), _vi("b", [2])], [_vi("y", [3, 4, 5])],
+               opset=18)
+    module, _ = import_model(m)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    s, b = np.array([2.0, -0.5], np.float32), np.array([0.25, 1.0], np.float32)
+    got = lamina.run(module, {"x": x, "s": s, "b": b}).outputs["out0"]
+    g = x.astype(np.float64).reshape(3, 2, 10)
+    norm = (g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-3)
+    want = (norm * s[:, None] + b[:, None]).reshape(3, 4, 5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

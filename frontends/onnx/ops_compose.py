@@ -1,11 +1,13 @@
 """ONNX ops Lamina spells with several rows: activations, tests, normalizations, layout, padding.
 
 Each is onnx's definition (its reference implementation's formula) in rows:
-- Swish x sigmoid(alpha x), Mish x tanh(log(1 + exp(x))), Shrink, IsNaN (x != x), IsInf;
+- Swish x sigmoid(alpha x), SwiGLU a sigmoid(alpha a) b, Mish x tanh(log(1 + exp(x))), Shrink,
+  IsNaN (x != x), IsInf;
 - GlobalAveragePool / GlobalMaxPool: mean / max over the spatial dims; LpNormalization x / |x|_p
   (0 where the norm is 0);
 - BatchNormalization (inference: (x - mean) / sqrt(var + eps) scale + bias per channel),
   InstanceNormalization (`layernorm` over the spatial dims, then scale and bias per channel),
+  GroupNormalization (`layernorm` of each group of channels),
   MeanVarianceNormalization ((x - mean) / (sqrt(mean(x^2) - mean^2) + 1e-9));
 - DepthToSpace / SpaceToDepth: reshape, transpose, reshape; EyeLike and OneHot: a compare of
   iotas selecting on / off values; Pad (numpy.pad's constant, edge, reflect and wrap modes):
@@ -127,6 +129,40 @@ def _instance_norm(ctx: NodeCtx) -> Out:
     y = ctx.op(L.LayernormOp, x, None, None, axis=2, eps=float(ctx.attr("epsilon", 1e-5)))
     y = ctx.op(L.MulOp, y, _per_channel(ctx, 1, rank))
     return [ctx.op(L.AddOp, y, _per_channel(ctx, 2, rank))]
+
+
+@onnx_op("GroupNormalization")
+def _group_norm(ctx: NodeCtx) -> Out:
+    """`layernorm` of [N, G, C/G * spatial], then scale and bias per channel (opset 21) or per
+    group (opset 18)."""
+    x = ctx.float_input(0)
+    info = info_of(x)
+    groups = ctx.attr("num_groups")
+    if info.rank < 2 or groups <= 0 or info.shape[1] % groups:
+        ctx.refuse(ATTRIBUTE, f"num_groups={groups} for an input of shape {info.shape}")
+    if ctx.attr("stash_type", 1) != 1:   # Lamina normalizes in float32, stash_type 1
+        ctx.refuse(ATTRIBUTE, f"stash_type={ctx.attr('stash_type')}")
+    n, c = info.shape[:2]
+    grouped = reshape(ctx, x, (n, groups, c // groups * math.prod(info.shape[2:])))
+    y = ctx.op(L.LayernormOp, grouped, None, None, axis=2, eps=float(ctx.attr("epsilon", 1e-5)))
+    if ctx.info(1).shape == (c,):
+        y = reshape(ctx, y, info.shape)
+        y = ctx.op(L.MulOp, y, _per_channel(ctx, 1, info.rank))
+        return [ctx.op(L.AddOp, y, _per_channel(ctx, 2, info.rank))]
+    scale, bias = (reshape(ctx, ctx.float_input(i), (groups, 1)) for i in (1, 2))
+    y = ctx.op(L.AddOp, ctx.op(L.MulOp, y, scale), bias)
+    return [reshape(ctx, y, info.shape)]
+
+
+@onnx_op("SwiGLU")
+def _swiglu(ctx: NodeCtx) -> Out:
+    """a sigmoid(alpha a) b, on operands of one shape (ONNX does not broadcast them)."""
+    a, b = ctx.float_input(0), ctx.float_input(1)
+    if info_of(a) != info_of(b):
+        ctx.refuse(ATTRIBUTE, f"operands of types {info_of(a)} and {info_of(b)} (SwiGLU takes "
+                   "one shape and type)")
+    gate = ctx.op(L.SigmoidOp, ctx.op(L.MulOp, a, _c(ctx, a, ctx.attr("alpha", 1.0))))
+    return [ctx.op(L.MulOp, ctx.op(L.MulOp, a, gate), b)]
 
 
 @onnx_op("MeanVarianceNormalization")
