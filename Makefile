@@ -8,6 +8,14 @@ STAMP := $(VENV)/.installed
 # of the stamp's prerequisites.
 CODE := api ir analysis passes backends frontends
 MODULES := $(VENV)/.modules
+# the extras `make` installs (one per line, so branches adding one merge without conflict)
+EXTRAS := dev
+EXTRAS += torch
+EXTRAS += onnx
+EXTRAS += jax
+comma := ,
+empty :=
+space := $(empty) $(empty)
 
 .PHONY: demo test pytest lit lint imports bench clean FORCE
 
@@ -22,7 +30,7 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(MODULES)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	@# setuptools reports where it put the link tree as an "Editable installation." warning:
 	@# informational (build/ is documented above), so that one message is filtered out
-	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev,jax]' \
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[$(subst $(space),$(comma),$(strip $(EXTRAS)))]' \
 		--config-settings editable_mode=strict
 	touch $(STAMP)
 
@@ -43,7 +51,7 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 lint: $(STAMP)
-	$(BIN)/ruff check setup.py api ir analysis passes backends tests benchmarks
+	$(BIN)/ruff check setup.py api ir analysis passes backends frontends tests benchmarks
 	$(BIN)/pyright
 	$(BIN)/lint-imports
 

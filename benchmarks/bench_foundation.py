@@ -76,13 +76,14 @@ def _non_expanding(info: OpInfo) -> bool:
     return -1000.0 <= lo and hi <= 1000.0
 
 
-def _elementwise(shape_rule: object) -> list[OpInfo]:
-    return [i for i in OPS.values() if i.fusion is Fusion.ELEMENTWISE and i.shape is shape_rule
+def _elementwise(*shape_rules: object) -> list[OpInfo]:
+    return [i for i in OPS.values() if i.fusion is Fusion.ELEMENTWISE and i.shape in shape_rules
             and _defined_everywhere(i) and i.flops([SCALAR], SCALAR, {}) <= CHEAP]
 
 
-UNARY = tuple(i.full_name for i in _elementwise(shapes.unary) if _non_expanding(i))
-BINARY = tuple(i.full_name for i in _elementwise(shapes.binary))
+UNARY = tuple(i.full_name for i in _elementwise(shapes.unary, shapes.unary_numeric)
+              if _non_expanding(i))
+BINARY = tuple(i.full_name for i in _elementwise(shapes.binary, shapes.binary_numeric))
 REDUCE = tuple(i.full_name for i in OPS.values() if isinstance(i.sharding, Reduction))
 
 

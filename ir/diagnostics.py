@@ -50,13 +50,22 @@ _ELLIPSIS = "..."
 
 @dataclass(frozen=True)
 class SourceLoc:
-    """A 1-based position in a named source file."""
+    """A 1-based position in a named source file.
+
+    Line 0 means the file as a whole and column 0 the line as a whole: a model file (.onnx) has
+    no lines, so importers name the file and say which node in the message, and a Python frame
+    knows its line but not its column (the torch importer finds the op's name on the line when
+    it can read the file). They print as `model.onnx`, `model.py:42` and `model.py:42:22`."""
 
     file: str
     line: int
     col: int
 
     def __str__(self) -> str:
+        if self.line <= 0:
+            return self.file
+        if self.col <= 0:
+            return f"{self.file}:{self.line}"
         return f"{self.file}:{self.line}:{self.col}"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from xdsl.dialects.builtin import (
+    AnyFloat,
     BFloat16Type,
     Float16Type,
     Float32Type,
@@ -62,6 +63,27 @@ def element_name(t: Attribute) -> str | None:
         width = t.width.data
         return {1: "i1", 32: "i32", 64: "i64"}.get(width)
     return None
+
+
+def element_type(dtype: str) -> IntegerType | AnyFloat:
+    """The xDSL element type spelled `dtype` (the inverse of `element_name`)."""
+    match dtype:
+        case "f16":
+            return Float16Type()
+        case "bf16":
+            return BFloat16Type()
+        case "f32":
+            return Float32Type()
+        case "f64":
+            return Float64Type()
+        case "i1" | "i32" | "i64":
+            return IntegerType(int(dtype[1:]))
+    raise ValueError(f"unsupported element type {dtype!r} (use {', '.join(ALL_TYPES)})")
+
+
+def tensor_type(shape: tuple[int, ...], dtype: str) -> TensorType[IntegerType | AnyFloat]:
+    """`tensor<SHAPExDTYPE>` without a placement."""
+    return TensorType(element_type(dtype), list(shape))
 
 
 def tensor_dtype(t: Attribute) -> str:

@@ -27,6 +27,13 @@ Conventions (PyTorch's unless said otherwise):
 - `matmul` is `matmul` on operands of rank >= 2; batch dimensions broadcast.
 - `dropout` is defined in `lamina.ir.rng`; its formula builds the global element index from
   `call.block` (offsets may be traced scalars, e.g. JAX's `lax.axis_index` arithmetic).
+- `log_softmax` is x - max - log(sum(exp(x - max))) along axis (PyTorch's and ONNX's form).
+- `gather` takes input[..., i, ...] along `axis` for every index i (ONNX Gather, numpy.take,
+  torch.embedding); a negative index counts from the end, and an index outside [-n, n) gives 0
+  (where PyTorch and ONNX raise). That zero is what makes a table split over devices along `axis`
+  exact: each device looks up the rows its block holds, gives 0 for the others, and the sum over
+  devices is the lookup (its sharding rule makes the result a pending sum).
+- `iota` counts 0, 1, ... along `dim` of its result type, converted to the element type.
 """
 
 from __future__ import annotations
@@ -48,10 +55,15 @@ Args = Sequence[Any]  # operand arrays in table order; None for an absent option
 class Block:
     """Where the arrays a formula sees sit inside the global tensor (for position-dependent ops).
 
-    `offsets` are Python ints, or scalars of the backend's namespace (traced under a JAX jit)."""
+    `offsets` are Python ints, or scalars of the backend's namespace (traced under a JAX jit).
+    `operands` are the operands' own blocks, in table order (None for an absent operand): an op
+    whose result depends on where an operand's block sits (gather on a vocabulary-split table
+    must know which rows its block holds) reads them. A backend that runs such an op on blocks
+    passes them; `()` means "not given", which `gather` refuses rather than guess."""
 
     global_shape: tuple[int, ...]
     offsets: tuple[Any, ...]
+    operands: tuple[Block | None, ...] = ()
 
 
 @dataclass
@@ -309,6 +321,13 @@ def softmax(xp: Namespace, args: Args, call: Call) -> Array:
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
+def log_softmax(xp: Namespace, args: Args, call: Call) -> Array:
+    (x,) = args
+    axis = call.attrs["axis"] % len(x.shape)
+    shifted = x - xp.max(x, axis=axis, keepdims=True)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
+
+
 def matmul(xp: Namespace, args: Args, call: Call) -> Array:
     a, b = args
     return xp.matmul(a, b)
@@ -347,3 +366,44 @@ def slice_(xp: Namespace, args: Args, call: Call) -> Array:
 def concat(xp: Namespace, args: Args, call: Call) -> Array:
     xs = [a for a in args if a is not None]
     return xp.concat(xs, axis=call.attrs["dim"] % len(xs[0].shape))
+
+
+# ---- indexing and index sources ------------------------------------------------------------------
+
+def gather(xp: Namespace, args: Args, call: Call) -> Array:
+    """input[..., indices, ...] along axis (see the module docstring for the index rules).
+
+    On a block of the input (a device's shard of a split table) the indices are global: only
+    those inside the block's rows are looked up, the others give 0."""
+    x, idx = args
+    rank = len(x.shape)
+    axis = call.attrs["axis"] % rank
+    n_local = x.shape[axis]
+    n, offset = n_local, 0
+    if call.block is not None:
+        if not call.block.operands or call.block.operands[0] is None:
+            raise ValueError("lamina.gather run on blocks needs its input's block "
+                             "(Block.operands): the backend did not pass it")
+        table = call.block.operands[0]
+        n, offset = table.global_shape[axis], table.offsets[axis]
+    i = xp.astype(idx, xp.int64)
+    i = xp.where(i < 0, i + n, i) - offset
+    inside = xp.logical_and(i >= 0, i < n_local)
+    flat = xp.reshape(xp.where(inside, i, 0), (-1,))
+    if n_local == 0:   # nothing to look up: every index is outside
+        shape = tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1:])
+        return xp.zeros(shape, dtype=x.dtype)
+    taken = xp.take(x, flat, axis=axis)
+    shape = tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1:])
+    taken = xp.reshape(taken, shape)
+    keep = xp.reshape(inside, (1,) * axis + tuple(idx.shape) + (1,) * (rank - axis - 1))
+    return xp.where(keep, taken, xp.zeros((), dtype=x.dtype))
+
+
+def iota(xp: Namespace, args: Args, call: Call) -> Array:
+    """0, 1, ..., n-1 along `dim`, broadcast over the other dims of the result type."""
+    shape = call.result.shape
+    dim = call.attrs["dim"] % len(shape)
+    line = xp.astype(xp.arange(shape[dim]), compute_dtype(xp, call.result.dtype))
+    view = tuple(shape[dim] if d == dim else 1 for d in range(len(shape)))
+    return xp.broadcast_to(xp.reshape(line, view), shape)

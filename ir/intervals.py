@@ -312,3 +312,32 @@ MATMUL = IntervalRule(_matmul)
 
 # transpose, reshape, slice, concat, broadcast_in_dim: every result element is an operand element
 MOVE = IntervalRule(lambda ivs, call: hull(*_present(ivs)), exact=True)
+
+
+def _log_softmax(ivs: Sequence[Interval | None], call: Call) -> Interval:
+    """x_i - max - log(sum exp(x_j - max)): at most 0 (the log of a sum holding exp(0) is >= 0),
+    at least (lo - hi) - log(n) for n elements along the axis."""
+    lo, hi = _first(ivs)
+    x = call.operands[0]
+    assert isinstance(x, TensorInfo)
+    n = x.shape[call.attrs["axis"] % x.rank]
+    return (lo - hi) - math.log(max(n, 1)), 0.0
+
+
+LOG_SOFTMAX = IntervalRule(_log_softmax)
+
+
+def _gather(ivs: Sequence[Interval | None], call: Call) -> Interval:
+    """An element of the input, or 0 for an index outside it."""
+    return hull(_first(ivs), (0.0, 0.0))
+
+
+GATHER = IntervalRule(_gather, exact=True)
+
+
+def _iota(ivs: Sequence[Interval | None], call: Call) -> Interval:
+    n = call.result.shape[call.attrs["dim"] % call.result.rank]
+    return 0.0, float(max(n - 1, 0))
+
+
+IOTA = IntervalRule(_iota, exact=True)

@@ -59,18 +59,21 @@ __all__ = [
     "CastOp",
     "DropoutOp",
     "ConstantOp",
+    "IotaOp",
     "ReduceSumOp",
     "ReduceMeanOp",
     "ReduceMaxOp",
     "LayernormOp",
     "RmsnormOp",
     "SoftmaxOp",
+    "LogSoftmaxOp",
     "MatmulOp",
     "TransposeOp",
     "ReshapeOp",
     "BroadcastInDimOp",
     "SliceOp",
     "ConcatOp",
+    "GatherOp",
 ]
 
 
@@ -320,6 +323,16 @@ class ConstantOp(LaminaOp):
 
 
 @irdl_op_definition
+class IotaOp(LaminaOp):
+    """`lamina.iota`: 0, 1, 2, ... along dim of the result type, broadcast over the other dims."""
+
+    name = "lamina.iota"
+    INFO: ClassVar[OpInfo] = OPS["iota"]
+
+    dim = opt_prop_def(AnyAttr(), prop_name="dim")
+
+
+@irdl_op_definition
 class ReduceSumOp(UnaryOp):
     """`lamina.reduce_sum`: sum over `axes`."""
 
@@ -391,6 +404,16 @@ class SoftmaxOp(UnaryOp):
 
 
 @irdl_op_definition
+class LogSoftmaxOp(UnaryOp):
+    """`lamina.log_softmax`: x - max - log(sum(exp(x - max))) along axis."""
+
+    name = "lamina.log_softmax"
+    INFO: ClassVar[OpInfo] = OPS["log_softmax"]
+
+    axis = opt_prop_def(AnyAttr(), prop_name="axis")
+
+
+@irdl_op_definition
 class MatmulOp(BinaryOp):
     """`lamina.matmul`: batched matrix product, batch dims broadcast."""
 
@@ -451,6 +474,18 @@ class ConcatOp(LaminaOp):
     dim = opt_prop_def(AnyAttr(), prop_name="dim")
 
 
+@irdl_op_definition
+class GatherOp(LaminaOp):
+    """`lamina.gather`: input[..., indices, ...] along axis (0 for an index outside [-n, n))."""
+
+    name = "lamina.gather"
+    INFO: ClassVar[OpInfo] = OPS["gather"]
+
+    input = operand_def(AnyTensorType)
+    indices = operand_def(AnyTensorType)
+    axis = opt_prop_def(AnyAttr(), prop_name="axis")
+
+
 OP_CLASSES: dict[str, type[LaminaOp]] = {
     "neg": NegOp,
     "abs": AbsOp,
@@ -481,18 +516,21 @@ OP_CLASSES: dict[str, type[LaminaOp]] = {
     "cast": CastOp,
     "dropout": DropoutOp,
     "constant": ConstantOp,
+    "iota": IotaOp,
     "reduce_sum": ReduceSumOp,
     "reduce_mean": ReduceMeanOp,
     "reduce_max": ReduceMaxOp,
     "layernorm": LayernormOp,
     "rmsnorm": RmsnormOp,
     "softmax": SoftmaxOp,
+    "log_softmax": LogSoftmaxOp,
     "matmul": MatmulOp,
     "transpose": TransposeOp,
     "reshape": ReshapeOp,
     "broadcast_in_dim": BroadcastInDimOp,
     "slice": SliceOp,
     "concat": ConcatOp,
+    "gather": GatherOp,
 }
 
 Lamina = Dialect("lamina", [*OP_CLASSES.values(), MeshOp, FusedOp, YieldOp, *MEMORY_OPS, *COLLECTIVES],

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 from lamina.ir import memory as _memory
-from lamina.ir.dtypes import ITEMSIZE, element_name, to_storage
+from lamina.ir.dtypes import ITEMSIZE, element_name, element_type, to_storage
 from lamina.ir.literals import echo
 from lamina.ir.optable import AttrKind, AttrSpec, OpInfo
 from lamina.ir.placement import placement_problem, sharding_problem
@@ -31,6 +31,7 @@ from lamina.ir.shapes import ShapeError, TensorInfo, TensorLiteral
 from xdsl.dialects.builtin import (
     AnyTensorType,
     BoolAttr,
+    BytesAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     FloatAttr,
@@ -73,6 +74,24 @@ def dense_to_array(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
     else:
         arr = flat.reshape(shape)
     return to_storage(arr, dtype)
+
+
+def dense_from_array(array: np.ndarray, dtype: str) -> DenseIntOrFPElementsAttr:
+    """The dense elements attribute of element type `dtype` holding `array` (converted to its
+    storage form first; bf16 rounded to nearest even). An array whose elements are all the same
+    bit pattern is stored as a splat, as the parser keeps `dense<0.0>`."""
+    a = np.asarray(to_storage(np.asarray(array), dtype), order="C")  # (ascontiguousarray: rank >= 1)
+    if dtype == "bf16":
+        data = (a.astype(np.float32).view(np.uint32) >> np.uint32(16)).astype("<u2")
+    elif dtype == "i1":
+        data = a.astype(np.int8)
+    else:
+        data = a.astype(np.dtype(_LAYOUT[dtype]))
+    flat = data.reshape(-1)
+    raw = flat.tobytes()
+    if flat.size > 1 and raw == flat[:1].tobytes() * flat.size:
+        raw = flat[:1].tobytes()
+    return DenseIntOrFPElementsAttr(TensorType(element_type(dtype), list(a.shape)), BytesAttr(raw))
 
 
 # Little-endian element layouts of xDSL's dense data, per Lamina element type (i1 is one signed
@@ -291,7 +310,7 @@ class LaminaOp(IRDLOperation):
         printer.print_string(" : ")
         types = [v.type for v in self.operands]
         result = self.results[0].type
-        if types and all(t == result for t in types):
+        if all(t == result for t in types):    # also an op without operands (iota)
             printer.print_attribute(result)
         else:
             printer.print_string("(")

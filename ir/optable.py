@@ -26,6 +26,7 @@ from lamina.ir import sharding as sh
 from lamina.ir.intervals import IntervalRule
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.sharding import Linearity, ShardingRule
+from lamina.ir.sharding_gather import Gather
 
 
 class Fusion(Enum):
@@ -37,7 +38,8 @@ class Fusion(Enum):
                  reductions: layernorm, rmsnorm, softmax).
     LAYOUT:      moves elements without arithmetic (transpose, reshape, slice, concat).
     OPAQUE:      anything a fused loop nest cannot absorb (matmul).
-    SOURCE:      produces a value from attributes alone (constant); free to pull into any group.
+    SOURCE:      produces a value from attributes and its result type alone (constant, iota);
+                 free to pull into any group.
     """
 
     ELEMENTWISE = "elementwise"
@@ -108,6 +110,10 @@ class OpInfo:
     # value-range facts: the result's interval, the operands' domains, exactness
     # (`lamina.ir.intervals`); None for ops whose range is their literal (constant)
     interval: IntervalRule | None = None
+    # True when the result type is part of the op's specification rather than a function of its
+    # operands and attributes (reshape's shape, cast's element type, iota's whole type): a
+    # builder must be told it (`lamina.ir.builder`), the shape rule checks it
+    declares_result: bool = False
 
     @property
     def full_name(self) -> str:
@@ -194,6 +200,11 @@ _UNARY_ATTRS: dict[str, tuple[AttrSpec, ...]] = {
 }
 _TILES: dict[str, npk.TileFactory] = {"gelu": npk.gelu_tile}
 
+# rows also defined on i32 / i64 (integer arithmetic wraps in two's complement, as in NumPy,
+# PyTorch and XLA); the others are float-only (integer division and powers round differently
+# in every framework)
+_INTEGER_OK = frozenset({"neg", "abs", "add", "sub", "mul", "max", "min"})
+
 _REDUCE_ATTRS = (AttrSpec("axes", AttrKind.INTS, required=True),
                  AttrSpec("keepdims", AttrKind.BOOL, False))
 _NORM_ATTRS = (AttrSpec("axis", AttrKind.INT, -1), AttrSpec("eps", AttrKind.FLOAT, 1e-5))
@@ -215,12 +226,14 @@ def _cast_linearity(operands: Sequence[TensorInfo | None], result: TensorInfo) -
 def _elementwise_rows() -> list[OpInfo]:
     rows: list[OpInfo] = []
     for name, summary, flops, lin, lin_ops, ew, ufunc, interval in UNARY_OPS:
-        rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), shapes.unary,
+        rule = shapes.unary_numeric if name in _INTEGER_OK else shapes.unary
+        rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), rule,
                            fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
                            per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name),
                            interval=interval))
     for name, summary, flops, lin, lin_ops, ew, ufunc, interval in BINARY_OPS:
-        rows.append(OpInfo(name, summary, XY, (), shapes.binary, fm.elementwise(ew),
+        rule = shapes.binary_numeric if name in _INTEGER_OK else shapes.binary
+        rows.append(OpInfo(name, summary, XY, (), rule, fm.elementwise(ew),
                            Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
                            ew=ew, ufunc=ufunc, interval=interval))
     for name, symbol, fn, ufunc in COMPARE_OPS:
@@ -236,7 +249,7 @@ def _elementwise_rows() -> list[OpInfo]:
                        per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT))
     rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
                        Fusion.ELEMENTWISE, NONE, ELEMENTWISE, per_output(1), (0,),
-                       type_linearity=_cast_linearity, interval=iv.CAST))
+                       type_linearity=_cast_linearity, interval=iv.CAST, declares_result=True))
     rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
                        "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
                        (AttrSpec("rate", AttrKind.FLOAT, required=True),
@@ -251,7 +264,11 @@ def _structural_rows() -> list[OpInfo]:
     rows = [OpInfo("constant", "a splat or dense tensor literal", (),
                    (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
                    fm.constant, Fusion.SOURCE, NONE, sh.Replicated(), per_output(0),
-                   arith=False, launches_kernel=False)]
+                   arith=False, launches_kernel=False),
+            OpInfo("iota", "0, 1, 2, ... along dim of the result type, broadcast over the other "
+                   "dims", (), (AttrSpec("dim", AttrKind.INT, 0),), shapes.iota, fm.iota,
+                   Fusion.SOURCE, NONE, sh.Replicated(), per_output(0), interval=iv.IOTA,
+                   declares_result=True)]
     for name, fn, lin, combine, rule, interval in (
             ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", shapes.reduce, iv.REDUCE_SUM),
             ("reduce_mean", "mean", Linearity.ADDITIVE, None, shapes.reduce_nonempty("mean"),
@@ -274,6 +291,10 @@ def _structural_rows() -> list[OpInfo]:
                        (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.softmax,
                        Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6),
                        interval=iv.SOFTMAX))
+    rows.append(OpInfo("log_softmax", "x - max - log(sum(exp(x - max))) along axis", X,
+                       (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.log_softmax,
+                       Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(7),
+                       interval=iv.LOG_SOFTMAX))
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
                        _matmul_flops, (0, 1), interval=iv.MATMUL))
@@ -283,13 +304,14 @@ def _structural_rows() -> list[OpInfo]:
                        per_output(0), (0,), arith=False, interval=iv.MOVE))
     rows.append(OpInfo("reshape", "same elements, new shape (row-major)", X, (), shapes.reshape,
                        fm.reshape, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Reshape(), per_output(0),
-                       (0,), arith=False, launches_kernel=False, interval=iv.MOVE))
+                       (0,), arith=False, launches_kernel=False, interval=iv.MOVE,
+                       declares_result=True))
     rows.append(OpInfo("broadcast_in_dim", "replicate along new or size-1 dims (operand dim i -> "
                        "result dim broadcast_dimensions[i])", X,
                        (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
                        shapes.broadcast_in_dim, fm.broadcast_in_dim, Fusion.BROADCAST,
                        Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False,
-                       interval=iv.MOVE))
+                       interval=iv.MOVE, declares_result=True))
     rows.append(OpInfo("slice", "the elements start..limit by strides in each dim", X,
                        (AttrSpec("start", AttrKind.INTS, required=True),
                         AttrSpec("limit", AttrKind.INTS, required=True),
@@ -300,6 +322,14 @@ def _structural_rows() -> list[OpInfo]:
                        (AttrSpec("dim", AttrKind.INT, required=True),), shapes.concat, fm.concat,
                        Fusion.LAYOUT, Linearity.ADDITIVE, sh.Concat(), per_output(0),
                        arith=False, interval=iv.MOVE))
+    # a lookup: OPAQUE (which element it reads depends on data, so no fused loop absorbs it);
+    # linear in the table; position-dependent because on a device's block of a split table it
+    # must know which rows the block holds (`Block.operands`)
+    rows.append(OpInfo("gather", "input[..., indices, ...] along axis (0 for an index outside "
+                       "[-n, n))", (OperandSpec("input"), OperandSpec("indices")),
+                       (AttrSpec("axis", AttrKind.INT, 0),), shapes.gather, fm.gather,
+                       Fusion.OPAQUE, Linearity.ONE_SIDED, Gather(), per_output(0), (0,),
+                       arith=False, position_dependent=True, interval=iv.GATHER))
     return rows
 
 

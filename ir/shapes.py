@@ -100,6 +100,26 @@ def binary(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     return TensorInfo(broadcast_shapes(a.shape, b.shape), _same_dtype([a, b]))
 
 
+def _need_number(name: str, t: TensorInfo) -> None:
+    if t.dtype == "i1":
+        raise ShapeError(f"{name} must have a numeric element type (a float, i32 or i64), got i1")
+
+
+def unary_numeric(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """`unary` for the rows also defined on integers (neg, abs)."""
+    (x,) = _present(ops)
+    _need_number("operand", x)
+    return x
+
+
+def binary_numeric(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """`binary` for the rows also defined on integers (add, sub, mul, max, min)."""
+    a, b = _present(ops)
+    dtype = _same_dtype([a, b])
+    _need_number("operand", a)
+    return TensorInfo(broadcast_shapes(a.shape, b.shape), dtype)
+
+
 def compare(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     a, b = _present(ops)
     _same_dtype([a, b])
@@ -305,3 +325,29 @@ def concat(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     shape = list(xs[0].shape)
     shape[dim] = sum(x.shape[dim] for x in xs)
     return TensorInfo(tuple(shape), dtype)
+
+
+# ---- indexing and index sources -----------------------------------------------------------------
+
+INDEX_TYPES = ("i32", "i64")
+
+
+def gather(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """input[..., indices, ...] along `axis`: the indices' dims replace dimension `axis`."""
+    x, idx = _present(ops)
+    if x.rank == 0:
+        raise ShapeError("input must have rank >= 1")
+    if idx.dtype not in INDEX_TYPES:
+        raise ShapeError(f"indices must have element type i32 or i64, got {idx.dtype}")
+    axis = _axis(attrs["axis"], x.rank)
+    return TensorInfo(x.shape[:axis] + idx.shape + x.shape[axis + 1:], x.dtype)
+
+
+def iota(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """The declared type, which must be numeric and have the dimension `dim` counts along."""
+    if declared.dtype == "i1":
+        raise ShapeError("result must have a numeric element type, got i1")
+    if declared.rank == 0:
+        raise ShapeError("result must have rank >= 1")
+    _axis(attrs["dim"], declared.rank, "dim")
+    return declared

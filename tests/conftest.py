@@ -31,6 +31,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
+SAMPLES_DIR = os.path.join(os.path.dirname(TESTS_DIR), "samples")   # samples/gpt2_model.py
+if SAMPLES_DIR not in sys.path:
+    sys.path.append(SAMPLES_DIR)
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

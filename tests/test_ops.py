@@ -239,6 +239,51 @@ def test_binary_broadcasting(op: str, shapes, dtype: str, seed: int) -> None:
     check(got, elementwise_ref(fn, [a, b], out), dtype)
 
 
+INT_BINARY_REF: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "max": max, "min": min}
+INT_UNARY_REF: dict[str, Callable[[int], int]] = {"neg": lambda a: -a, "abs": abs}
+
+
+@pytest.mark.parametrize("op", sorted(INT_BINARY_REF))
+@settings(max_examples=EXAMPLES)
+@given(shapes=TWO_SHAPES, dtype=st.sampled_from(["i32", "i64"]), seed=SEED)
+def test_integer_binary(op: str, shapes, dtype: str, seed: int) -> None:
+    """The rows also defined on integers compute exactly (values far from overflow)."""
+    sa, sb = shapes.input_shapes
+    out = shapes.result_shape
+    a = values(seed, sa, dtype, -1000, 1000)
+    b = values(seed + 1, sb, dtype, -1000, 1000)
+    got = run_op(op, [(sa, dtype), (sb, dtype)], (out, dtype), [a, b])
+    ref = np.empty(out, dtype=np.int64)
+    for idx in np.ndindex(out):
+        ref[idx] = INT_BINARY_REF[op](int(a[bidx(idx, sa)]), int(b[bidx(idx, sb)]))
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("op", sorted(INT_UNARY_REF))
+@settings(max_examples=EXAMPLES)
+@given(shape=SHAPES, dtype=st.sampled_from(["i32", "i64"]), seed=SEED)
+def test_integer_unary(op: str, shape, dtype: str, seed: int) -> None:
+    x = values(seed, shape, dtype, -1000, 1000)
+    got = run_op(op, [(shape, dtype)], (shape, dtype), [x])
+    ref = np.vectorize(INT_UNARY_REF[op])(x.astype(np.int64)) if x.size else x
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("op", ["div", "pow", "exp", "relu"])
+def test_float_only_rows_refuse_integers(op: str) -> None:
+    from lamina.ir.diagnostics import LaminaError
+
+    n = len(OPS[op].operands)
+    args = ", ".join(f"%a{i}" for i in range(n))
+    sig = ", ".join(f"%a{i}: tensor<2xi32>" for i in range(n))
+    text = (f"func.func @f({sig}) -> tensor<2xi32> {{\n  %r = lamina.{op} {args} : "
+            f"tensor<2xi32>\n  func.return %r : tensor<2xi32>\n}}\n")
+    with pytest.raises(LaminaError, match="float element type"):
+        verify(parse_text(text))
+
+
 def test_max_min_propagate_nan() -> None:
     a = np.array([np.nan, 1.0, 2.0], dtype=np.float32)
     b = np.array([0.0, np.nan, 1.0], dtype=np.float32)
@@ -499,6 +544,75 @@ def test_softmax(shape, dtype: str, seed: int, data) -> None:
         m = max(line)
         ref[idx] = math.exp(float(x[idx]) - m) / math.fsum(math.exp(v - m) for v in line)
     check(got, ref, dtype)
+
+
+covers("log_softmax")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS), seed=SEED, data=st.data())
+def test_log_softmax(shape, dtype: str, seed: int, data) -> None:
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    show = axis != -1 or data.draw(st.booleans())
+    x = values(seed, shape, dtype, -10, 10)
+    got = run_op("log_softmax", [(shape, dtype)], (shape, dtype), [x],
+                 f"axis = {axis} : i64" if show else "")
+    ax = axis % rank
+    ref = np.empty(shape, dtype=np.float64)
+    for idx in np.ndindex(shape):
+        line = [float(x[idx[:ax] + (k,) + idx[ax + 1:]]) for k in range(shape[ax])]
+        m = max(line)
+        ref[idx] = float(x[idx]) - m - math.log(math.fsum(math.exp(v - m) for v in line))
+    check(got, ref, dtype)
+
+
+# ---- indexing ------------------------------------------------------------------------------------
+
+covers("gather", "iota")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(ALL), index_dtype=st.sampled_from(["i32", "i64"]),
+       index_shape=hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=4),
+       seed=SEED, data=st.data())
+def test_gather(shape, dtype: str, index_dtype: str, index_shape, seed: int, data) -> None:
+    """Every index in [-n-2, n+2): in range (negative ones from the end) picks the element,
+    outside gives 0; ONNX Gather / numpy.take on the in-range ones."""
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    ax = axis % rank
+    n = shape[ax]
+    x = values(seed, shape, dtype, -100, 100)
+    idx = np.random.default_rng(seed).integers(-n - 2, n + 2, size=index_shape)
+    idx = idx.astype(NP_STORAGE[index_dtype])
+    out = shape[:ax] + tuple(index_shape) + shape[ax + 1:]
+    got = run_op("gather", [(shape, dtype), (index_shape, index_dtype)], (out, dtype), [x, idx],
+                 f"axis = {axis} : i64" if axis != 0 or data.draw(st.booleans()) else "")
+    k = len(index_shape)
+    for o in np.ndindex(out):
+        i = int(idx[o[ax:ax + k]])
+        if -n <= i < 0:
+            i += n
+        want = x[o[:ax] + (i,) + o[ax + k:]] if 0 <= i < n else 0
+        assert got[o] == want, (o, i, got[o], want)
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(["f16", "bf16", "f32", "f64", "i32", "i64"]),
+       data=st.data())
+def test_iota(shape, dtype: str, data) -> None:
+    rank = len(shape)
+    dim = data.draw(st.integers(-rank, rank - 1))
+    t = ty(shape, dtype)
+    attr = f" {{dim = {dim} : i64}}" if dim != 0 or data.draw(st.booleans()) else ""
+    text = f"func.func @main() -> {t} {{\n  %r = lamina.iota{attr} : {t}\n  func.return %r : {t}\n}}\n"
+    module = parse_text(text)
+    verify(module)
+    got = run_function(find_entry(module, None), []).outputs[0]
+    assert got.shape == tuple(shape) and got.dtype == np.dtype(NP_STORAGE[dtype])
+    for o in np.ndindex(shape):
+        assert got[o] == o[dim % rank]
 
 
 # ---- matmul --------------------------------------------------------------------------------------

@@ -139,6 +139,9 @@ FAMILY_MARKERS = {
     "dropout": [r"lamina\.dropout %\w+ seed %", r"lamina\.dropout %\w+ \{rate = [^}]*seed ="],
     "constant": [r"lamina\.constant dense<\[", r"lamina\.constant dense<[-\d]"],
     "select": [r"lamina\.select ", r"lamina\.(eq|ne|lt|le|gt|ge) %\w+, %\w+ : .*i(32|64|1)>"],
+    "indexing": [r"lamina\.iota \{dim = -?\d+ : i64\} : \(\) -> tensor<[\dx]*i(32|64)>",
+                 r"lamina\.iota .*-> tensor<[\dx]*(f16|bf16|f32|f64)>",
+                 r"lamina\.gather %\w+, %\w+ \{axis = -\d+"],
 }
 
 

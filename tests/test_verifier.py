@@ -28,8 +28,12 @@ CASES: dict[str, tuple[str, str, str]] = {
         "operand shapes (3,), (4,) do not broadcast"),
     "binary-int-operand": (
         "%a: tensor<4xi32>",
-        "%r = lamina.mul %a, %a : tensor<4xi32>",
+        "%r = lamina.div %a, %a : tensor<4xi32>",
         "operand must have a float element type, got i32"),
+    "binary-bool-operand": (
+        "%a: tensor<4xi1>",
+        "%r = lamina.mul %a, %a : tensor<4xi1>",
+        "operand must have a numeric element type (a float, i32 or i64), got i1"),
     "unary-int-operand": (
         "%a: tensor<4xi1>",
         "%r = lamina.exp %a : tensor<4xi1>",

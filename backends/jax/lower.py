@@ -86,11 +86,19 @@ def local_call(op: LaminaOp, mesh: Mesh | None) -> Call:
     local = local_info(mesh, op.results[0])
     block = None
     if op.info.position_dependent:
-        spec = spec_or_replicated(op.results[0].type)
-        offsets = tuple(coll.position(mesh, axes) * k if axes else 0
-                        for axes, k in zip(spec.splits, local.shape, strict=True))
-        block = Block(result.shape, offsets)
+        # the result's block and each operand's (gather on a split table needs its rows)
+        operands = tuple(None if v is None or t is None else
+                         Block(tensor_info(v.type).shape, _offsets(mesh, v, t.shape))
+                         for v, t in zip(slots, infos, strict=True))
+        block = Block(result.shape, _offsets(mesh, op.results[0], local.shape), operands)
     return Call(attrs, infos, local, block)
+
+
+def _offsets(mesh: Mesh, v: SSAValue, local_shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """Where this device's block of `v` starts in the global tensor (traced `axis_index`)."""
+    spec = spec_or_replicated(v.type)
+    return tuple(coll.position(mesh, axes) * k if axes else 0
+                 for axes, k in zip(spec.splits, local_shape, strict=True))
 
 
 class Lowering:

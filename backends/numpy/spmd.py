@@ -14,8 +14,9 @@ held as one local array per device:
   its op's rule, e.g. a matmul result of split operands) is rejected up front (`check_placed`),
   naming the first such value and telling the user to run propagate-sharding.
 
-Local ops run their op-table kernels on local shapes (`Call` with local `TensorInfo`s); dropout
-gets `Block(global_shape, offsets)` so its mask is the single-device one. Devices holding the same
+Local ops run their op-table kernels on local shapes (`Call` with local `TensorInfo`s) and the
+blocks they see (`Block(global_shape, offsets, operands)`): dropout's mask is the single-device
+one, and a gather on a split table looks up only the rows its block holds. Devices holding the same
 operand arrays share the result (computed once), which keeps replicated work cheap here.
 `lamina.fused` runs its body op by op on local shapes. Collectives exchange shards exactly as the
 op says (`lamina.ir.collectives`); `lamina.reshard` (not yet lowered) assembles and redistributes.
@@ -172,12 +173,15 @@ class SpmdRun:
         call = base.make_call(op)
         slots = op.operand_slots()
         infos: list[TensorInfo | None] = []
+        blocks: list[Block | None] = []
         for v, t in zip(slots, call.operands, strict=True):
             if v is None or t is None:
                 infos.append(None)
+                blocks.append(None)
                 continue
-            infos.append(TensorInfo(block(self.mesh, spec_or_replicated(v.type), t.shape, dev)[1],
-                                    t.dtype))
+            v_offs, v_local = block(self.mesh, spec_or_replicated(v.type), t.shape, dev)
+            infos.append(TensorInfo(v_local, t.dtype))
+            blocks.append(Block(t.shape, v_offs))
         rspec = spec_or_replicated(op.results[0].type)
         offs, local = block(self.mesh, rspec, call.result.shape, dev)
         x = slots[0] if slots else None
@@ -185,7 +189,7 @@ class SpmdRun:
                                              spec_or_replicated(x.type) if x is not None else None,
                                              infos[0] if infos else None)
         return Call(attrs, infos, TensorInfo(local, call.result.dtype),
-                    Block(call.result.shape, offs))
+                    Block(call.result.shape, offs, tuple(blocks)))
 
     def run_local(self, op: LaminaOp, args: list[Shards | None]) -> Shards:
         info = op.info
@@ -195,8 +199,10 @@ class SpmdRun:
         for dev in range(self.mesh.devices):
             call = self.local_call(op, dev)
             local = [None if a is None else a[dev] for a in args]
-            key = tuple(id(a) for a in local) + ((call.block.offsets,) if position_dependent
-                                                  and call.block is not None else ())
+            where = () if not position_dependent or call.block is None else \
+                (call.block.offsets, tuple(None if b is None else b.offsets
+                                           for b in call.block.operands))
+            key = tuple(id(a) for a in local) + where
             if key not in memo:
                 r = base.run_kernel(info, local, call)
                 if r.shape != call.result.shape:

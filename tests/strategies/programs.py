@@ -50,6 +50,9 @@ What the programs look like
     constant     splat and dense constants (the source row) used by a binary row without domain
                  restrictions
     select       a compare row (on floats, ints, i1) + the select row
+    indexing     the lookup row (a `Gather` rule) on indices from the index-source row (a source
+                 whose type is declared: iota), some past the input's end (they look up 0),
+                 and the index source alone as a float value
   Helper ops outside the chosen families may appear where an op needs them (abs + constant or
   exp(tanh(x)) to make an operand positive; tanh to bound one). Without "constant" no constant
   op is emitted except dropout seeds.
@@ -81,9 +84,10 @@ from lamina.ir.intervals import DomainKind, Interval, IntervalRule
 from lamina.ir.lamina import AbsOp, AddOp, ExpOp, TanhOp
 from lamina.ir.optable import OPS, AttrKind, AttrSpec, Fusion, OpInfo
 from lamina.ir.shapes import TensorInfo
+from lamina.ir.sharding_gather import Gather
 
 ALL_FAMILIES = ("elementwise", "broadcast", "reduction", "composite", "matmul", "layout",
-                "dropout", "constant", "select")
+                "dropout", "constant", "select", "indexing")
 FLOATS = ("f16", "bf16", "f32", "f64")
 CAP = 2000.0            # |value| bound every generated value must respect
 ARG_BOUND = 4.0         # assumed |argument| bound (inputs are drawn in [-3, 3])
@@ -134,10 +138,12 @@ def _generatable(info: OpInfo) -> bool:
     return info.interval is not None and all(a.choices or not a.required for a in info.attrs)
 
 
-def _elementwise(shape_rule: Callable[..., TensorInfo]) -> tuple[OpInfo, ...]:
-    """Elementwise rows typed by `shape_rule`: `shapes.unary` (one operand, its type),
-    `shapes.binary` (two broadcast operands), `shapes.compare` (an i1 result), ..."""
-    return _rows(lambda i: i.fusion is Fusion.ELEMENTWISE and i.shape is shape_rule
+def _elementwise(*shape_rules: Callable[..., TensorInfo]) -> tuple[OpInfo, ...]:
+    """Elementwise rows typed by one of `shape_rules`: `shapes.unary` (one operand, its type),
+    `shapes.binary` (two broadcast operands), `shapes.compare` (an i1 result), ...; the
+    generator emits them on floats, so a row also defined on integers (`unary_numeric`) is one
+    of the float rows here."""
+    return _rows(lambda i: i.fusion is Fusion.ELEMENTWISE and i.shape in shape_rules
                  and _generatable(i))
 
 
@@ -158,15 +164,18 @@ def _never_exceeds_cap(info: OpInfo) -> bool:
     return -CAP <= lo and hi <= CAP
 
 
-UNARY = _elementwise(shapes.unary)
-BINARY = _elementwise(shapes.binary)
+UNARY = _elementwise(shapes.unary, shapes.unary_numeric)
+BINARY = _elementwise(shapes.binary, shapes.binary_numeric)
 COMPARES = _elementwise(shapes.compare)
 SELECT = _only(_elementwise(shapes.select), "selecting")
 CAST = _only(_elementwise(shapes.cast), "element-type conversion")
 FREE_BINARY = tuple(i for i in BINARY if _unconstrained(i))        # with a constant operand
 FALLBACK = tuple(i for i in UNARY if _never_exceeds_cap(i))          # an op that always fits
-DROPOUT = _only(_rows(lambda i: i.position_dependent), "position-dependent")
-CONSTANT = _only(_rows(lambda i: i.fusion is Fusion.SOURCE), "source")
+DROPOUT = _only(_rows(lambda i: i.position_dependent and i.fusion is Fusion.ELEMENTWISE),
+                "position-dependent elementwise")
+CONSTANT = _only(_rows(lambda i: i.fusion is Fusion.SOURCE and not i.declares_result), "literal")
+INDEX_SOURCE = _only(_rows(lambda i: i.fusion is Fusion.SOURCE and i.declares_result), "index source")
+LOOKUP = _only(_rows(lambda i: isinstance(i.sharding, Gather)), "lookup")
 MATMUL = _only(_rows(lambda i: isinstance(i.sharding, sh.Matmul)), "contraction")
 REDUCTIONS = _rows(lambda i: isinstance(i.sharding, sh.Reduction))
 COMPOSITES = _rows(lambda i: isinstance(i.sharding, sh.RowReduction))
@@ -760,6 +769,30 @@ class _Gen:
         self.need(1)
         self.emit(DROPOUT, [x], x.shape, x.dtype, given, keywords)
 
+    def indexing(self) -> None:
+        """A lookup along a random axis with iota indices of a random shape (values 0..m-1, so
+        an index past the input's end looks up 0), or an iota as a float value."""
+        if self.max_rank < 1:
+            raise _Reject
+        ishape = self.rand_shape(1)
+        dim = self.ch.randint(-len(ishape), len(ishape) - 1)
+        if self.ch.coin(0.25):
+            self.need(1)
+            self.emit(INDEX_SOURCE, [], ishape, self.ch.choice(self.fdtypes), {"dim": dim})
+            return
+        x = self.find(self.floats, lambda v: len(v.shape) >= 1) or \
+            self.new_arg(self.rand_shape(1) or (3,), self.ch.choice(self.fdtypes))
+        rank = len(x.shape)
+        if not x.shape or rank - 1 + len(ishape) > self.max_rank:
+            raise _Reject
+        self.need(2)
+        idx = self.emit(INDEX_SOURCE, [], ishape, self.ch.choice(("i32", "i64")), {"dim": dim})
+        axis = self.ch.randint(-rank, rank - 1)
+        a = axis % rank
+        shape = x.shape[:a] + ishape + x.shape[a + 1:]
+        self.emit(LOOKUP, [x, idx], shape, x.dtype, {"axis": axis} if axis or self.ch.coin(0.5)
+                  else {})
+
     def constant_family(self) -> None:
         """A constant as one operand (lhs or rhs) of a binary row defined everywhere."""
         self.need(2)
@@ -839,6 +872,8 @@ class _Gen:
                 self.constant_family()
             case "select":
                 self.select()
+            case "indexing":
+                self.indexing()
 
     def fallback(self) -> None:
         """One op that always fits: a unary row defined everywhere that keeps values in CAP."""

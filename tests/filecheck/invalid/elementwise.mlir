@@ -54,9 +54,17 @@ func.func @binary_no_broadcast_inner(%a: tensor<2x3x4xf32>, %b: tensor<5x1xf32>)
 // -----
 
 func.func @binary_int(%a: tensor<4xi64>, %b: tensor<4xi64>) -> tensor<4xi64> {
-  // expected-error @+1:3 {{lamina.sub: operand must have a float element type, got i64}}
-  %0 = lamina.sub %a, %b : tensor<4xi64>
+  // expected-error @+1:3 {{lamina.div: operand must have a float element type, got i64}}
+  %0 = lamina.div %a, %b : tensor<4xi64>
   func.return %0 : tensor<4xi64>
+}
+
+// -----
+
+func.func @binary_bool(%a: tensor<4xi1>, %b: tensor<4xi1>) -> tensor<4xi1> {
+  // expected-error @+1:3 {{lamina.sub: operand must have a numeric element type (a float, i32 or i64), got i1}}
+  %0 = lamina.sub %a, %b : tensor<4xi1>
+  func.return %0 : tensor<4xi1>
 }
 
 // -----

@@ -1,0 +1,14 @@
+"""Lamina's frontends: models from other frameworks as ordinary, verified Lamina programs.
+
+- `lamina.frontends.torch`: a `torch.export.ExportedProgram` (ATen ops, before or after
+  `run_decompositions()`);
+- `lamina.frontends.onnx`: an ONNX model file (external weight files included).
+
+Each importer produces one `func.func` whose arguments are the model's inputs followed by its
+weights (parameters, buffers, initializers, named after them), and the weights' values as NumPy
+arrays keyed by argument name (what `lamina-run --inputs` reads). An op the importer cannot map
+exactly onto Lamina's op table (an operator, an attribute value, an element type, a dynamic shape,
+control flow) is refused with one `ImportRefused` diagnostic naming the node and what is missing:
+never a silently different program. Frontends import only `lamina.ir` and `lamina.analysis`, and
+the framework (torch, onnx) only when an importer is used.
+"""

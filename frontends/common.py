@@ -1,0 +1,94 @@
+"""What both importers share: refusals, argument names, and building the one function they emit.
+
+A refusal (`ImportRefused`) is a `LaminaError` with a `kind` (what is missing: an op, an attribute
+value, an element type, a dynamic shape, control flow, or the input itself) so that the ONNX
+conformance report can group cases by it; its location is the model file (or the Python line a
+torch node came from) and its message names the node.
+
+`FunctionBuilder` collects arguments (named: MLIR value names allow `[A-Za-z0-9_$.-]`, so a
+parameter's fully qualified name `blocks.0.attn.weight` is kept as written; a name outside that
+alphabet, or one ending in `_<digits>`, which xDSL's printer reserves for its own numbering, is
+spelled with those characters replaced and a trailing `_`), then makes the function, its module,
+and verifies it with Lamina's verifier.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from lamina.ir.builder import Builder
+from lamina.ir.diagnostics import LaminaError, SourceLoc
+from lamina.ir.dtypes import tensor_type
+from lamina.ir.shapes import TensorInfo
+from lamina.ir.source import verify
+from xdsl.dialects.builtin import FunctionType, ModuleOp
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, Region, SSAValue
+
+# refusal kinds (the conformance report's groups)
+OP = "unsupported op"
+ATTRIBUTE = "unsupported attribute"
+DTYPE = "unsupported dtype"
+DYNAMIC = "dynamic shape"
+CONTROL_FLOW = "control flow"
+INPUT = "bad input"
+KINDS = (OP, ATTRIBUTE, DTYPE, DYNAMIC, CONTROL_FLOW, INPUT)
+
+
+class ImportRefused(LaminaError):
+    """A model an importer cannot map exactly; `kind` is one of `KINDS`, `op` the refused node's
+    op type or ATen target when a node is to blame."""
+
+    def __init__(self, message: str, kind: str, loc: SourceLoc | None = None,
+                 op: str | None = None) -> None:
+        super().__init__(message, loc)
+        self.kind = kind
+        self.op = op
+
+
+_NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*")
+_NUMBERED = re.compile(r"_\d+$")
+
+
+def value_name(name: str) -> str:
+    """`name` as an MLIR value name that prints back verbatim (see the module docstring)."""
+    if _NAME.fullmatch(name) and not _NUMBERED.search(name):
+        return name
+    out = re.sub(r"[^\w$.-]", "_", name) or "_"
+    if not re.match(r"[A-Za-z_$.-]", out):
+        out = "_" + out
+    return out + "_" if _NUMBERED.search(out) else out
+
+
+class FunctionBuilder:
+    """One function being imported: arguments by name, a `Builder` for its body, `finish`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.block = Block()
+        self.builder = Builder(self.block)
+        self.arg_names: list[str] = []
+
+    def argument(self, name: str, info: TensorInfo) -> SSAValue:
+        """A new argument of type `info` named after `name` (made unique: `x`, `x.1`, ...)."""
+        base = value_name(name)
+        unique, k = base, 0
+        taken = set(self.arg_names)
+        while unique in taken:
+            k += 1
+            unique = f"{base}.{k}"
+        arg = self.block.insert_arg(tensor_type(info.shape, info.dtype), len(self.block.args))
+        arg.name_hint = unique
+        self.arg_names.append(unique)
+        return arg
+
+    def finish(self, results: Sequence[SSAValue]) -> ModuleOp:
+        """The verified module holding the function that returns `results`."""
+        self.block.add_op(ReturnOp(*results))
+        ftype = FunctionType.from_lists([a.type for a in self.block.args],
+                                        [r.type for r in results])
+        func = FuncOp(self.name, ftype, Region(self.block))
+        module = ModuleOp([func])
+        verify(module)
+        return module

@@ -1,0 +1,295 @@
+"""The torch.export walk: an `ExportedProgram`'s FX graph as one Lamina function.
+
+Placeholders become arguments, in the graph's order: user inputs under their names, parameters,
+buffers and lifted constants under their fully qualified names (`graph_signature.input_specs`;
+a weight no node reads, such as the tied twin of an embedding, is left out), with their values
+in the weights dictionary. Each `call_function` node is converted by the ATen table
+(`lamina.frontends.torch.aten`), which reads the node's arguments bound to its schema (defaults
+filled in) and its output's shape and dtype from `node.meta['val']`; a node the table does not
+know, an argument it cannot map, a symbolic (dynamic) shape, a higher-order op (torch.cond,
+while_loop) or an output that is not a user output (a mutated buffer) is one `ImportRefused`
+naming the node, its ATen target and what is missing, at the Python line the node came from.
+"""
+
+from __future__ import annotations
+
+import linecache
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import numpy as np
+import torch
+from lamina.frontends.common import (
+    ATTRIBUTE,
+    CONTROL_FLOW,
+    DTYPE,
+    DYNAMIC,
+    INPUT,
+    OP,
+    FunctionBuilder,
+    ImportRefused,
+)
+from lamina.ir.builder import Builder, info_of
+from lamina.ir.diagnostics import SourceLoc, record_source, source_line
+from lamina.ir.lamina import CastOp
+from lamina.ir.shapes import ShapeError, TensorInfo
+from torch import fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
+from xdsl.ir import SSAValue
+
+DTYPES: dict[torch.dtype, str] = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+    torch.bool: "i1", torch.int32: "i32", torch.int64: "i64",
+}
+TORCH_DIR = torch.__file__.rsplit("/", 1)[0]
+# lifted tensor constants up to this many elements become dense constants, larger ones arguments
+CONSTANT_LIMIT = 64
+
+Value = SSAValue | tuple[SSAValue | None, ...]
+Converter = Callable[["Ctx", dict[str, Any]], Value]
+
+
+def lamina_dtype(dtype: torch.dtype, what: str, loc: SourceLoc | None = None) -> str:
+    name = DTYPES.get(dtype)
+    if name is None:
+        raise ImportRefused(f"{what} has dtype {dtype}, which Lamina does not model (it has "
+                            f"{', '.join(str(d) for d in DTYPES)})", DTYPE, loc)
+    return name
+
+
+def fake_info(val: Any, what: str, loc: SourceLoc | None = None) -> TensorInfo:
+    """The TensorInfo of a (fake) tensor; refusals for symbolic shapes and unknown dtypes."""
+    if not isinstance(val, torch.Tensor):
+        raise ImportRefused(f"{what} is a {type(val).__name__}, not a tensor", OP, loc)
+    shape: list[int] = []
+    for d in val.shape:
+        if not isinstance(d, int):
+            raise ImportRefused(f"{what} has the symbolic size {d} (shape {tuple(val.shape)}): "
+                                "Lamina's shapes are static; export without dynamic_shapes",
+                                DYNAMIC, loc)
+        shape.append(d)
+    return TensorInfo(tuple(shape), lamina_dtype(val.dtype, what, loc))
+
+
+def node_loc(node: fx.Node) -> SourceLoc | None:
+    """The innermost frame of the node's stack trace outside torch (the user's line), at the
+    column where the call that made the node is spelled."""
+    trace = node.meta.get("stack_trace") or ""
+    best: SourceLoc | None = None
+    for line in trace.splitlines():
+        line = line.strip()
+        if not line.startswith('File "'):
+            continue
+        path, _, rest = line[6:].partition('", line ')
+        number = rest.split(",", 1)[0]
+        if path.startswith((TORCH_DIR, "<")) or not number.isdigit():
+            continue
+        best = SourceLoc(path, int(number), _column(path, int(number), node))
+    return best
+
+
+def _column(path: str, line: int, node: fx.Node) -> int:
+    """1-based column of the target's name (`cumsum` of aten.cumsum.default) on the file's line,
+    else of the statement; 0 (the line as a whole) when the file cannot be read."""
+    code = linecache.getline(path, line)
+    if not code.strip():
+        return 0
+    if source_line(path, line) is None:       # so a refusal echoes the line with a caret
+        record_source(path, "".join(linecache.getlines(path)))
+    parts = str(node.target).split(".")
+    name = (parts[1] if len(parts) > 2 else parts[-1]).strip("_")
+    at = code.find(name) if name else -1
+    return (at if at >= 0 else len(code) - len(code.lstrip())) + 1
+
+
+@dataclass
+class Ctx:
+    """What a converter sees: the builder, the node being converted and the values so far."""
+
+    builder: Builder
+    values: dict[fx.Node, Value]
+    node: fx.Node
+    seed: int
+    dropouts: list[int] = field(default_factory=lambda: [0])
+
+    # -- diagnostics --
+    def what(self) -> str:
+        return f"node '{self.node.name}' ({self.node.target})"
+
+    def refuse(self, kind: str, message: str) -> NoReturn:
+        raise ImportRefused(f"{self.what()}: {message}", kind, node_loc(self.node),
+                            str(self.node.target))
+
+    # -- operands --
+    def tensor(self, arg: Any) -> SSAValue:
+        """The Lamina value of a node argument that must be a tensor."""
+        if isinstance(arg, fx.Node):
+            v = self.values.get(arg)
+            if isinstance(v, SSAValue):
+                return v
+            self.refuse(OP, f"argument '{arg.name}' is not a tensor value")
+        self.refuse(ATTRIBUTE, f"expected a tensor argument, got {arg!r}")
+
+    def out(self, index: int | None = None) -> TensorInfo:
+        """Shape and element type of the node's output (`index` of a tuple output)."""
+        val = self.node.meta.get("val")
+        if index is not None:
+            if not isinstance(val, (tuple, list)):
+                self.refuse(OP, "has no tuple output")
+            val = val[index]
+        return fake_info(val, self.what(), node_loc(self.node))
+
+    def nth_used(self, index: int) -> bool:
+        """Whether some getitem reads output `index` of this (tuple-valued) node."""
+        return any(u.target is operator.getitem and u.args[1] == index for u in self.node.users)
+
+    # -- building --
+    def op(self, cls: Any, *operands: Any, result: TensorInfo | None = None,
+           **attrs: Any) -> SSAValue:
+        try:
+            return self.builder.op(cls, *operands, result=result, **attrs)
+        except ShapeError as e:
+            self.refuse(DTYPE if "element type" in str(e) else ATTRIBUTE, str(e))
+
+    def const(self, value: Any, dtype: str) -> SSAValue:
+        return self.builder.constant(np.asarray(value), dtype)
+
+    def cast(self, v: SSAValue, dtype: str) -> SSAValue:
+        info = info_of(v)
+        if info.dtype == dtype:
+            return v
+        return self.op(CastOp, v, result=TensorInfo(info.shape, dtype))
+
+    def next_seed(self) -> int:
+        """A distinct dropout seed per dropout node, from the import's base seed."""
+        k = self.dropouts[0]
+        self.dropouts[0] += 1
+        return self.seed + k
+
+
+def bind(node: fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, with the schema's defaults for the ones left out."""
+    target = node.target
+    assert isinstance(target, torch._ops.OpOverload)
+    schema = target._schema
+    bound: dict[str, Any] = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args) and not a.kwarg_only:
+            bound[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            bound[a.name] = node.kwargs[a.name]
+        else:
+            bound[a.name] = a.default_value if a.has_default_value() else None
+    return bound
+
+
+@dataclass
+class Imported:
+    """The imported function's module and its weights by argument name."""
+
+    module: ModuleOp
+    weights: dict[str, np.ndarray]
+
+
+def _weight_array(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.to(torch.float32).numpy()
+    return t.numpy().copy()
+
+
+def _placeholders(ep: ExportedProgram, fb: FunctionBuilder, values: dict[fx.Node, Value],
+                  weights: dict[str, np.ndarray]) -> None:
+    """Arguments (and small lifted constants) for the graph's placeholders."""
+    specs = {s.arg.name: s for s in ep.graph_signature.input_specs
+             if hasattr(s.arg, "name")}
+    state = {**ep.state_dict, **ep.constants}
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    weights_first = [n for n in placeholders if n.name in specs
+                     and specs[n.name].kind != InputKind.USER_INPUT]
+    for node in placeholders:          # the user's inputs first, in their order
+        val = node.meta.get("val")
+        if node not in weights_first and isinstance(val, torch.Tensor):
+            values[node] = fb.argument(node.name, fake_info(val, f"input '{node.name}'"))
+    for node in weights_first:         # then parameters, buffers, constants
+        spec = specs[node.name]
+        if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            raise ImportRefused(f"input '{node.name}' is a {spec.kind.name}, which Lamina does "
+                                "not model", INPUT)
+        if not node.users:
+            continue
+        target = spec.target or node.name
+        tensor = state.get(target)
+        if not isinstance(tensor, torch.Tensor):
+            raise ImportRefused(f"no value for {spec.kind.name.lower()} '{target}'", INPUT)
+        info = fake_info(tensor, f"{spec.kind.name.lower()} '{target}'")
+        if spec.kind == InputKind.CONSTANT_TENSOR and tensor.numel() <= CONSTANT_LIMIT:
+            values[node] = fb.builder.constant(_weight_array(tensor), info.dtype)
+            continue
+        arg = fb.argument(target, info)
+        values[node] = arg
+        assert arg.name_hint is not None
+        weights[arg.name_hint] = _weight_array(tensor)
+
+
+def convert_graph(ep: ExportedProgram, table: dict[str, Converter], seed: int,
+                  name: str = "forward") -> Imported:
+    """The Lamina module and weights of `ep` (see the module docstring)."""
+    fb = FunctionBuilder(name)
+    values: dict[fx.Node, Value] = {}
+    weights: dict[str, np.ndarray] = {}
+    _placeholders(ep, fb, values, weights)
+    ctx = Ctx(fb.builder, values, next(iter(ep.graph.nodes)), seed)
+    results: list[SSAValue] = []
+    for node in ep.graph.nodes:
+        ctx.node = node
+        loc = node_loc(node)
+        fb.builder.location = None if loc is None else FileLineColLoc(
+            StringAttr(loc.file), IntAttr(loc.line), IntAttr(loc.col))
+        if node.op == "call_function":
+            values[node] = _convert(ctx, table)
+        elif node.op == "output":
+            results = _outputs(ep, ctx, node)
+        elif node.op == "get_attr":
+            values[node] = ()     # a higher-order op's body: refused at the op that runs it
+    return Imported(fb.finish(results), weights)
+
+
+def _convert(ctx: Ctx, table: dict[str, Converter]) -> Value:
+    node = ctx.node
+    target = str(node.target)
+    if node.target is operator.getitem:
+        src, index = node.args[0], node.args[1]
+        seq = ctx.values.get(src) if isinstance(src, fx.Node) else None
+        item = seq[index] if isinstance(seq, tuple) and isinstance(index, int) else None
+        if item is None:
+            ctx.refuse(OP, "reads an output the converter did not produce")
+        return item
+    if not isinstance(node.target, torch._ops.OpOverload):
+        kind = CONTROL_FLOW if isinstance(node.target, torch._ops.HigherOrderOperator) else OP
+        ctx.refuse(kind, "control flow is not modeled" if kind == CONTROL_FLOW else
+                   "is not an ATen op (a Python call), which Lamina does not map")
+    conv = table.get(target)
+    if conv is None:
+        ctx.refuse(OP, "has no Lamina mapping (see the README for the ATen ops the torch "
+                   "importer maps)")
+    return conv(ctx, bind(node))
+
+
+def _outputs(ep: ExportedProgram, ctx: Ctx, node: fx.Node) -> list[SSAValue]:
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind != OutputKind.USER_OUTPUT:
+            ctx.refuse(OP, f"output '{getattr(spec.arg, 'name', spec.arg)}' is a "
+                       f"{spec.kind.name} (a mutated buffer or input): Lamina programs are pure")
+    results: list[SSAValue] = []
+    outs = node.args[0]
+    for out in outs if isinstance(outs, (tuple, list)) else (outs,):
+        v = ctx.values.get(out) if isinstance(out, fx.Node) else None
+        if not isinstance(v, SSAValue):
+            ctx.refuse(OP, f"output {out!r} is not a tensor")
+        results.append(v)
+    return results

@@ -1,0 +1,76 @@
+"""The ONNX backend node suite as an oracle: every in-scope case imports, runs and matches.
+
+`benchmarks/onnx_conformance.py` regenerates onnx's node cases with onnx's own generator (once per
+test session, into a temporary directory), imports every case whose graph uses only ops the
+importer maps, runs it on the NumPy interpreter (and the JAX backend where installed) and
+compares each output at onnx's backend-test tolerances. This test fails on any failed case, and
+on a drop in the number of passing cases or a new out-of-scope reason (so a converter that starts
+refusing what it used to import cannot hide as "out of scope").
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "onnx_conformance.py"
+# what the README lists as deliberately out of scope (the refusal kinds, plus the suite's cases
+# whose inputs or outputs are sequences / optionals / maps)
+KNOWN_REASONS = {"unsupported op", "unsupported dtype", "unsupported attribute", "dynamic shape",
+                 "control flow", "non-tensor inputs or outputs"}
+MIN_PASSED = 981      # measured: see the README's conformance counts
+
+
+def _harness() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("onnx_conformance", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["onnx_conformance"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def conformance(tmp_path_factory: pytest.TempPathFactory):
+    harness = _harness()
+    root = harness.generate_cases(tmp_path_factory.mktemp("onnx-node-cases"))
+    return harness, harness.check_all(root)
+
+
+def test_no_in_scope_case_fails(conformance) -> None:
+    harness, results = conformance
+    lines = harness.report(results)
+    failed = [r for r in results if r.status == "failed"]
+    assert not failed, "\n".join(lines)
+    assert lines[-1].endswith("out of scope") and ", 0 failed, " in lines[-1]
+
+
+def test_coverage_does_not_shrink(conformance) -> None:
+    _, results = conformance
+    passed = sum(r.status == "passed" for r in results)
+    assert passed >= MIN_PASSED, f"{passed} cases pass, fewer than the {MIN_PASSED} measured"
+    reasons = {r.reason.split(":")[0] for r in results if r.status == "out of scope"}
+    assert reasons <= KNOWN_REASONS, reasons - KNOWN_REASONS
+    assert len(results) > 1800, "the generator wrote fewer cases than onnx's suite has"
+
+
+def test_expanded_function_bodies_are_covered(conformance) -> None:
+    _, results = conformance
+    names = {r.name for r in results if r.status == "passed"}
+    for op in ("layer_normalization", "softmax", "gelu", "logsoftmax"):
+        assert any(op in n and n.endswith("_expanded") for n in names), op
+        assert any(op in n and not n.endswith("_expanded") for n in names), op
+
+
+def test_the_readme_states_the_measured_counts(conformance) -> None:
+    """The README's counts are the ones this run measures (so the note stays true)."""
+    harness, results = conformance
+    last = harness.report(results)[-1]
+    readme = (BENCH.parent.parent / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"\*\*(\d+ passed, \d+ failed, \d+ out of scope)\*\*", readme)
+    assert stated is not None and stated[1] == last, (stated and stated[1], last)
