@@ -12,7 +12,8 @@ arrays on one device: `--backend X --check` compares backend X after the pipelin
 On the NumPy backend every run is checked execution (`lamina.backends.numpy.memory`): a use after
 `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the op;
 with `--target` so is a tier's capacity overflow (naming what was live). `--stats-json` writes
-`ops_executed`, `kernels`, `flops`, `bytes_accessed`, `peak_live_bytes`, `peak_bytes` (per memory
+`ops_executed`, `kernels`, `flops`, `bytes_accessed`, `bytes_moved` (distinct operands + results
+per kernel), `peak_live_bytes`, `peak_bytes` (per memory
 tier, per device), `moved_bytes` (per tier pair, e.g. "hbm->host") and `outputs` (name, shape,
 dtype, and the errors under `--check`); with `--check` it also has `reference` (the same counters
 for the program as parsed).
