@@ -15,13 +15,15 @@ one step is any of:
   gather and an all_to_all sending 5);
 - all_reduce of all pending axes the destination does not keep, or reduce_scatter of some of them
   (in some order) onto the minor end of a dimension;
-- all_slice of one axis onto the minor end of a dimension (local: free), never of a pending axis.
+- all_slice of one axis onto the minor end of a dimension the destination splits over it (local:
+  free), never of a pending axis.
 Each step costs its estimated seconds on the target (`comm_cost.estimate`, through the `cost`
 callback); ties (to a picosecond) go to fewer bytes sent, then to fewer communicating steps,
 then to the order steps are generated in
 (all_to_all, all_gather, reductions, slices), which keeps the plans of the common cases the
 familiar ones. The search is Dijkstra's over at most (rank + 1)^axes * axes! placements, a few
-hundred for the meshes Lamina runs; it gives up after `MAX_STATES` and then reports None.
+hundred for the meshes Lamina runs; past `MAX_STATES` placements (meshes of many axes) it falls
+back to the plan that gathers every split the destination does not keep, reduces, then slices.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ def _steps(src: Spec, cur: Spec, dst: Spec, shape: Sequence[int], sizes: Mapping
         if a in used or a in cur.partial:
             continue
         for d in range(rank):
-            if divides(d, (a,)):
+            if a in dst.splits[d] and divides(d, (a,)):
                 splits = list(cur.splits)
                 splits[d] = tuple(cur.splits[d]) + (a,)
                 yield Step("all_slice", (a,), cur, _with(cur, splits), dim=d)
@@ -163,7 +165,7 @@ def plan_reshard(src: Spec, dst: Spec, shape: Sequence[int], total: int,
             return Plan(path, sec, sent)
         done.add(k)
         if len(done) > MAX_STATES:
-            return None
+            return _gather_reduce_slice(src, dst, total, sizes, cost)
         for step in _steps(src, cur, dst, shape, sizes, play, allow_a2a):
             if _key(step.dst) in done:
                 continue
@@ -174,3 +176,39 @@ def plan_reshard(src: Spec, dst: Spec, shape: Sequence[int], total: int,
             key = (round(sec + t, 12), sent + b, ncomm + c, next(tick))
             heapq.heappush(heap, (key, sec + t, step.dst, (*path, step)))
     return None
+
+
+def _gather_reduce_slice(src: Spec, dst: Spec, total: int, sizes: Mapping[str, int],
+                         cost: CostFn) -> Plan:
+    """Always valid, rarely cheapest: per dimension gather what follows the prefix `dst` keeps,
+    all_reduce the pending axes `dst` does not keep, then slice what `dst` adds."""
+    steps: list[Step] = []
+    cur = src
+    for d, (have, want) in enumerate(zip(src.splits, dst.splits, strict=True)):
+        p = 0
+        while p < min(len(have), len(want)) and have[p] == want[p]:
+            p += 1
+        if have[p:]:
+            splits = list(cur.splits)
+            splits[d] = tuple(have[:p])
+            steps.append(Step("all_gather", tuple(have[p:]), cur, _with(cur, splits), dim=d))
+            cur = steps[-1].dst
+    reduce = tuple(a for a in cur.partial if a not in dst.partial)
+    if reduce:
+        rest = tuple(a for a in cur.partial if a in dst.partial)
+        steps.append(Step("all_reduce", reduce, cur, _with(cur, list(cur.splits), rest)))
+        cur = steps[-1].dst
+    for d, want in enumerate(dst.splits):
+        for a in want[len(cur.splits[d]):]:
+            splits = list(cur.splits)
+            splits[d] = (*cur.splits[d], a)
+            steps.append(Step("all_slice", (a,), cur, _with(cur, splits), dim=d))
+            cur = steps[-1].dst
+    if steps:
+        steps[-1] = dataclasses.replace(steps[-1], dst=dst)
+    sec = sent = 0.0
+    for st in steps:
+        if st.kind != "all_slice":
+            t, b = cost(st.kind, st.axes, payload(st, total, sizes))
+            sec, sent = sec + t, sent + b
+    return Plan(tuple(steps), sec, sent)

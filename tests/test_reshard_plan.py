@@ -145,3 +145,21 @@ def test_property_plans_compute_the_reshard_and_never_send_more(bandwidth_only, 
         np.testing.assert_allclose(got, x, rtol=1e-5, atol=1e-5)
     else:
         np.testing.assert_array_equal(got, x)
+
+
+@pytest.mark.parametrize(("S", "D"), [
+    (spec(["data", "model"], []), spec(["model", "data"], [])),
+    (spec(["data"], [], partial=("model",)), spec([], ["data", "model"])),
+    (spec([], ["model"], partial=("data",)), spec(["model"], [], partial=("data",))),
+])
+def test_past_the_search_budget_the_simple_plan_still_computes_the_reshard(
+        monkeypatch: pytest.MonkeyPatch, S: Spec, D: Spec) -> None:
+    import lamina.analysis.reshard_plan as rp
+
+    monkeypatch.setattr(rp, "MAX_STATES", 0)
+    names, _, got, x = _lower_and_run(MESH, (8, 16), S, D, "h100-node")
+    assert "all_to_all" not in names and "reduce_scatter" not in names
+    if S.partial:
+        np.testing.assert_allclose(got, x, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, x)
