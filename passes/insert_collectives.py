@@ -5,16 +5,15 @@
 `target` is a built-in target name or a TOML file (`lamina.ir.target`); mesh axes map onto its link
 levels by `Target.axis_level`, and every cost comes from `lamina.analysis.comm_cost`.
 
-A reshard from placement S to D (one mesh, one shape) becomes, in this order:
-1. Splits S has and D does not (the minor end of a dimension's split), from the minor end: the
-   longest run of them that D wants as the next splits of another dimension moves there with one
-   all_to_all ((n-1)/n B sent) instead of all_gather + all_slice ((n-1) B); an axis that cannot
-   move is all_gathered (consecutive ones in one all_gather), which may free the next run to move.
-2. Pending axes D does not keep: those D wants as the next splits of a dimension become one
-   reduce_scatter onto it (a + b(n-1)/n B, against a + 2b(n-1)/n B for all_reduce + all_slice;
-   this is also how "all_reduce followed by a local slice" is folded: a reshard whose operand is
-   an all_reduce used only there is lowered from the all_reduce's operand); the rest one all_reduce.
-3. Splits D adds that no collective produced: all_slice, a local slice (no communication).
+A reshard from placement S to D (one mesh, one shape) becomes the sequence of collectives with the
+smallest estimated time on the target (`lamina.analysis.reshard_plan`, a shortest path over
+placements; ties to fewer collectives): all_gathers of the splits D does not keep, all_to_alls that
+move axes between dimensions ((n-1)/n of the local block sent, against (n-1) blocks for all_gather +
+all_slice; reordering a dimension's axes goes through another dimension rather than gathering it
+whole), reduce_scatters of the pending axes D splits next (a + b(n-1)/n B, against a + 2b(n-1)/n B
+for all_reduce + all_slice), all_reduces of the rest, and all_slices (local, free) wherever they make
+a later collective's payload smaller. "all_reduce followed by a local slice" is folded too: a
+reshard whose operand is an all_reduce used only there is lowered from the all_reduce's operand.
 Each collective gets `algorithm` = ring | tree | hierarchical, the cheapest by the model for the
 link levels its axes span. Finally, all_reduces whose time is mostly latency (`latency_dominated`)
 over the same axes and kind are merged into one bucketed all_reduce (one latency) placed right
@@ -30,7 +29,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.analysis.comm_cost import Estimate, estimate, latency_dominated, levels_of
-from lamina.analysis.sizes import fmt_bytes, spec_local_bytes
+from lamina.analysis.reshard_plan import Plan, Step, plan_reshard
+from lamina.analysis.sizes import fmt_bytes, spec_local_bytes, type_bytes
 from lamina.ir.collectives import (
     AllGatherOp,
     AllReduceOp,
@@ -49,7 +49,7 @@ from lamina.ir.sharding import Spec
 from lamina.ir.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, i64
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
@@ -94,123 +94,73 @@ def _emit(cx: _Ctx, cls: type[PlacementOp], v: SSAValue, src: Spec, dst: Spec, m
     return op.outputs[0]
 
 
+def plan_for(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, allow_a2a: bool = True) -> Plan | None:
+    """The cheapest collectives from S to D for `v` on this target (`analysis.reshard_plan`)."""
+    t = v.type
+    assert isinstance(t, TensorType)
+    return plan_reshard(S, D, t.get_shape(), type_bytes(t), cx.sizes,
+                        lambda kind, axes, b: _time_and_sent(cx.cost(kind, axes, b)), allow_a2a)
+
+
+def _time_and_sent(e: Estimate) -> tuple[float, float]:
+    return e.seconds, e.sent
+
+
+def _why(cx: _Ctx, v: SSAValue, step: Step) -> str:
+    """The explain line's reason for one step, with the alternative it beat where there is one."""
+    d = step.dim
+    if step.kind == "all_gather":
+        return f"dimension {d} must not be split over [{', '.join(step.axes)}] here"
+    if step.kind == "all_slice":
+        return f"dimension {d} is needed split over [{', '.join(step.axes)}]"
+    if step.kind == "all_reduce":
+        return "the consumer needs these axes reduced and not split"
+    if step.kind == "all_to_all":
+        e, d = step.split_dim, step.concat_dim
+        a2a = cx.cost("all_to_all", step.axes, cx.local_bytes(v, step.src))
+        splits = list(step.src.splits)
+        splits[d] = step.dst.splits[d]
+        ag = cx.cost("all_gather", step.axes, cx.local_bytes(v, Spec(tuple(splits))))
+        return (f"moves [{', '.join(step.axes)}] from dimension {d} to {e}: all_to_all "
+                f"{a2a.seconds * 1e6:.1f} us, {fmt_bytes(a2a.sent)} sent (all_gather + all_slice: "
+                f"{ag.seconds * 1e6:.1f} us, {fmt_bytes(ag.sent)} sent)")
+    b = cx.local_bytes(v, step.src)
+    rs, ar = cx.cost("reduce_scatter", step.axes, b), cx.cost("all_reduce", step.axes, b)
+    return (f"the consumer takes dimension {d} split: reduce_scatter {rs.seconds * 1e6:.1f} us, "
+            f"{fmt_bytes(rs.sent)} sent, beats all_reduce + all_slice {ar.seconds * 1e6:.1f} us, "
+            f"{fmt_bytes(ar.sent)} sent")
+
+
+_OPS: dict[str, type[PlacementOp]] = {
+    "all_gather": AllGatherOp, "all_to_all": AllToAllOp, "all_reduce": AllReduceOp,
+    "reduce_scatter": ReduceScatterOp, "all_slice": AllSliceOp}
+
+
 def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation) -> SSAValue:
-    """Emit the collectives that turn `v` (placed S) into placement D, before `before`."""
-    cur = S
-    rank = len(S.splits)
-    # 1. splits S has and D does not (each dimension's suffix past the prefix D keeps), from the
-    # minor end: the longest tail of the suffix that another dimension e wants next moves there
-    # with one all_to_all; an axis no tail ending at it can move is gathered first (runs of such
-    # axes are one all_gather). So [[data, model], []] -> [[model], [data]] gathers only model and
-    # moves data, instead of gathering both.
-    for d in range(rank):
-        gather: list[str] = []          # axes to gather from dim d, major to minor
-        while True:
-            have, want = cur.splits[d], D.splits[d]
-            p = 0
-            while p < min(len(have), len(want)) and have[p] == want[p]:
-                p += 1
-            suffix = tuple(have[p: len(have) - len(gather)])
-            if not suffix:
-                break
-            move = _find_move(cur, D, d, suffix)
-            if move is None:
-                gather.insert(0, suffix[-1])
-                continue
-            if gather:
-                v, cur = _gather(cx, v, cur, d, tuple(gather), mesh, before)
-                gather = []
-            j, e = move
-            tail = suffix[j:]
-            splits = list(cur.splits)
-            splits[d] = tuple(cur.splits[d][: len(cur.splits[d]) - len(tail)])
-            splits[e] = tuple(cur.splits[e]) + tail
-            nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
-            a2a = cx.cost("all_to_all", tail, cx.local_bytes(v, cur))
-            ag = cx.cost("all_gather", tail, cx.local_bytes(v, Spec(
-                tuple(splits[d] if q == d else cur.splits[q] for q in range(rank)))))
-            v = _emit(cx, AllToAllOp, v, cur, nxt, mesh, before,
-                      f"moves [{', '.join(tail)}] from dimension {d} to {e}: all_to_all "
-                      f"{a2a.seconds * 1e6:.1f} us, {fmt_bytes(a2a.sent)} sent "
-                      f"(all_gather + all_slice: {ag.seconds * 1e6:.1f} us, "
-                      f"{fmt_bytes(ag.sent)} sent)",
-                      axes=tail, split_dim=e, concat_dim=d)
-            cur = nxt
-        if gather:
-            v, cur = _gather(cx, v, cur, d, tuple(gather), mesh, before)
-    # 2. reductions: reduce_scatter where D splits over pending axes next, else all_reduce
-    R = [a for a in cur.partial if a not in D.partial]
-    for d in range(rank):
-        have, want = cur.splits[d], D.splits[d]
-        run: list[str] = []
-        for a in want[len(have):]:
-            if a in R:
-                run.append(a)
-            else:
-                break
-        if not run:
-            continue
-        axes = tuple(run)
-        rest = tuple(a for a in cur.partial if a not in axes)
-        splits = list(cur.splits)
-        splits[d] = tuple(have) + axes
-        nxt = Spec(tuple(splits), rest, cur.partial_kind if rest else "sum")
-        payload = cx.local_bytes(v, cur)
-        rs = cx.cost("reduce_scatter", axes, payload)
-        ar = cx.cost("all_reduce", axes, payload)
-        v = _emit(cx, ReduceScatterOp, v, cur, nxt, mesh, before,
-                  f"the consumer takes dimension {d} split: reduce_scatter {rs.seconds * 1e6:.1f} "
-                  f"us, {fmt_bytes(rs.sent)} sent, beats all_reduce + all_slice "
-                  f"{ar.seconds * 1e6:.1f} us, {fmt_bytes(ar.sent)} sent",
-                  axes=axes, dim=d, kind=cur.partial_kind)
-        cur = nxt
-        R = [a for a in R if a not in axes]
-    if R:
-        rest = tuple(a for a in cur.partial if a not in R)
-        nxt = Spec(cur.splits, rest, cur.partial_kind if rest else "sum")
-        v = _emit(cx, AllReduceOp, v, cur, nxt, mesh, before,
-                  "the consumer needs these axes reduced and not split",
-                  axes=tuple(R), kind=cur.partial_kind)
-        cur = nxt
-    # 3. local slices
-    for d in range(rank):
-        have, want = cur.splits[d], D.splits[d]
-        if tuple(want[: len(have)]) != tuple(have):
-            raise error_at(before, f"insert-collectives: cannot lower {S} -> {D} (internal)")
-        extra = tuple(want[len(have):])
-        if extra:
-            splits = list(cur.splits)
-            splits[d] = tuple(want)
-            nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
-            v = _emit(cx, AllSliceOp, v, cur, nxt, mesh, before,
-                      f"dimension {d} is needed split over [{', '.join(extra)}]",
-                      axes=extra, dim=d)
-            cur = nxt
-    assert cur == D, (cur, D)
+    """Emit the cheapest collectives (by the target's model) that turn `v`, placed S, into
+    placement D, before `before`; with --explain, a plan that uses all_to_all also names the
+    best plan without it (gathers and slices only) and its cost."""
+    plan = plan_for(cx, v, S, D)
+    if plan is None:
+        raise error_at(before, f"insert-collectives: cannot lower {S} -> {D}")
+    if cx.log is not None and any(s.kind == "all_to_all" for s in plan.steps):
+        alt = plan_for(cx, v, S, D, allow_a2a=False)
+        if alt is not None:
+            cx.log.add(before, f"reshard {S} -> {D}: {len(plan.communicating)} collectives, "
+                       f"{plan.seconds * 1e6:.1f} us, {fmt_bytes(plan.sent)} sent per "
+                       f"device; without all_to_all {len(alt.communicating)} collectives, "
+                       f"{alt.seconds * 1e6:.1f} us, {fmt_bytes(alt.sent)} sent")
+    for step in plan.steps:
+        attrs: dict = {"axes": step.axes}
+        if step.kind == "all_to_all":
+            attrs.update(split_dim=step.split_dim, concat_dim=step.concat_dim)
+        elif step.kind != "all_reduce":
+            attrs["dim"] = step.dim
+        if step.kind in ("all_reduce", "reduce_scatter"):
+            attrs["kind"] = step.src.partial_kind
+        why = _why(cx, v, step) if cx.log is not None else ""
+        v = _emit(cx, _OPS[step.kind], v, step.src, step.dst, mesh, before, why, **attrs)
     return v
-
-
-def _find_move(cur: Spec, D: Spec, d: int, suffix: tuple[str, ...]) -> tuple[int, int] | None:
-    """(j, e): the longest tail suffix[j:] that dimension e != d wants next, or None."""
-    for j in range(len(suffix)):
-        tail = suffix[j:]
-        for e in range(len(cur.splits)):
-            he, we = tuple(cur.splits[e]), tuple(D.splits[e])
-            if e != d and we[: len(he)] == he and we[len(he): len(he) + len(tail)] == tail:
-                return j, e
-    return None
-
-
-def _gather(cx: _Ctx, v: SSAValue, cur: Spec, d: int, axes: tuple[str, ...], mesh: str,
-            before: Operation) -> tuple[SSAValue, Spec]:
-    """all_gather the minor-most `axes` of dimension d."""
-    splits = list(cur.splits)
-    splits[d] = tuple(cur.splits[d][: len(cur.splits[d]) - len(axes)])
-    nxt = Spec(tuple(splits), cur.partial, cur.partial_kind)
-    v = _emit(cx, AllGatherOp, v, cur, nxt, mesh, before,
-              f"dimension {d} must not be split over [{', '.join(axes)}] here",
-              axes=axes, dim=d)
-    return v, nxt
 
 
 def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:

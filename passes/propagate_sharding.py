@@ -1,6 +1,6 @@
 """`propagate-sharding`: place every value of a function from the few placements the user wrote.
 
-    -p 'propagate-sharding{explain=false}'
+    -p 'propagate-sharding{target=h100-node explain=false}'
 
 Input: a function some of whose values are placed on a mesh (usually arguments; op results and
 function results written with a placement are constraints). Output: every tensor value placed on
@@ -28,12 +28,16 @@ Two walks, each linear in the number of ops:
    3. An unplaced argument is placed at its first use to what the consumer's rule needs given the
       other (placed) operands: for free (inputs are distributed, not communicated). With no
       placed operand it takes its hint, else replicated.
-   4. Operands that disagree (elementwise splits, matmul contracting dims, ...): each placed operand
-      is tried as the leader the others follow; the cheapest by bytes that must move wins (adding a
-      split is free, it is a local slice), ties to the largest operand, then the first.
-   5. When no leader works (a normalized, sliced, concatenated or reshaped-minor dimension is
-      split), the main operand's splits are dropped from its last dimension backwards until the
-      rule holds; the last resort is replicated operands, which every rule accepts.
+   4. Operands that disagree (elementwise splits, matmul M and N on one axis, a split concat
+      dimension, ...): every placement the rule accepts among (a) each placed operand as the
+      leader the others follow, (b) the operands with the fewest splits dropped, which keeps the
+      splits they agree on (the batch split of a matmul whose M and N collide), and (c) the last
+      resort below, is priced on the `target` by the collectives `insert-collectives` will emit
+      for it plus the op's compute on its shards (`sharding_choice`); the cheapest wins, ties to
+      fewer dropped splits, then to the order (a), (b), (c). With `--explain` the line names the
+      choice and every alternative with its cost.
+   5. The last resort: the other operands replicated and the main operand's splits dropped from
+      its last dimension backwards until the rule holds (replicated operands always do).
    6. Default: a value nothing says anything about is replicated (constants always are).
    An unplaced function result keeps its value's splits, with any pending sum reduced.
 `lamina.fused` ops (from fuse-elementwise) are placed through their bodies by the same rules, as if
@@ -60,7 +64,9 @@ from lamina.ir.memory import FreeOp, MoveOp
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
 from lamina.ir.sharding import Hint, Linearity, ShardingError, Spec, infer
+from lamina.ir.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
+from lamina.passes.sharding_choice import Candidate, Coster, drop_candidates, drop_from_end, us
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -88,6 +94,7 @@ class _State:
     free: set[SSAValue]
     reshards: dict[tuple[SSAValue, Spec], SSAValue]
     name: Namer
+    coster: Coster
 
     def say(self, op: Operation | None, msg: str) -> None:
         if self.log is not None:
@@ -195,15 +202,6 @@ def _follow(op: LaminaOp, i: int, leader: int, specs: list[Spec | None], st: _St
     return st.clean(shape, splits)
 
 
-def _move_cost(st: _State, v: SSAValue, cur: Spec | None, new: Spec) -> float:
-    if cur is None or cur == new:
-        return 0.0
-    if not cur.partial and all(tuple(n[: len(c)]) == tuple(c)
-                               for c, n in zip(cur.splits, new.splits, strict=True)):
-        return 0.0  # only adds splits: a local slice
-    return float(type_bytes(v.type)) / max(1, math.prod(st.sizes[a] for d in cur.splits for a in d))
-
-
 def _try(op: LaminaOp, specs: list[Spec | None], st: _State) -> Spec | None:
     """The rule's result for `specs`, or None when it breaks the rule or does not divide on the
     mesh (reshape moves a split onto a result dimension the rule cannot check without sizes)."""
@@ -274,37 +272,8 @@ def _place_op(st: _State, op: LaminaOp) -> None:
 
     result = _try(op, specs, st)
     if result is None:
-        # rule 4: each placed operand as leader, cheapest move wins
-        best: tuple[float, int, list[Spec | None]] | None = None
-        for lead in sorted(known, key=lambda i: (-type_bytes(slots[i].type), i)):  # type: ignore
-            trial = list(specs)
-            for i in present:
-                if i != lead:
-                    trial[i] = _follow(op, i, lead, specs, st, slots)
-            if _try(op, trial, st) is None:
-                continue
-            cost = sum(_move_cost(st, slots[i], specs[i], trial[i]) for i in present)  # type: ignore
-            if best is None or cost < best[0]:
-                best = (cost, lead, trial)
-        if best is not None:
-            specs = best[2]
-            reasons.append(f"operands follow operand {best[1]} (moves {best[0]:.0f} B)")
-        else:
-            # rule 5: drop the main operand's splits from the last dimension backwards
-            trial = [None if s is None else Spec(s.splits) for s in specs]
-            for i in present[1:]:
-                trial[i] = Spec.replicated(len(_shape(slots[i])))  # type: ignore[arg-type]
-            x = trial[0]
-            assert x is not None
-            splits = list(x.splits)
-            d = len(splits) - 1
-            while _try(op, trial, st) is None and d >= 0:
-                splits[d] = ()
-                trial[0] = Spec(tuple(splits))
-                d -= 1
-            specs = trial
-            made = ", ".join(str(s) for s in specs if s is not None)
-            reasons.append(f"{info.sharding.name} rule: operands made {made}")
+        specs, why = _choose(st, op, specs, slots, present, known)
+        reasons.append(why)
         result = _try(op, specs, st)
         assert result is not None, f"{op.name}: no placement satisfies its rule"
 
@@ -337,6 +306,30 @@ def _place_op(st: _State, op: LaminaOp) -> None:
             _set_operand(u.operation, u.index, new)
 
 
+def _choose(st: _State, op: LaminaOp, specs: list[Spec | None], slots: list[SSAValue | None],
+            present: list[int], known: list[int]) -> tuple[list[Spec | None], str]:
+    """Rules 4 and 5: the cheapest placement of the operands that the op's rule accepts, by the
+    target's model (`sharding_choice`); returns it and the reason reshards give."""
+    cands: list[Candidate] = []
+    for lead in sorted(known, key=lambda i: (-type_bytes(slots[i].type), i)):  # type: ignore
+        trial = list(specs)
+        for i in present:
+            if i != lead:
+                trial[i] = _follow(op, i, lead, specs, st, slots)
+        if _try(op, trial, st) is not None:
+            cands.append(Candidate(trial, f"operands follow operand {lead}"))
+    cands += drop_candidates(specs, present, lambda t: _try(op, t, st) is not None)
+    shapes = [None if v is None else _shape(v) for v in slots]
+    trial = drop_from_end(specs, shapes, present, lambda t: _try(op, t, st) is not None)
+    made = ", ".join(str(s) for s in trial if s is not None)
+    cands.append(Candidate(trial, f"{op.info.sharding.name} rule: operands made {made}", 99))
+    best, line = st.coster.choose(op, cands, slots, present,
+                                  lambda v: None if v in st.free else st.spec[v],
+                                  lambda specs: _try(op, specs, st))
+    st.say(op, line)
+    return best.specs, f"{best.label} ({us(best.seconds)} on {st.coster.target.name})"
+
+
 def _set_operand(op: Operation, index: int, value: SSAValue) -> None:
     ops = list(op.operands)
     ops[index] = value
@@ -349,8 +342,9 @@ def _operand_index(op: LaminaOp, slot: int) -> int:
     return sum(1 for v in slots[:slot] if v is not None)
 
 
-def _place_function(func: FuncOp, mesh: MeshOp, log: ExplainLog | None) -> None:
-    st = _State(func, mesh.sym_name.data, mesh.axis_sizes, log, {}, {}, set(), {}, Namer(func))
+def _place_function(func: FuncOp, mesh: MeshOp, target: Target, log: ExplainLog | None) -> None:
+    st = _State(func, mesh.sym_name.data, mesh.axis_sizes, log, {}, {}, set(), {}, Namer(func),
+                Coster(target, mesh.mesh))
     block = func.body.block
     groups = _dissolve_fused(block)
     for a in block.args:
@@ -536,8 +530,10 @@ def _refuse(block, members: list[Operation], st: _State) -> None:
 @dataclass(frozen=True)
 class PropagateSharding(LaminaPass):
     name: ClassVar[str] = "propagate-sharding"
+    target: str = "h100-node"
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
+        target = load_target(self.target)
         for func in [op for op in module.ops if isinstance(op, FuncOp)]:
             names = set()
             for t in (*func.function_type.inputs.data, *func.function_type.outputs.data):
@@ -559,4 +555,4 @@ class PropagateSharding(LaminaPass):
             mesh = find_mesh(func, names.pop())
             if mesh is None:
                 raise error_at(func, "propagate-sharding: placement refers to an unknown mesh")
-            _place_function(func, mesh, log)
+            _place_function(func, mesh, target, log)

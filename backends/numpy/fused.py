@@ -43,6 +43,7 @@ from lamina.backends.numpy.runner import (
     RunContext,
     RunStats,
     device_nbytes,
+    distinct_nbytes,
     make_call,
     register_op_runner,
     run_kernel,
@@ -508,6 +509,7 @@ def _record_stats(stats: RunStats, op: FusedOp, body: list[Operation],
                                 for a, v in zip(args, op.inputs, strict=True) if a is not None)
     stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
                                 for a, v in zip(outs, op.outputs, strict=True))
+    stats.bytes_moved += distinct_nbytes(op.inputs, args) + distinct_nbytes(op.outputs, outs)
     for o in body:
         if isinstance(o, LaminaOp):
             stats.flops += o.info.flops(o.operand_infos(), tensor_info(o.results[0].type),

@@ -43,6 +43,7 @@ class RunStats:
     kernels: int = 0
     flops: float = 0.0
     bytes_accessed: int = 0
+    bytes_moved: int = 0
     peak_live_bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -52,6 +53,7 @@ class RunStats:
             "kernels": self.kernels,
             "flops": self.flops,
             "bytes_accessed": self.bytes_accessed,
+            "bytes_moved": self.bytes_moved,
             "peak_live_bytes": self.peak_live_bytes,
             **self.extra,
         }
@@ -69,6 +71,17 @@ class RunContext:
 
 def device_nbytes(a: np.ndarray, dtype: str) -> int:
     return int(a.size) * ITEMSIZE[dtype]
+
+
+def distinct_nbytes(values: Sequence[SSAValue | None],
+                    arrays: Sequence[np.ndarray | None]) -> int:
+    """Bytes of a kernel's distinct operands (or results): a value passed twice (`mul %x, %x`)
+    is read once by a real kernel, so `bytes_moved` counts it once, unlike `bytes_accessed`."""
+    seen: dict[SSAValue, int] = {}
+    for v, a in zip(values, arrays, strict=True):
+        if v is not None and a is not None:
+            seen[v] = device_nbytes(a, tensor_info(v.type).dtype)
+    return sum(seen.values())
 
 
 def make_call(op: LaminaOp) -> Call:
@@ -100,6 +113,8 @@ def run_table_op(op: LaminaOp, args: list[np.ndarray | None], ctx: RunContext) -
                                     zip(args, call.operands, strict=True)
                                     if a is not None and t is not None)
         stats.bytes_accessed += device_nbytes(out, call.result.dtype)
+        stats.bytes_moved += distinct_nbytes(op.operand_slots(), args) + \
+            device_nbytes(out, call.result.dtype)
     return [out]
 
 

@@ -46,6 +46,7 @@ from lamina.backends.numpy.runner import (
     RunStats,
     check_inputs,
     device_nbytes,
+    distinct_nbytes,
 )
 from lamina.ir.collectives import (
     AllGatherOp,
@@ -191,7 +192,7 @@ class SpmdRun:
         return Call(attrs, infos, TensorInfo(local, call.result.dtype),
                     Block(call.result.shape, offs, tuple(blocks)))
 
-    def run_local(self, op: LaminaOp, args: list[Shards | None]) -> Shards:
+    def run_local(self, op: LaminaOp, args: list[Shards | None], in_fused: bool = False) -> Shards:
         info = op.info
         out: Shards = []
         memo: dict[tuple, np.ndarray] = {}
@@ -216,6 +217,9 @@ class SpmdRun:
                         device_nbytes(a, t.dtype) for a, t in zip(local, call.operands,
                                                                   strict=True)
                         if a is not None and t is not None) + device_nbytes(r, call.result.dtype)
+                    if not in_fused:  # a fused op's traffic is its own inputs and results
+                        self.stats.bytes_moved += distinct_nbytes(
+                            op.operand_slots(), local) + device_nbytes(r, call.result.dtype)
             out.append(memo[key])
         return out
 
@@ -234,7 +238,7 @@ class SpmdRun:
                 raise error_at(inner, f"the SPMD interpreter cannot run '{inner.name}' inside "
                                "lamina.fused")
             ins = [None if v is None else env[v] for v in inner.operand_slots()]
-            env[inner.results[0]] = self.run_local(inner, ins)
+            env[inner.results[0]] = self.run_local(inner, ins, in_fused=True)
         raise error_at(op, "lamina.fused has no lamina.yield")
 
     # -- collectives --
@@ -311,6 +315,9 @@ class SpmdRun:
                 results = [self.run_local(op, operands)]
             elif isinstance(op, FusedOp):
                 results = self.run_fused(op, operands)  # type: ignore[arg-type]
+                self.stats.bytes_moved += distinct_nbytes(
+                    op.inputs, [a[0] for a in operands]) + distinct_nbytes(  # type: ignore[index]
+                    op.outputs, [r[0] for r in results])
                 self.stats.kernels += 1 - sum(
                     1 for o in op.body.block.ops if isinstance(o, LaminaOp)
                     and o.info.launches_kernel)

@@ -2,6 +2,8 @@
 // RUN: lamina-opt %s -p 'insert-collectives{target=h100-node}' | filecheck %s
 // With lifetimes annotated first, frees follow the collectives that now read their values.
 // RUN: lamina-opt %s -p 'annotate-lifetimes,insert-collectives{target=h100-node}' | filecheck %s --check-prefix=FREE
+// The explanation of a plan with all_to_all names the best plan without one.
+// RUN: lamina-opt %s -p 'insert-collectives{target=h100-node}' --explain 2>&1 >/dev/null | filecheck %s --check-prefix=EXPLAIN
 
 lamina.mesh @m [data = 2, model = 4]
 
@@ -29,4 +31,19 @@ func.func @fold(%x: tensor<8x16xf32, #lamina.place<@m, [[], []], partial = sum[m
   %a = lamina.all_reduce %x {axes = ["model"]} : tensor<8x16xf32, #lamina.place<@m, [[], []], partial = sum[model]>> -> tensor<8x16xf32, #lamina.place<@m, [[], []]>>
   %r = lamina.reshard %a : tensor<8x16xf32, #lamina.place<@m, [[], []]>> -> tensor<8x16xf32, #lamina.place<@m, [[model], []]>>
   func.return %r : tensor<8x16xf32, #lamina.place<@m, [[model], []]>>
+}
+
+// Reordering dim 0's axes of an 8 MiB value: gathering both (7 MiB sent per device) would move
+// data that is sent again by the slices; instead model alone is gathered, data parks in dim 1,
+// model is sliced back in front and data returns behind it: 5.5 MiB sent.
+// CHECK-LABEL: func.func @reorder_big
+// CHECK-NEXT: %[[G:.*]] = lamina.all_gather %x {axes = ["model"], algorithm = "ring", dim = 0 : i64}
+// CHECK-NEXT: %[[M:.*]] = lamina.all_to_all %[[G]] {axes = ["data"], algorithm = "ring", split_dim = 1 : i64, concat_dim = 0 : i64}
+// CHECK-NEXT: %[[S:.*]] = lamina.all_slice %[[M]] {axes = ["model"], dim = 0 : i64}
+// CHECK-NEXT: %{{.*}} = lamina.all_to_all %[[S]] {axes = ["data"], algorithm = "ring", split_dim = 0 : i64, concat_dim = 1 : i64}
+// CHECK-NEXT: func.return
+// EXPLAIN: reshard {{\[\[}}data, model], []] -> {{\[\[}}model, data], []]: 3 collectives, 27.8 us, 5.5 MiB sent per device; without all_to_all 2 collectives, 28.3 us, 7 MiB sent
+func.func @reorder_big(%x: tensor<1024x2048xf32, #lamina.place<@m, [[data, model], []]>>) -> tensor<1024x2048xf32, #lamina.place<@m, [[model, data], []]>> {
+  %r = lamina.reshard %x : tensor<1024x2048xf32, #lamina.place<@m, [[data, model], []]>> -> tensor<1024x2048xf32, #lamina.place<@m, [[model, data], []]>>
+  func.return %r : tensor<1024x2048xf32, #lamina.place<@m, [[model, data], []]>>
 }
