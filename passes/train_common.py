@@ -1,7 +1,7 @@
 """What derive-backward and append-optimizer share: argument names, new functions, placed results.
 
-- Arguments are named as `lamina-run --inputs` names them: `x` for `%x` as written, else `argN`
-  by position; option lists (`wrt=w1,w2`, `data=x,y`) use those names.
+- Arguments are named as `lamina-run --inputs` names them: `x` for `%x` as written, or `argN` by
+  position (argument N, counted from 0); option lists (`wrt=w1,w2`, `data=x,arg1`) use those.
 - A gradient function (derive-backward's `@NAME_grad`) returns (loss, gradient of each argument
   it differentiates) and records which: the function attribute `lamina.gradients` holds the
   argument index of each gradient result, in result order (results 1, 2, ...). append-optimizer
@@ -45,10 +45,13 @@ def resolve_names(func: FuncOp, text: str, option: str, pass_name: str) -> list[
         name = raw.strip().lstrip("%")
         if not name:
             continue
-        if name not in names:
+        if name in names:
+            index = names.index(name)
+        elif name.startswith("arg") and name[3:].isdigit() and int(name[3:]) < len(names):
+            index = int(name[3:])
+        else:
             raise error_at(func, f"{pass_name}: option {option} names '{name}', which is not an "
                            f"argument of @{func.sym_name.data} (arguments: {', '.join(names)})")
-        index = names.index(name)
         if index not in out:
             out.append(index)
     return out

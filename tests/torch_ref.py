@@ -6,8 +6,9 @@ the argument tensors (those in `wrt` require grad) and the result tensors, so te
 `torch.autograd.grad` with a derived gradient function. The one shared definition is dropout's
 keep mask, which Lamina defines as a function of (seed, global index) in `lamina.ir.rng`: the mask
 is computed by that definition and applied as a constant, so the reference checks the VJP of
-"multiply by the mask" independently. With `upcast=True` float values are computed in float64
-(the reference for f16/bf16 programs).
+"multiply by the mask" independently. `upcast=D` computes the values of element type D in float64
+(the reference for a D program); values of other types (a cast to bf16 inside an f32 program)
+keep their own type, so the reference computes the program's own rounding there.
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div
           "ge": torch.ge}
 
 
-def torch_dtype(dtype: str, upcast: bool) -> torch.dtype:
-    return torch.float64 if upcast and dtype in FLOATS else DTYPES[dtype]
+Upcast = str | None   # the element type computed in float64, or None
 
 
-def to_torch(a: np.ndarray, dtype: str, upcast: bool) -> torch.Tensor:
+def torch_dtype(dtype: str, upcast: Upcast) -> torch.dtype:
+    return torch.float64 if dtype == upcast else DTYPES[dtype]
+
+
+def to_torch(a: np.ndarray, dtype: str, upcast: Upcast) -> torch.Tensor:
     """A Lamina storage array as a tensor of the element type (bf16 is stored in float32)."""
     return torch.from_numpy(np.array(a, copy=True)).to(torch_dtype(dtype, upcast))
 
@@ -67,7 +71,7 @@ def _dropout(x: torch.Tensor, seed: torch.Tensor | None, attrs: dict, info: Tens
 
 
 def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: TensorInfo,
-                upcast: bool) -> torch.Tensor:
+                upcast: Upcast) -> torch.Tensor:
     name = op.info.name
     x = xs[0] if xs else None
     if name == "constant":
@@ -102,7 +106,7 @@ def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: T
     raise NotImplementedError(f"torch_ref has no {op.name}")
 
 
-def run_op(op: LaminaOp, xs: list[torch.Tensor | None], upcast: bool) -> torch.Tensor:
+def run_op(op: LaminaOp, xs: list[torch.Tensor | None], upcast: Upcast) -> torch.Tensor:
     name = op.info.name
     attrs = op.attr_values()
     res = tensor_info(op.results[0].type)
@@ -129,7 +133,7 @@ def run_op(op: LaminaOp, xs: list[torch.Tensor | None], upcast: bool) -> torch.T
 
 
 def evaluate(func: FuncOp, inputs: Sequence[np.ndarray], wrt: Sequence[int] = (),
-             upcast: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+             upcast: Upcast = None) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """(argument tensors, result tensors) of `func` on `inputs`; `wrt` arguments require grad."""
     block = func.body.block
     env: dict[SSAValue, torch.Tensor] = {}
@@ -152,7 +156,7 @@ def evaluate(func: FuncOp, inputs: Sequence[np.ndarray], wrt: Sequence[int] = ()
 
 
 def gradients(func: FuncOp, inputs: Sequence[np.ndarray], wrt: Sequence[int], loss: int,
-              seed: np.ndarray | None = None, upcast: bool = False
+              seed: np.ndarray | None = None, upcast: Upcast = None
               ) -> tuple[np.ndarray, list[np.ndarray | None]]:
     """(loss value, d loss / d argument for each of `wrt`: None where torch finds no path)."""
     args, outs = evaluate(func, inputs, wrt, upcast)
