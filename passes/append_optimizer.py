@@ -67,6 +67,7 @@ class _Step:
         self.block: Block = func.body.block
         self.b = Builder.before_op(ret, func.location)
         self.adam = p.kind == "adamw"
+        self.fixes: dict[str, tuple[SSAValue, SSAValue, SSAValue]] = {}
 
     def state_type(self, w: SSAValue) -> Attribute:
         """A moment's argument type: the parameter's, placed like it, in `state-tier`."""
@@ -96,21 +97,26 @@ class _Step:
             g = b.add(g, b.mul(q.w, b.like(p.weight_decay, q.w)))
         return b.sub(q.w, b.mul(g, b.like(p.lr, q.w)))
 
-    def corrections(self, step: SSAValue) -> tuple[SSAValue, SSAValue, SSAValue]:
-        """(t = step + 1, lr / (1 - beta1^t), sqrt(1 - beta2^t)), in f32."""
+    def corrections(self, step: SSAValue, dtype: str) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(t = step + 1, lr / (1 - beta1^t), sqrt(1 - beta2^t)) for parameters of `dtype`, in
+        f64 for f64 parameters and in f32 otherwise (PyTorch computes them in Python floats)."""
+        wide = "f64" if dtype == "f64" else "f32"
+        got = self.fixes.get(wide)
+        if got is not None:
+            return got
         b, p = self.b, self.p
-        one = b.scalar(1.0, "f32")
-        t = b.add(step, one)
-        t.name_hint = "next_step"
-        size = b.div(b.scalar(p.lr, "f32"), b.sub(one, b.pow(b.scalar(p.beta1, "f32"), t)))
-        root = b.sqrt(b.sub(one, b.pow(b.scalar(p.beta2, "f32"), t)))
-        return t, size, root
+        one = b.scalar(1.0, wide)
+        t = b.add(b.cast(step, wide), one)
+        size = b.div(b.scalar(p.lr, wide), b.sub(one, b.pow(b.scalar(p.beta1, wide), t)))
+        root = b.sqrt(b.sub(one, b.pow(b.scalar(p.beta2, wide), t)))
+        got = self.fixes[wide] = (t, size, root)
+        return got
 
-    def adamw(self, q: _Param, fix: tuple[SSAValue, SSAValue, SSAValue] | None
-              ) -> tuple[SSAValue, SSAValue, SSAValue]:
+    def adamw(self, q: _Param, step: SSAValue | None) -> tuple[SSAValue, SSAValue, SSAValue]:
         """(w', m', v') for one parameter."""
         b, p, w, g = self.b, self.p, q.w, q.g
         assert q.m is not None and q.v is not None
+        fix = self.corrections(step, info_of(w).dtype) if step is not None else None
         m, v = self.to_compute(q.m), self.to_compute(q.v)
         m2 = b.add(b.mul(m, b.like(p.beta1, w)), b.mul(g, b.like(1.0 - p.beta1, w)))
         v2 = b.add(b.mul(v, b.like(p.beta2, w)), b.mul(b.mul(g, g), b.like(1.0 - p.beta2, w)))
@@ -125,12 +131,11 @@ class _Step:
 
     def run(self, params: list[_Param], step: SSAValue | None, log: ExplainLog | None
             ) -> list[SSAValue]:
-        fix = self.corrections(step) if step is not None else None
         news: list[SSAValue] = []
         states: list[SSAValue] = []
         for q in params:
             if self.adam:
-                w2, m2, v2 = self.adamw(q, fix)
+                w2, m2, v2 = self.adamw(q, step)
                 states += [self.to_state(m2, q.w), self.to_state(v2, q.w)]
                 for s, n in zip(states[-2:], ("m", "v"), strict=True):
                     s.name_hint = s.name_hint or f"new_{n}_{q.name}"
@@ -143,7 +148,11 @@ class _Step:
                 state = f"; moments %m_{q.name}, %v_{q.name} in tier {self.p.state_tier}" \
                     if self.adam and self.p.state_tier != "none" else ""
                 log.add(self.func, f"%{q.name}: {self.p.kind} update from its gradient{state}")
-        return news + states + ([fix[0]] if fix is not None else [])
+        if step is None:
+            return news + states
+        nxt = self.b.add(step, self.b.scalar(1.0, "f32"))
+        nxt.name_hint = "next_step"
+        return [*news, *states, nxt]
 
 
 def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:

@@ -20,10 +20,13 @@ would hide a mistake (name it in `data`). The new ops carry the location of the 
 differentiate. `@NAME_grad` records its gradients' argument indices in `lamina.gradients`
 (`passes/train_common.py`), which `append-optimizer` reads.
 
-Order: derive-backward runs on the program as written, before fuse-elementwise, annotate-lifetimes,
-insert-collectives and assign-memory-tiers (a `lamina.fused`, `lamina.free`, `lamina.move` or
-collective in the function is a one-line error saying so): fusing, placing and planning the
-derived program then treat forward and backward together. Placed programs: the copied forward
+Order: derive-backward runs on the program as written, before fuse-elementwise and
+insert-collectives: a `lamina.fused` or a collective on the way to the loss is a one-line error
+saying so (ops off that way are not copied, and neither are `lamina.free`s: run annotate-lifetimes
+after it). A `lamina.move` (hand-written offload, or an earlier plan) is the identity on values, so
+its cotangent passes through unmoved: the backward computes in HBM and a later
+assign-memory-tiers plans it. Fusing, placing and planning the derived program then treat forward
+and backward together. Placed programs: the copied forward
 keeps its placements, the backward is unplaced, and each gradient is returned placed like its
 argument, so `propagate-sharding,insert-collectives` place the backward and reduce each
 data-parallel gradient (a pending sum over the data axis) to its parameter's placement
@@ -41,6 +44,7 @@ from lamina.analysis.naming import Namer
 from lamina.ir.builder import Builder, info_of, is_float_value
 from lamina.ir.diagnostics import error_at, note_at
 from lamina.ir.fused import FusedOp
+from lamina.ir.memory import MoveOp
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.vjp import NotDifferentiable, VjpCall
 from lamina.passes.explain import ExplainLog, LaminaPass
@@ -77,25 +81,27 @@ class _Plan:
         return info_of(self.loss).shape != () and any(d != 1 for d in info_of(self.loss).shape)
 
 
-def _check_ops(func: FuncOp) -> ReturnOp:
-    """Only op-table ops before the return: the other ops come from later passes."""
-    ops = list(func.body.block.ops)
-    for op in ops[:-1]:
+def _return_of(func: FuncOp) -> ReturnOp:
+    ret = func.body.block.last_op
+    if not isinstance(ret, ReturnOp):
+        raise error_at(func, f"{PASS}: @{func.sym_name.data} does not end in func.return")
+    return ret
+
+
+def _check_slice(func: FuncOp, ops: Sequence[Operation]) -> None:
+    """Only op-table ops on the way to the loss: the other ops come from later passes."""
+    for op in ops:
         if isinstance(op, FusedOp):
             raise error_at(op, f"{PASS} runs before fuse-elementwise: @{func.sym_name.data} holds "
                            "a lamina.fused kernel; differentiate the unfused program, then fuse "
                            "forward and backward together")
-        if not isinstance(op, LaminaOp):
-            raise error_at(op, f"{PASS}: {op.name} has no VJP (only op-table ops are "
-                           "differentiated): derive the backward before annotate-lifetimes, "
-                           "insert-collectives and assign-memory-tiers")
-    if not ops or not isinstance(ops[-1], ReturnOp):
-        raise error_at(func, f"{PASS}: @{func.sym_name.data} does not end in func.return")
-    return ops[-1]
+        if not isinstance(op, LaminaOp | MoveOp):
+            raise error_at(op, f"{PASS}: {op.name} has no VJP (only op-table ops and tier moves "
+                           "are differentiated): derive the backward before insert-collectives")
 
 
 def _plan(func: FuncOp, p: DeriveBackward) -> _Plan:
-    ret = _check_ops(func)
+    ret = _return_of(func)
     name = func.sym_name.data
     if p.loss >= len(ret.operands):
         raise error_at(func, f"{PASS}: loss={p.loss}, but @{name} has {len(ret.operands)} "
@@ -120,24 +126,34 @@ def _plan(func: FuncOp, p: DeriveBackward) -> _Plan:
 
 
 def _loss_slice(func: FuncOp, loss: SSAValue) -> list[Operation]:
-    """The ops `loss` depends on, in program order."""
+    """The ops `loss` depends on, in program order (never a `lamina.free`: it has no result)."""
     needed = {loss}
     kept: list[Operation] = []
     for op in reversed(list(func.body.block.ops)[:-1]):
         if any(r in needed for r in op.results):
             kept.append(op)
             needed.update(op.operands)
-    return kept[::-1]
+    kept.reverse()
+    _check_slice(func, kept)
+    return kept
 
 
-def _edge(op: LaminaOp, v: SSAValue) -> bool:
-    """Whether a gradient flows from `op`'s result into its operand `v` (`lamina.ir.vjp`)."""
+Forward = LaminaOp | MoveOp   # the ops derive-backward differentiates
+
+
+def _edge(op: Forward, v: SSAValue) -> bool:
+    """Whether a gradient flows from `op`'s result into its operand `v` (`lamina.ir.vjp`; a tier
+    move is the identity on values, so on cotangents)."""
+    if isinstance(op, MoveOp):
+        return is_float_value(v)
     vjp = op.info.vjp
     return vjp is not None and not isinstance(vjp, NotDifferentiable) and is_float_value(v) \
         and is_float_value(op.results[0])
 
 
-def _why_not(op: LaminaOp) -> str:
+def _why_not(op: Forward) -> str:
+    if isinstance(op, MoveOp):
+        return "its operand is not a float"
     vjp = op.info.vjp
     if isinstance(vjp, NotDifferentiable):
         return vjp.reason
@@ -146,7 +162,7 @@ def _why_not(op: LaminaOp) -> str:
     return f"its result is {info_of(op.results[0]).dtype}: gradients flow only through floats"
 
 
-def _activity(ops: Sequence[LaminaOp], args: Sequence[SSAValue], wrt: Sequence[int]
+def _activity(ops: Sequence[Forward], args: Sequence[SSAValue], wrt: Sequence[int]
               ) -> tuple[dict[SSAValue, int], dict[SSAValue, int]]:
     """Per value, bit k set when it depends on argument wrt[k]: through differentiable edges
     only (`diff`), and through any edge (`dep`). One walk; the masks are Python ints."""
@@ -165,7 +181,7 @@ def _activity(ops: Sequence[LaminaOp], args: Sequence[SSAValue], wrt: Sequence[i
     return diff, dep
 
 
-def _check_blocked(plan: _Plan, ops: Sequence[LaminaOp], loss: SSAValue,
+def _check_blocked(plan: _Plan, ops: Sequence[Forward], loss: SSAValue,
                    diff: dict[SSAValue, int], dep: dict[SSAValue, int]) -> None:
     blocked = dep.get(loss, 0) & ~diff.get(loss, 0)
     if not blocked:
@@ -204,10 +220,14 @@ class _Sweep:
         self.ct[v] = c if got is None else b.add(got, c)
         self.uses[v] = self.uses.get(v, 0) + 1
 
-    def op(self, op: LaminaOp) -> None:
+    def op(self, op: Forward) -> None:
         r = op.results[0]
         g = self.ct.get(r)
         if g is None:
+            return
+        if isinstance(op, MoveOp):  # the cotangent stays where it was computed
+            if self.diff.get(op.source, 0):
+                self.add(op.source, g, self.builder(op))
             return
         slots = op.operand_slots()
         wanted = [v is not None and self.diff.get(v, 0) != 0 and _edge(op, v) for v in slots]
@@ -243,12 +263,12 @@ def derive(func: FuncOp, p: DeriveBackward, log: ExplainLog | None) -> FuncOp:
     grad.location = func.location
     mapping: dict[SSAValue, SSAValue] = dict(zip(args, block.args, strict=False))
     origin: dict[Operation, Operation] = {}
-    ops: list[LaminaOp] = []
+    ops: list[Forward] = []
     for op in _loss_slice(func, plan.loss):
         new = op.clone(value_mapper=mapping)
         block.add_op(new)
         origin[new] = op
-        assert isinstance(new, LaminaOp)
+        assert isinstance(new, LaminaOp | MoveOp)
         ops.append(new)
     loss = mapping.get(plan.loss, plan.loss)
     diff, dep = _activity(ops, block.args, plan.wrt)

@@ -8,7 +8,8 @@
 // makes its gradient a reduce_scatter.
 // Run:
 //   lamina-opt samples/mlp_dp_forward.mlir -p 'derive-backward{data=x},propagate-sharding,insert-collectives{target=h100-cluster}' --explain
-//   lamina-run samples/mlp_dp_forward.mlir --entry dp_forward_grad -p 'derive-backward{data=x},propagate-sharding,insert-collectives{target=h100-cluster}' --stats-json -
+//   lamina-opt samples/mlp_dp_forward.mlir -p 'derive-backward{data=x}' -o grad.mlir
+//   lamina-run grad.mlir --entry dp_forward_grad -p 'propagate-sharding,insert-collectives{target=h100-cluster}' --check --stats-json -
 lamina.mesh @m [data = 8]
 func.func @dp_forward(%x: tensor<64x32xf32, #lamina.place<@m, [[data], []]>>, %w1: tensor<32x128xf32, #lamina.place<@m, [[], []]>>, %b1: tensor<128xf32, #lamina.place<@m, [[]]>>, %w2: tensor<128x32xf32, #lamina.place<@m, [[], []]>>, %b2: tensor<32xf32, #lamina.place<@m, [[]]>>) -> tensor<64x32xf32, #lamina.place<@m, [[data], []]>> {
   %h0 = lamina.matmul %x, %w1 : (tensor<64x32xf32, #lamina.place<@m, [[data], []]>>, tensor<32x128xf32, #lamina.place<@m, [[], []]>>) -> tensor<64x128xf32, #lamina.place<@m, [[data], []]>>

@@ -26,7 +26,9 @@ import torch_ref
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.builder import Builder, info_of, is_float_value
+from lamina.ir.diagnostics import LaminaError
 from lamina.ir.opbase import tensor_info
+from lamina.ir.placement import COMPUTE_TIERS, tier_of
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 
@@ -98,17 +100,17 @@ def compare_with_torch(module: ModuleOp, fwd: str, inputs: Sequence[np.ndarray],
             for a, r, o, i in zip(got[1:], ref, own, wrt, strict=True)]
 
 
-def with_sum_of_squares(module: ModuleOp) -> bool:
-    """Make the (only) function return sum(r * r) over its float results, as one scalar in the
-    first result's element type; False when it has no float result."""
-    func = find_entry(module, None)
+def with_sum_of_squares(module: ModuleOp, entry: str | None = None) -> bool:
+    """Make function `entry` (default: the only one) return sum(r * r) over its float results in
+    compute tiers, as one scalar in the first one's element type; False when there is none."""
+    func = find_entry(module, entry)
     ret = func.body.block.last_op
     assert isinstance(ret, ReturnOp)
     b = Builder.before_op(ret)
     total = None
     for v in ret.operands:
-        if not is_float_value(v):
-            continue
+        if not is_float_value(v) or tier_of(v.type) not in (None, *COMPUTE_TIERS):
+            continue  # (a result in host memory would need a move first)
         s = b.reduce_sum(b.mul(v, v), list(range(info_of(v).rank)))
         total = s if total is None else b.add(total, b.cast(s, info_of(total).dtype))
     if total is None:
@@ -123,7 +125,36 @@ def float_args(func: FuncOp) -> list[int]:
     return [i for i, a in enumerate(func.body.block.args) if is_float_value(a)]
 
 
-def autograd_checks(module: ModuleOp, fwd: str, inputs: Sequence[np.ndarray], wrt: list[int]
-                    ) -> list[tuple[int, Check]]:
+def autograd_checks(module: ModuleOp, fwd: str, inputs: Sequence[np.ndarray], wrt: list[int],
+                    loss: int = 0) -> list[tuple[int, Check]]:
     """(argument, check) for each gradient of `@{fwd}_grad` against autograd on `@fwd`."""
-    return list(zip(wrt, compare_with_torch(module, fwd, inputs, wrt), strict=True))
+    return list(zip(wrt, compare_with_torch(module, fwd, inputs, wrt, loss), strict=True))
+
+
+@dataclass
+class Derived:
+    """A derivation wrt every float argument but those the diagnostic refused (`blocked`)."""
+
+    module: ModuleOp | None      # None when every argument was refused
+    wrt: list[int]
+    blocked: list[int]
+
+
+def derive_all(text: str, entry: str, loss: int = 0, name: str = "<test>") -> Derived:
+    """derive-backward of `@entry` wrt each float argument; an argument the diagnostic names
+    ("depends on %a only through ...") is recorded and left out, and the derivation repeated."""
+    func = find_entry(lamina.parse(text, name), entry)
+    names = [a.name_hint or f"arg{i}" for i, a in enumerate(func.body.block.args)]
+    wrt, blocked = float_args(func), []
+    while wrt:
+        option = ",".join(names[i] for i in wrt)
+        try:
+            return Derived(derive(text, f"derive-backward{{func={entry} loss={loss} wrt={option}}}",
+                                  name), wrt, blocked)
+        except LaminaError as e:
+            named = [i for i in wrt if f"depends on %{names[i]} only through" in e.message]
+            if not named:
+                raise
+            blocked.append(named[0])
+            wrt = [i for i in wrt if i != named[0]]
+    return Derived(None, [], blocked)

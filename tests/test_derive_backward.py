@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import lamina
 import numpy as np
 import pytest
 import torch_ref
-from gradcheck import autograd_checks, check_gradient, derive, float_args, float_dtype, \
-    with_sum_of_squares
+from gradcheck import (
+    Derived,
+    autograd_checks,
+    check_gradient,
+    derive,
+    derive_all,
+    float_dtype,
+    with_sum_of_squares,
+)
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
@@ -33,7 +39,6 @@ from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
 from strategies import scaled
 from strategies.programs import programs
-from xdsl.dialects.builtin import ModuleOp
 
 MLP = """\
 func.func @mlp(%x: tensor<8x16xf32>, %y: tensor<8x4xf32>, %w1: tensor<16x32xf32>, %b1: tensor<32xf32>, %w2: tensor<32x4xf32>) -> (tensor<f32>, tensor<8x4xf32>) {
@@ -169,9 +174,6 @@ func.func @f(%x: tensor<4xf32>, %t: tensor<4xf32>) -> tensor<f32> {
     ("fuse-elementwise,derive-backward", "error: derive-backward runs before fuse-elementwise: @f "
      "holds a lamina.fused kernel; differentiate the unfused program, then fuse forward and "
      "backward together"),
-    ("annotate-lifetimes,derive-backward{data=t}", "error: derive-backward: lamina.free has no VJP "
-     "(only op-table ops are differentiated): derive the backward before annotate-lifetimes, "
-     "insert-collectives and assign-memory-tiers"),
     ("derive-backward{data=q}", "p.mlir:1:1: error: derive-backward: option data names 'q', which "
      "is not an argument of @f (arguments: x, t)"),
     ("derive-backward{wrt=x data=x}", "p.mlir:1:1: error: derive-backward: argument %x is named "
@@ -185,6 +187,40 @@ func.func @f(%x: tensor<4xf32>, %t: tensor<4xf32>) -> tensor<f32> {
 def test_diagnostics(pipeline: str, message: str) -> None:
     got = _error(BLOCKED, pipeline)
     assert got.endswith(message) if message.startswith("error") else got.startswith(message), got
+
+
+def test_gradient_passes_through_tier_moves_and_collectives_are_refused() -> None:
+    text = """func.func @f(%x: tensor<4xf32>) -> tensor<f32> {
+  %h = lamina.move %x to host : tensor<4xf32> -> tensor<4xf32, #lamina.place<tier = host>>
+  %d = lamina.move %h to hbm : tensor<4xf32, #lamina.place<tier = host>> -> tensor<4xf32, #lamina.place<tier = hbm>>
+  %e = lamina.exp %d : tensor<4xf32, #lamina.place<tier = hbm>>
+  %r = lamina.reduce_sum %e {axes = array<i64: 0>} : (tensor<4xf32, #lamina.place<tier = hbm>>) -> tensor<f32>
+  func.return %r : tensor<f32>
+}
+"""
+    module = derive(text, "derive-backward")
+    x = np.linspace(-1, 1, 4).astype(np.float32)
+    dx = run_function(find_entry(module, "f_grad"), [x]).outputs[1]
+    np.testing.assert_allclose(dx, np.exp(x), rtol=1e-6)
+    sample = (Path(__file__).parents[1] / "samples" / "mlp_dp_training_step.mlir").read_text()
+    with pytest.raises(LaminaError) as e:
+        lamina.apply(lamina.parse(sample, "dp.mlir"), "derive-backward{data=x,dy}")
+    assert str(e.value).startswith("dp.mlir:")
+    assert e.value.message == ("derive-backward: lamina.all_reduce has no VJP (only op-table ops "
+                               "and tier moves are differentiated): derive the backward before "
+                               "insert-collectives")
+
+
+def test_frees_are_not_copied() -> None:
+    module = derive(MLP, "annotate-lifetimes,derive-backward{data=x,y},annotate-lifetimes")
+    grad = find_entry(module, "mlp_grad")
+    f = find_entry(module, "mlp")
+    assert any(op.name == "lamina.free" for op in grad.walk())
+    plain = derive(MLP, "derive-backward{data=x,y}")
+    ins = _inputs(f)
+    for a, b in zip(run_function(grad, ins).outputs,
+                    run_function(find_entry(plain, "mlp_grad"), ins).outputs, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_cast_to_integer_blocks_and_float_cast_does_not() -> None:
@@ -226,49 +262,25 @@ def test_cli_diagnostic_is_one_error_and_exit_1(tmp_path: Path) -> None:
 
 # ---- random programs ----------------------------------------------------------------------------
 
-@dataclass
-class Derived:
-    """A random program with a sum-of-squares loss (`forward`, its text) and, when some argument
-    is left to differentiate, its derived module; `blocked`: the arguments the diagnostic refused."""
-
-    forward: str
-    module: ModuleOp | None
-    wrt: list[int]
-    blocked: list[int]
-
-
-def derive_random(text: str) -> Derived | None:
-    """Differentiate wrt every float argument; each argument the diagnostic names is recorded
-    and left out, and the derivation repeated."""
+def derive_random(text: str) -> tuple[str, Derived] | None:
+    """The program with a sum-of-squares loss appended (its text) and its derivation."""
     module = lamina.parse(text)
     if not with_sum_of_squares(module):
         return None
     forward = lamina.to_text(module)
-    func = find_entry(module, None)
-    names = [a.name_hint or f"arg{i}" for i, a in enumerate(func.body.block.args)]
-    wrt, blocked = float_args(func), []
-    while wrt:
-        try:
-            option = ",".join(names[i] for i in wrt)
-            return Derived(forward, derive(forward, f"derive-backward{{wrt={option}}}", "gen.mlir"),
-                           wrt, blocked)
-        except LaminaError as e:
-            named = [i for i in wrt if f"depends on %{names[i]} only through" in e.message]
-            assert named, e.message
-            blocked.append(named[0])
-            wrt = [i for i in wrt if i != named[0]]
-    return Derived(forward, None, [], blocked)
+    return forward, derive_all(forward, "main", name="gen.mlir")
 
 
 def check_random(prog) -> None:
-    got = derive_random(prog.text)
-    if got is None:
+    made = derive_random(prog.text)
+    if made is None:
         return
-    f = find_entry(lamina.parse(got.forward), None)
+    forward, got = made
+    f = find_entry(lamina.parse(forward), None)
     dtype = float_dtype(f)
     for i in got.blocked:
         _, ref = torch_ref.gradients(f, prog.inputs, [i], 0, upcast=dtype)
-        assert ref[0] is None, f"arg{i} was refused, but autograd finds a path:\n{got.forward}"
+        assert ref[0] is None, f"arg{i} was refused, but autograd finds a path:\n{forward}"
     if got.module is None:
         return
     for i, c in autograd_checks(got.module, "main", prog.inputs, got.wrt):
@@ -299,10 +311,10 @@ def test_f64_gradients_match_central_differences(prog, data) -> None:
     h = 1e-6: the truncation error is O(h^2 L''') and the rounding O(eps L / h), so both sides
     agree to about 1e-8 of the loss's scale; required: 1e-5 of max(|<grad, u>|, |L|, 1)."""
     assume(not any(t in prog.text for t in ("f32>", "f16>")))  # no rounding casts inside
-    got = derive_random(prog.text)
-    if got is None or got.module is None:
+    made = derive_random(prog.text)
+    if made is None or made[1].module is None:
         return
-    module, wrt = got.module, got.wrt
+    module, wrt = made[1].module, made[1].wrt
     f, g = find_entry(module, "main"), find_entry(module, "main_grad")
     out = run_function(g, prog.inputs).outputs
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from lamina.ir import formulas as fm
+from lamina.ir.collectives import PlacementOp
+from lamina.ir.memory import FreeOp, MoveOp
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.shapes import TensorInfo
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -149,6 +151,12 @@ def evaluate(func: FuncOp, inputs: Sequence[np.ndarray], wrt: Sequence[int] = ()
         if isinstance(op, ReturnOp):
             outs = [env[v] for v in op.operands]
             break
+        if isinstance(op, FreeOp):
+            continue
+        if isinstance(op, MoveOp | PlacementOp):  # a tier or placement change: same values
+            for r, v in zip(op.results, op.operands, strict=True):
+                env[r] = env[v]
+            continue
         assert isinstance(op, LaminaOp), op.name
         xs = [None if v is None else env[v] for v in op.operand_slots()]
         env[op.results[0]] = run_op(op, xs, upcast)
