@@ -38,8 +38,14 @@ from lamina.ir.builder import Builder, info_of
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.memory import MoveOp, with_tier
 from lamina.passes.explain import ExplainLog, LaminaPass
-from lamina.passes.train_common import GRADIENTS_ATTR, arg_names, gradient_args, info_type, \
-    mesh_type_like, returned_as
+from lamina.passes.train_common import (
+    GRADIENTS_ATTR,
+    arg_names,
+    gradient_args,
+    info_type,
+    mesh_type_like,
+    returned_as,
+)
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, FunctionType, ModuleOp, StringAttr, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp

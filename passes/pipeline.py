@@ -14,8 +14,9 @@ as the integer 1, raised ValueError on integers over 4,300 digits and refused an
   `\\'` and `\\\\` escapes) for anything else;
 - every value is converted by the option's declared type: `true`/`false` for a bool (a bool option
   written alone, `{bucket}`, means true), a 64-bit decimal integer for an int, a finite decimal
-  number (`1e-3`, `0.9`) for a float, any non-empty text for a string; an empty value, an option given twice, an unknown option (with a did-you-mean and
-  the list of options) are each one diagnostic naming the pass and the option;
+  number (`1e-3`, `0.9`) for a float, any non-empty text for a string; an empty value, an option
+  given twice, an unknown option (with a did-you-mean and the list of options) are each one
+  diagnostic naming the pass and the option;
 - range and choice rules are the pass's own (`LaminaPass.__post_init__`), so `lamina.apply` and a
   pass built in Python obey the same rules.
 """
@@ -207,6 +208,8 @@ def _unknown_option(pass_name: str, key: str, fields: dict[str, dataclasses.Fiel
 
 
 def _default_text(value: object) -> str:
+    if value == "":
+        return '""'
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
