@@ -141,7 +141,7 @@ def test_explain_says_why_each_move():
     lines = [ln for ln in log.lines if "] t.mlir" in ln and (" copy " in ln or " prefetch " in ln)]
     assert len(lines) == len(moves)
     assert all("over capacity" in ln for ln in lines)
-    assert "modeled exposed transfer time" in log.lines[-1]
+    assert "modeled exposed transfer and recompute time" in log.lines[-1]
 
 
 def test_bad_solver_and_missing_target():
