@@ -200,3 +200,28 @@ def test_training_sample_moves_no_constants(spec):
     assert ck.peak["hbm"] <= 1048576
     for a, b in zip(out.outputs, ref, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+CHAIN = """func.func @f(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %c0 = lamina.constant dense<1.500000e+00> : tensor<8xf32>
+  %c1 = lamina.mul %c0, %c0 : tensor<8xf32>
+  %c2 = lamina.mul %c1, %c0 : tensor<8xf32>
+  %y = lamina.add %x, %c2 : tensor<8xf32>
+  func.return %y : tensor<8xf32>
+}
+"""
+
+
+@pytest.mark.parametrize(("depth", "never_moved"), [(1, {"%c0"}), (2, {"%c0", "%c1"}),
+                                                    (3, {"%c0", "%c1", "%c2"})])
+def test_recompute_depth_bounds_constant_chains(depth, never_moved):
+    _, func = prepared(CHAIN)
+    prob = build_model(func, target_with(hbm=1e18), 0, True, depth).problem
+    assert {v.name for v in prob.values if v.never_moved} == never_moved
+    by_name = {v.name: v for v in prob.values}
+    # %y's recompute rebuilds its constant input's chain when it is within the bound, and reads
+    # %x from HBM
+    y = by_name["%y"]
+    assert (y.recompute is not None) == (depth >= 3)
+    if y.recompute is not None:
+        assert [prob.values[u].name for u in y.inputs] == ["%x"] and y.extra == 3 * 32
