@@ -225,3 +225,21 @@ def test_recompute_depth_bounds_constant_chains(depth, never_moved):
     assert (y.recompute is not None) == (depth >= 3)
     if y.recompute is not None:
         assert [prob.values[u].name for u in y.inputs] == ["%x"] and y.extra == 3 * 32
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_ilp_charges_an_argument_copied_out_after_its_first_use(seed):
+    # arguments kept for their first use and offloaded later pay for the copy out; the ILP once
+    # charged it nothing (its first gap's copy is free), and its "optimum" cost more than the
+    # greedy's plan
+    prob = random_problem(seed, 16, 0.2, True)
+    rng = np.random.default_rng(seed)
+    for v in prob.values:
+        if rng.random() < 0.5:
+            v.define, v.inputs, v.recompute = -1, [], None
+    for v in prob.values:
+        v.inputs = [u for u in v.inputs if prob.values[u].define < min(v.needs)]
+    g, opt = solve_greedy(prob), solve_ilp(prob)
+    check_plan(prob, g)
+    check_plan(prob, opt)
+    assert opt.cost <= g.cost + EPS

@@ -15,6 +15,9 @@ The program, per value v (all variables 0-1):
 - first[t] per gap: the copy out to t is charged at this gap (out_cost at a). An x[t, p] needs a
   first[t] at or before its gap, and the firsts of t sum to y[t]; as out_cost only falls as a
   grows, an optimum charges the copy at the first offloaded gap, which is what `plan_cost` counts.
+  An argument's first gap (a = -1) charges nothing, so its first[t] there requires that gap
+  offloaded to t (the argument starts in t); without that row the optimum "started" an argument
+  in HBM and copied it out for free later.
 - RECOMPUTE per gap that `can_recompute` allows: HBM on b only (plus the value's transient
   `extra`), costing the recompute's time; each input u must be in HBM at b: the variable is at
   most the sum of u's options that hold u in HBM at b. A value that is never moved has no tier
@@ -173,6 +176,10 @@ class _Model:
                     self.hbm_rows[k].append((xv, v.size))
                 # offloading gap gi needs the copy, made at or before it
                 m.row([(xv, 1.0)] + [(f2, -1.0) for f2 in firsts[t]], -math.inf, 0)
+            if g.a < 0:
+                # an argument's copy is free only when it starts in t: its first gap offloaded
+                # there (else it is copied out later, charged at that gap)
+                m.row([(f, 1.0)] + [(o[0], -1.0) for o in opts if o[1] == t], -math.inf, 0)
         m.row([(o[0], 1.0) for o in opts], 1, 1)
         return opts
 
