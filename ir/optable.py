@@ -23,6 +23,7 @@ from lamina.ir import intervals as iv
 from lamina.ir import numpy_kernels as npk
 from lamina.ir import shapes
 from lamina.ir import sharding as sh
+from lamina.ir import vjp as vj
 from lamina.ir.intervals import IntervalRule
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.sharding import Linearity, ShardingRule
@@ -114,6 +115,9 @@ class OpInfo:
     # operands and attributes (reshape's shape, cast's element type, iota's whole type): a
     # builder must be told it (`lamina.ir.builder`), the shape rule checks it
     declares_result: bool = False
+    # reverse mode (`lamina.ir.vjp`): the rule emitting the operands' cotangents in Lamina ops,
+    # or NotDifferentiable(why); every row states one (tests/test_vjp_rules.py checks it)
+    vjp: vj.Vjp | None = None
 
     @property
     def full_name(self) -> str:
@@ -199,6 +203,14 @@ _UNARY_ATTRS: dict[str, tuple[AttrSpec, ...]] = {
     "gelu": (AttrSpec("approximate", AttrKind.STR, "none", choices=("none", "tanh")),),
 }
 _TILES: dict[str, npk.TileFactory] = {"gelu": npk.gelu_tile}
+# the VJP of each UNARY_OPS / BINARY_OPS row (`lamina.ir.vjp`)
+_VJP: dict[str, vj.Vjp] = {
+    "neg": vj.neg, "abs": vj.abs_, "exp": vj.exp, "log": vj.log, "tanh": vj.tanh,
+    "sigmoid": vj.sigmoid, "relu": vj.relu, "gelu": vj.gelu, "erf": vj.erf, "sqrt": vj.sqrt,
+    "rsqrt": vj.rsqrt, "reciprocal": vj.reciprocal,
+    "add": vj.add, "sub": vj.sub, "mul": vj.mul, "div": vj.div, "max": vj.max_, "min": vj.min_,
+    "pow": vj.pow_,
+}
 
 # rows also defined on i32 / i64 (integer arithmetic wraps in two's complement, as in NumPy,
 # PyTorch and XLA); the others are float-only (integer division and powers round differently
@@ -230,33 +242,36 @@ def _elementwise_rows() -> list[OpInfo]:
         rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), rule,
                            fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
                            per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name),
-                           interval=interval))
+                           interval=interval, vjp=_VJP.get(name)))
     for name, summary, flops, lin, lin_ops, ew, ufunc, interval in BINARY_OPS:
         rule = shapes.binary_numeric if name in _INTEGER_OK else shapes.binary
         rows.append(OpInfo(name, summary, XY, (), rule, fm.elementwise(ew),
                            Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
-                           ew=ew, ufunc=ufunc, interval=interval))
+                           ew=ew, ufunc=ufunc, interval=interval, vjp=_VJP.get(name)))
     for name, symbol, fn, ufunc in COMPARE_OPS:
         ew = fm.via(fn)
         rows.append(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (),
                            shapes.compare, fm.elementwise(ew), Fusion.ELEMENTWISE, NONE,
                            ELEMENTWISE, per_output(1), ew=ew, arith=False, ufunc=ufunc,
-                           interval=iv.COMPARE))
+                           interval=iv.COMPARE, vjp=vj.COMPARE))
     rows.append(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
                        (OperandSpec("cond"), OperandSpec("true_value"),
                         OperandSpec("false_value")), (),
                        shapes.select, fm.select, Fusion.ELEMENTWISE, NONE, ELEMENTWISE,
-                       per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT))
+                       per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT,
+                       vjp=vj.select))
     rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
                        Fusion.ELEMENTWISE, NONE, ELEMENTWISE, per_output(1), (0,),
-                       type_linearity=_cast_linearity, interval=iv.CAST, declares_result=True))
+                       type_linearity=_cast_linearity, interval=iv.CAST, declares_result=True,
+                       vjp=vj.cast))
     rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
                        "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
                        (AttrSpec("rate", AttrKind.FLOAT, required=True),
                         AttrSpec("seed", AttrKind.INT)),
                        shapes.dropout, fm.dropout, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
                        ELEMENTWISE, per_output(8), (0,), position_dependent=True,
-                       numpy=npk.dropout, tile=npk.dropout_tile, interval=iv.DROPOUT))
+                       numpy=npk.dropout, tile=npk.dropout_tile, interval=iv.DROPOUT,
+                       vjp=vj.dropout))
     return rows
 
 
@@ -264,64 +279,68 @@ def _structural_rows() -> list[OpInfo]:
     rows = [OpInfo("constant", "a splat or dense tensor literal", (),
                    (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
                    fm.constant, Fusion.SOURCE, NONE, sh.Replicated(), per_output(0),
-                   arith=False, launches_kernel=False),
+                   arith=False, launches_kernel=False, vjp=vj.CONSTANT),
             OpInfo("iota", "0, 1, 2, ... along dim of the result type, broadcast over the other "
                    "dims", (), (AttrSpec("dim", AttrKind.INT, 0),), shapes.iota, fm.iota,
                    Fusion.SOURCE, NONE, sh.Replicated(), per_output(0), interval=iv.IOTA,
-                   declares_result=True)]
-    for name, fn, lin, combine, rule, interval in (
-            ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", shapes.reduce, iv.REDUCE_SUM),
+                   declares_result=True, vjp=vj.IOTA)]
+    for name, fn, lin, combine, rule, interval, vjp in (
+            ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", shapes.reduce, iv.REDUCE_SUM,
+             vj.reduce_sum),
             ("reduce_mean", "mean", Linearity.ADDITIVE, None, shapes.reduce_nonempty("mean"),
-             iv.REDUCE_MEAN),
-            ("reduce_max", "max", NONE, "max", shapes.reduce_nonempty("max"), iv.REDUCE_MAX)):
+             iv.REDUCE_MEAN, vj.reduce_mean),
+            ("reduce_max", "max", NONE, "max", shapes.reduce_nonempty("max"), iv.REDUCE_MAX,
+             vj.reduce_max)):
         rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, rule,
                            fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
-                           per_input(1), (0,) if lin != NONE else (), interval=interval))
+                           per_input(1), (0,) if lin != NONE else (), interval=interval,
+                           vjp=vjp))
     rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "
                        "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
                                         OperandSpec("bias", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
                        sh.RowReduction(trailing=True), per_input(8), numpy=npk.layernorm,
-                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION))
+                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION, vjp=vj.layernorm))
     rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
                        (OperandSpec("input"), OperandSpec("scale", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.rmsnorm, Fusion.REDUCTION, NONE,
-                       sh.RowReduction(trailing=True), per_input(5), interval=iv.NORMALIZATION))
+                       sh.RowReduction(trailing=True), per_input(5), interval=iv.NORMALIZATION,
+                       vjp=vj.rmsnorm))
     rows.append(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
                        (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.softmax,
                        Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6),
-                       interval=iv.SOFTMAX))
+                       interval=iv.SOFTMAX, vjp=vj.softmax))
     rows.append(OpInfo("log_softmax", "x - max - log(sum(exp(x - max))) along axis", X,
                        (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.log_softmax,
                        Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(7),
-                       interval=iv.LOG_SOFTMAX))
+                       interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax))
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
-                       _matmul_flops, (0, 1), interval=iv.MATMUL))
+                       _matmul_flops, (0, 1), interval=iv.MATMUL, vjp=vj.matmul))
     rows.append(OpInfo("transpose", "permute dimensions", X,
                        (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
                        fm.transpose, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Transpose(),
-                       per_output(0), (0,), arith=False, interval=iv.MOVE))
+                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.transpose))
     rows.append(OpInfo("reshape", "same elements, new shape (row-major)", X, (), shapes.reshape,
                        fm.reshape, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Reshape(), per_output(0),
                        (0,), arith=False, launches_kernel=False, interval=iv.MOVE,
-                       declares_result=True))
+                       declares_result=True, vjp=vj.reshape))
     rows.append(OpInfo("broadcast_in_dim", "replicate along new or size-1 dims (operand dim i -> "
                        "result dim broadcast_dimensions[i])", X,
                        (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
                        shapes.broadcast_in_dim, fm.broadcast_in_dim, Fusion.BROADCAST,
                        Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False,
-                       interval=iv.MOVE, declares_result=True))
+                       interval=iv.MOVE, declares_result=True, vjp=vj.broadcast_in_dim))
     rows.append(OpInfo("slice", "the elements start..limit by strides in each dim", X,
                        (AttrSpec("start", AttrKind.INTS, required=True),
                         AttrSpec("limit", AttrKind.INTS, required=True),
                         AttrSpec("strides", AttrKind.INTS)),
                        shapes.slice_, fm.slice_, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Slice(),
-                       per_output(0), (0,), arith=False, interval=iv.MOVE))
+                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.slice_))
     rows.append(OpInfo("concat", "join operands along dim", (OperandSpec("inputs", variadic=True),),
                        (AttrSpec("dim", AttrKind.INT, required=True),), shapes.concat, fm.concat,
                        Fusion.LAYOUT, Linearity.ADDITIVE, sh.Concat(), per_output(0),
-                       arith=False, interval=iv.MOVE))
+                       arith=False, interval=iv.MOVE, vjp=vj.concat))
     # a lookup: OPAQUE (which element it reads depends on data, so no fused loop absorbs it);
     # linear in the table; position-dependent because on a device's block of a split table it
     # must know which rows the block holds (`Block.operands`)
@@ -329,7 +348,8 @@ def _structural_rows() -> list[OpInfo]:
                        "[-n, n))", (OperandSpec("input"), OperandSpec("indices")),
                        (AttrSpec("axis", AttrKind.INT, 0),), shapes.gather, fm.gather,
                        Fusion.OPAQUE, Linearity.ONE_SIDED, Gather(), per_output(0), (0,),
-                       arith=False, position_dependent=True, interval=iv.GATHER))
+                       arith=False, position_dependent=True, interval=iv.GATHER,
+                       vjp=vj.gather))
     return rows
 
 

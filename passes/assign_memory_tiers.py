@@ -1,6 +1,7 @@
 """`assign-memory-tiers`: a memory tier for every value, and the moves between tiers.
 
-    -p 'assign-memory-tiers{target=tiny solver=greedy hbm-capacity=0 explain=false}'
+    -p 'assign-memory-tiers{target=tiny solver=greedy hbm-capacity=0 recompute=true
+                            recompute-depth=4 explain=false}'
 
 Run it after `annotate-lifetimes` (without frees every value lives to the end of the function).
 `target` is a built-in target name; `hbm-capacity` (bytes, 0 = the target's) overrides the HBM
@@ -37,11 +38,27 @@ function's signature its tiers); an argument declared `tier = host` (ZeRO-Offloa
 there and is prefetched before each use. A result either stays in HBM after its last use or is
 returned from its offload copy. The frees of the planned values are redone for their copies.
 
+Recompute
+---------
+With `recompute=true` (the default) the plan may also drop a value and run its defining op again
+right before a later use, from inputs that are in HBM there (the model's RECOMPUTE option; its
+cost is the op's roofline time). Only an op with one result that reads and writes HBM alone (a
+Lamina op or a fused op; no moves, no collectives) is recomputed. A value computed from constants
+alone (every op on its way is such an op, the sources are constants) is never moved: it is kept
+or recomputed, and it is rebuilt (its whole constant chain, freed right after) wherever a
+recompute reads it, so it never has to stay live for one. `recompute-depth` bounds that chain:
+a value whose chain of constant-derived ops is deeper is planned as an ordinary value, and a
+recompute that would need it is not offered. Recomputed ops are exact copies, so the program's
+results are unchanged bit for bit. `recompute=false` takes the option away from every other value
+(keep or move only), which is how tests show the option is used.
+
 When no assignment fits (the bytes a step's own operands and results need exceed the capacity,
 or the offload tiers are full) the pass stops with a diagnostic at that op naming the tier, the
 bytes needed and the largest values live there. The ILP reports a run stopped at its time limit
 without a feasible point as "no solution within the time limit" (not infeasibility). With
-`explain=true` the pass says why each move was inserted.
+`explain=true` the pass says why each move and each recompute was inserted; a recompute's line
+gives its modeled time and that of moving the value out after its previous use and back for
+this one (the same HBM room).
 """
 
 from __future__ import annotations
@@ -52,11 +69,12 @@ from typing import ClassVar
 
 from lamina.analysis.fusion import sram_bytes
 from lamina.analysis.naming import Namer
+from lamina.analysis.recompute import chain_of, constant_chains, defining_op, recomputable
 from lamina.analysis.sizes import local_bytes
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import ITEMSIZE, tensor_dtype
 from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, value_label, with_tier
+from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, value_label
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.placement import tier_of
 from lamina.ir.target import Target, load_target
@@ -69,12 +87,12 @@ from lamina.passes.tier_plan.problem import (
     Plan,
     Problem,
     Value,
-    gaps_of,
 )
+from lamina.passes.tier_rewrite import FuncModel, rewrite
 from xdsl.context import Context
-from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 # ---- from IR to the model ----------------------------------------------------------------------
 
@@ -104,21 +122,30 @@ def _itemsize(v: SSAValue) -> float:
     return float(ITEMSIZE[tensor_dtype(v.type)])
 
 
-@dataclass
-class _FuncModel:
-    """A function and its model: `values[i]` is the SSA value of `problem.values[i]`, `steps[k]`
-    the op at step k."""
+def _recompute_facts(v: SSAValue, fm: FuncModel, index: dict[SSAValue, int],
+                     time_of: dict[Operation, float]) -> None:
+    """Fill the model value of `v` with what a recompute of it costs and needs."""
+    mv = fm.problem.values[index[v]]
+    owner = v.owner
+    if not isinstance(owner, Operation) or not recomputable(owner):
+        return
+    chains, depth = fm.chains, fm.depth
+    if any(x not in chains and x not in index for x in owner.operands):
+        return  # reads a value the program placed itself
+    if any(chains[x] > depth for x in owner.operands if x in chains):
+        return
+    chain = chain_of(v, chains)
+    mv.recompute = time_of[owner] + sum(time_of[defining_op(x)] for x in chain)
+    mv.inputs = [index[x] for x in owner.operands if x not in chains]
+    mv.extra = sum(local_bytes(x, fm.func) for x in chain)
+    mv.never_moved = chains.get(v, depth + 1) <= depth
 
-    func: FuncOp
-    steps: list[Operation]
-    ret: ReturnOp
-    values: list[SSAValue]
-    problem: Problem
 
-
-def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0) -> _FuncModel:
+def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute: bool = True,
+                depth: int = 4) -> FuncModel:
     """The model of `func` on `target` (see the module docstring), HBM capacity overridden by
-    `hbm_capacity` when it is not 0."""
+    `hbm_capacity` when it is not 0; with `recompute`, values may be recomputed through chains
+    of constant-derived ops at most `depth` deep."""
     block = func.body.block
     ops = list(block.ops)
     ret = ops[-1]
@@ -160,7 +187,13 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0) -> _FuncM
                            home=tier if d < 0 and tier in OFFLOAD_TIERS else None))
     compute = [step_time(o, target, func) for o in steps]
     prob = Problem(K, compute, model, capacity, bandwidth, fixed)
-    return _FuncModel(func, steps, ret, values, prob)
+    fm = FuncModel(func, steps, ret, values, prob, constant_chains(steps), depth)
+    index = {v: i for i, v in enumerate(values)}
+    time_of = dict(zip(steps, compute, strict=True))
+    for v in values:
+        if recompute or v in fm.chains:
+            _recompute_facts(v, fm, index, time_of)
+    return fm
 
 
 def _needs_and_end(v: SSAValue, d: int, block: Block, ret: ReturnOp,
@@ -190,7 +223,7 @@ def _needs_and_end(v: SSAValue, d: int, block: Block, ret: ReturnOp,
     return needs, end
 
 
-def _infeasible_error(fm: _FuncModel, e: Infeasible, target: Target) -> LaminaError:
+def _infeasible_error(fm: FuncModel, e: Infeasible, target: Target) -> LaminaError:
     """The diagnostic for a model no plan fits, at the op of the step that overflows."""
     at: Operation = fm.steps[e.step] if e.step < len(fm.steps) else fm.ret
     what = f"{at.name}" if not at.results else f"{value_label(at.results[0])} = {at.name}"
@@ -204,7 +237,7 @@ def _infeasible_error(fm: _FuncModel, e: Infeasible, target: Target) -> LaminaEr
                     + _infeasible_why(fm, e, target))
 
 
-def _infeasible_why(fm: _FuncModel, e: Infeasible, target: Target) -> str:
+def _infeasible_why(fm: FuncModel, e: Infeasible, target: Target) -> str:
     """What the planner could not change: no tier to offload to, or arguments the program itself
     declared in the overflowing tier."""
     prob = fm.problem
@@ -218,196 +251,6 @@ def _infeasible_why(fm: _FuncModel, e: Infeasible, target: Target) -> str:
             f"({names}{', ...' if len(declared) > 4 else ''})")
 
 
-# ---- from the plan back to IR ------------------------------------------------------------------
-
-# steps lo..hi read the value from `copy` (lo, hi, copy)
-_Segment = tuple[int, int, SSAValue | None]
-
-
-def rewrite(fm: _FuncModel, plan: Plan, log: ExplainLog | None) -> int:
-    """Apply `plan` to the function: types get tiers, moves and frees are inserted. Returns the
-    number of moves."""
-    func = fm.func
-    block: Block = func.body.block
-    planned = set(fm.values)
-    for o in list(block.ops):
-        if isinstance(o, FreeOp) and o.value in planned:
-            o.detach()
-            o.erase()
-    rw = _Rewrite(fm, plan, log)
-    for vi in range(len(fm.values)):
-        rw.value(vi)
-    rw.insert()
-    _fix_fused(func)
-    func.function_type = FunctionType.from_lists([a.type for a in block.args],
-                                                 [r.type for r in fm.ret.operands])
-    return rw.moves
-
-
-class _Rewrite:
-    """The ops a plan puts around the steps, made value by value and inserted at the end (so the
-    steps' positions stay put while the values are rerouted)."""
-
-    def __init__(self, fm: _FuncModel, plan: Plan, log: ExplainLog | None) -> None:
-        self.fm, self.plan, self.log = fm, plan, log
-        self.K = len(fm.steps)
-        self.pos = {o: i for i, o in enumerate(fm.steps)}
-        self.pre: dict[int, list[Operation]] = {}     # before step k
-        self.post: dict[int, list[Operation]] = {}    # after step k (-1: before step 0)
-        self.frees: dict[int, list[Operation]] = {}   # after step k, after `post`
-        self.moves = 0
-
-    def value(self, vi: int) -> None:
-        """One value's copy out, prefetches, uses rerouted to the copy live at each, and frees."""
-        v, mv = self.fm.values[vi], self.fm.problem.values[vi]
-        copy_off, starts_off = self._copy_out(vi)
-        segments, cur = self._prefetches(vi, None if starts_off else v, copy_off)
-        self._reroute_uses(vi, copy_off, segments)
-        if mv.end < self.K:
-            if cur is not None:
-                self.frees.setdefault(mv.end, []).append(FreeOp(cur))
-            if copy_off is not None and copy_off is not cur:
-                self.frees.setdefault(mv.end, []).append(FreeOp(copy_off))
-
-    def _copy_out(self, vi: int) -> tuple[SSAValue | None, bool]:
-        """Give the value its tier and make its offload copy (an argument that starts offloaded
-        is its own). Returns the copy (None: never offloaded) and whether the value starts
-        offloaded."""
-        fm, plan, log = self.fm, self.plan, self.log
-        func, steps, prob = fm.func, fm.steps, fm.problem
-        v, mv = fm.values[vi], prob.values[vi]
-        tier = plan.tier[vi]
-        gs = gaps_of(mv, vi)
-        ps = plan.prefetch[vi]
-        starts_off = bool(mv.is_arg and gs and gs[0].a < 0 and ps[0] is not None)
-        _set_type(v, with_tier(v.type, tier if starts_off else "hbm"))
-        copy_off: SSAValue | None = v if starts_off else None
-        if tier is not None and not starts_off:
-            m = MoveOp(v, tier)
-            self.post.setdefault(mv.define, []).append(m)
-            copy_off = m.result
-            self.moves += 1
-            if log is not None:
-                first = next(g for g, p in zip(gs, ps, strict=True) if p is not None)
-                where = steps[mv.define] if mv.define >= 0 else func
-                log.add(where, f"copy {mv.name} ({mv.size} B) to {tier} as soon as it exists: "
-                        f"HBM is over capacity after point {first.a} "
-                        f"({plan.reasons.get((vi, gs.index(first)), 'planned')}), before its "
-                        f"next use; exposed {prob.out_cost(mv, tier, first.a) * 1e6:.3g} us")
-        elif starts_off and log is not None:
-            log.add(func, f"argument {mv.name} ({mv.size} B) starts in {tier}"
-                    + ("" if mv.home else f": HBM is over capacity at "
-                       f"{plan.reasons.get((vi, 0), 'a point')} before its first use"))
-        return copy_off, starts_off
-
-    def _prefetches(self, vi: int, cur: SSAValue | None,
-                    copy_off: SSAValue | None) -> tuple[list[_Segment], SSAValue | None]:
-        """Free the HBM copy `cur` where each offloaded gap starts and prefetch a new one from
-        `copy_off` for the gap's end. Returns the segments of steps that read each HBM copy, and
-        the copy in HBM at the end (None: returned from the offload copy)."""
-        fm, plan, log, K = self.fm, self.plan, self.log, self.K
-        steps, prob = fm.steps, fm.problem
-        mv = prob.values[vi]
-        tier = plan.tier[vi]
-        segments: list[_Segment] = []
-        start = mv.define
-        for gi, (g, p) in enumerate(zip(gaps_of(mv, vi), plan.prefetch[vi], strict=True)):
-            if p is None:
-                continue
-            if cur is not None:
-                segments.append((start, g.a, cur))
-                self.frees.setdefault(g.a, []).append(FreeOp(cur))
-                cur = None
-            if g.tail:
-                if log is not None:
-                    log.add(fm.ret, f"{mv.name} is returned from {tier}: HBM is over capacity at "
-                            f"{plan.reasons.get((vi, gi), 'a point')} after its last use")
-                start = K + 1
-                continue
-            assert copy_off is not None
-            m = MoveOp(copy_off, "hbm", prefetch=g.b - p)
-            self.pre.setdefault(p, []).append(m)
-            self.moves += 1
-            if log is not None:
-                at = steps[g.b] if g.b < K else fm.ret
-                log.add(at, f"prefetch {mv.name} ({mv.size} B) from {tier}, issued {g.b - p} "
-                        f"op(s) before this use: HBM is over capacity at "
-                        f"{plan.reasons.get((vi, gi), 'a point')} since its previous use; exposed "
-                        f"{prob.in_cost(mv, tier or 'host', p, g.b) * 1e6:.3g} us")
-            cur = m.result
-            start = p
-        if cur is not None:
-            segments.append((start, K, cur))
-        return segments, cur
-
-    def _reroute_uses(self, vi: int, copy_off: SSAValue | None, segments: list[_Segment]) -> None:
-        """Make every use of the value read the copy live at its step (the offload copy where no
-        HBM copy is)."""
-        fm, K = self.fm, self.K
-        block = fm.func.body.block
-        v, mv = fm.values[vi], fm.problem.values[vi]
-        for use in list(v.uses):
-            u = use.operation
-            if u.parent_block() is None:
-                continue  # a move/free this rewrite made (inserted by `insert`)
-            anc = ancestor_in(u, block)
-            assert anc is not None, "a use outside the function it is defined in"
-            k = K if anc is fm.ret else self.pos[anc]
-            copy = copy_off
-            for lo, hi, c in segments:
-                if lo <= k <= hi:
-                    copy = c
-            assert copy is not None, f"no copy of {mv.name} at point {k}"
-            if copy is not v:
-                ops = list(use.operation.operands)
-                ops[use.index] = copy
-                use.operation.operands = ops
-
-    def insert(self) -> None:
-        """Put the planned ops in the block: `pre[k]` before step k, `post[k]` then `frees[k]`
-        after it (k = -1: before step 0; k = K: before the return)."""
-        fm, K = self.fm, self.K
-        block, steps = fm.func.body.block, fm.steps
-        first_op = steps[0] if steps else fm.ret
-        head = self.post.get(-1, []) + self.frees.get(-1, [])
-        if head:
-            block.insert_ops_before(head, first_op)
-        for k, o in enumerate(steps):
-            if self.pre.get(k):
-                block.insert_ops_before(self.pre[k], o)
-            tail = self.post.get(k, []) + self.frees.get(k, [])
-            if tail:
-                nxt = o.next_op
-                assert nxt is not None
-                block.insert_ops_before(tail, nxt)
-        if self.pre.get(K):
-            block.insert_ops_before(self.pre[K], fm.ret)
-
-
-def _set_type(v: SSAValue, t: Attribute) -> None:
-    v._type = t  # xDSL 0.74 keeps the type in `_type`; values are retyped in place
-
-
-def _fix_fused(func: FuncOp) -> None:
-    """Inside fused ops: block arguments take the operand types, yielded values the result types,
-    and the other intermediates are marked sram."""
-    for op in func.body.block.ops:
-        if not isinstance(op, FusedOp):
-            continue
-        body = op.body.block
-        for a, v in zip(body.args, op.inputs, strict=True):
-            _set_type(a, v.type)
-        yielded: dict[SSAValue, Attribute] = {}
-        for y, r in zip(op.yield_op.operands, op.outputs, strict=True):
-            yielded[y] = r.type
-        for o in body.ops:
-            for r in o.results:
-                if r in yielded:
-                    _set_type(r, yielded[r])
-                elif isinstance(r.type, TensorType):
-                    _set_type(r, with_tier(r.type, "sram"))
-
-
 # ---- the pass ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -415,30 +258,35 @@ class AssignMemoryTiers(LaminaPass):
     """Choose tiers and insert moves so every step fits (see the module docstring)."""
 
     name: ClassVar[str] = "assign-memory-tiers"
-    minimums: ClassVar[dict[str, int]] = {"hbm_capacity": 0}
+    minimums: ClassVar[dict[str, int]] = {"hbm_capacity": 0, "recompute_depth": 1}
     choices: ClassVar[dict[str, tuple[str, ...]]] = {"solver": ("greedy", "ilp")}
     target: str = "h100-node"
     solver: str = "greedy"
     hbm_capacity: int = 0
+    recompute: bool = True
+    recompute_depth: int = 4
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         target = load_target(self.target)
         for op in list(module.walk()):
             if isinstance(op, FuncOp) and op.body.blocks:
-                assign_function(op, target, self.solver, log, self.hbm_capacity)
+                assign_function(op, target, self.solver, log, self.hbm_capacity,
+                                self.recompute, self.recompute_depth)
 
 
 def assign_function(func: FuncOp, target: Target, solver: str = "greedy",
-                    log: ExplainLog | None = None, hbm_capacity: float = 0) -> Plan:
+                    log: ExplainLog | None = None, hbm_capacity: float = 0,
+                    recompute: bool = True, depth: int = 4) -> Plan:
     """Plan `func`'s tiers on `target` with `solver` and rewrite it; returns the plan."""
-    fm = build_model(func, target, hbm_capacity)
+    fm = build_model(func, target, hbm_capacity, recompute, depth)
     try:
         plan = solve_greedy(fm.problem) if solver == "greedy" else solve_ilp(fm.problem)
     except Infeasible as e:
         raise _infeasible_error(fm, e, target) from None
-    n = rewrite(fm, plan, log)
+    n, r = rewrite(fm, plan, log)
     if log is not None:
-        log.add(func, f"@{func.sym_name.data}: {n} move(s), modeled exposed transfer time "
-                f"{plan.cost * 1e6:.3g} us ({solver}, target '{target.name}', hbm capacity "
+        log.add(func, f"@{func.sym_name.data}: {n} move(s), {r} recompute(s), modeled exposed "
+                f"transfer and recompute time {plan.cost * 1e6:.3g} us ({solver}, target "
+                f"'{target.name}', hbm capacity "
                 f"{int(fm.problem.capacity['hbm'])} B per device)")
     return plan

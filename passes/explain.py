@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -110,7 +111,8 @@ def _type_hints(cls: type) -> dict[str, Any]:
 
 
 # the option types passes declare, as messages name them
-_TYPE_WORDS: dict[object, str] = {bool: "true or false", int: "an integer", str: "a string"}
+_TYPE_WORDS: dict[object, str] = {bool: "true or false", int: "an integer",
+                                  float: "a finite number", str: "a string"}
 
 
 def describe_type(kind: object) -> str:
@@ -122,6 +124,8 @@ def _has_type(value: object, kind: object) -> bool:
     # exact types: a bool is not taken for an integer (`max-group-size=true`)
     if kind in (bool, int):
         return type(value) is kind
+    if kind is float:  # an integer is a number too (`lr=1`); a bool is not
+        return type(value) in (float, int) and math.isfinite(value)  # type: ignore[arg-type]
     return not isinstance(kind, type) or isinstance(value, kind)
 
 

@@ -13,9 +13,10 @@ as the integer 1, raised ValueError on integers over 4,300 digits and refused an
   (`target=my.toml`, `target=../t/my.toml`), or a quoted string ("..." or '...', with `\\"`,
   `\\'` and `\\\\` escapes) for anything else;
 - every value is converted by the option's declared type: `true`/`false` for a bool (a bool option
-  written alone, `{bucket}`, means true), a 64-bit decimal integer for an int, any non-empty text
-  for a string; an empty value, an option given twice, an unknown option (with a did-you-mean and
-  the list of options) are each one diagnostic naming the pass and the option;
+  written alone, `{bucket}`, means true), a 64-bit decimal integer for an int, a finite decimal
+  number (`1e-3`, `0.9`) for a float, any non-empty text for a string; an empty value, an option
+  given twice, an unknown option (with a did-you-mean and the list of options) are each one
+  diagnostic naming the pass and the option;
 - range and choice rules are the pass's own (`LaminaPass.__post_init__`), so `lamina.apply` and a
   pass built in Python obey the same rules.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import time
@@ -42,6 +44,7 @@ from xdsl.passes import ModulePass
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _KEY = re.compile(r"[A-Za-z0-9_-]+")
 _INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # digits of the largest 64-bit integer: longer literals are refused before int() sees them
 _INT_DIGITS = 19
 _QUOTES = "\"'"
@@ -179,6 +182,12 @@ def convert_option(pass_name: str, key: str, kind: object, raw: str | None) -> o
             got = f"a {digits}-digit number" if value is None else raw
             raise LaminaError(f"{where} expects a 64-bit integer, got {got}")
         return value
+    if kind is float:
+        value = float(raw) if _FLOAT.fullmatch(raw) else None
+        if value is None or not math.isfinite(value):
+            raise LaminaError(f"{where} expects a finite number (like 1e-3 or 0.9), got "
+                              f"'{_show(raw)}'")
+        return value
     if kind is str:
         return raw
     raise LaminaError(f"{where} has type {kind}, which a pass pipeline cannot set")
@@ -199,6 +208,8 @@ def _unknown_option(pass_name: str, key: str, fields: dict[str, dataclasses.Fiel
 
 
 def _default_text(value: object) -> str:
+    if value == "":
+        return '""'
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -21,6 +21,8 @@ PASSES: dict[str, tuple[str, str]] = {
     "insert-collectives": ("lamina.passes.insert_collectives", "InsertCollectives"),
     "annotate-lifetimes": ("lamina.passes.annotate_lifetimes", "AnnotateLifetimes"),
     "assign-memory-tiers": ("lamina.passes.assign_memory_tiers", "AssignMemoryTiers"),
+    "derive-backward": ("lamina.passes.derive_backward", "DeriveBackward"),
+    "append-optimizer": ("lamina.passes.append_optimizer", "AppendOptimizer"),
 }
 
 

@@ -31,8 +31,9 @@ def step_need(func, target) -> tuple[int, int]:
     fm = build_model(func, target_with(hbm=1e18))
     p = fm.problem
     need = [0.0] * (p.steps + 1)
-    for v in p.values:
-        for k in {*v.needs, *([v.define] if v.define >= 0 else [])}:
+    for v in p.values:   # a result is in HBM at the return (step K) as well
+        for k in {*v.needs, *([v.define] if v.define >= 0 else []),
+                  *([p.steps] if v.end == p.steps else [])}:
             need[k] += v.size
     total = sum(v.size for v in p.values)
     return int(max(need)), int(total)
@@ -141,7 +142,7 @@ def test_explain_says_why_each_move():
     lines = [ln for ln in log.lines if "] t.mlir" in ln and (" copy " in ln or " prefetch " in ln)]
     assert len(lines) == len(moves)
     assert all("over capacity" in ln for ln in lines)
-    assert "modeled exposed transfer time" in log.lines[-1]
+    assert "modeled exposed transfer and recompute time" in log.lines[-1]
 
 
 def test_bad_solver_and_missing_target():

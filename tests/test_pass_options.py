@@ -10,6 +10,7 @@ the integer 1, integer values over 4,300 digits raising Python's ValueError, an 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def typed_options(kind: type) -> list[tuple[str, str]]:
 def test_every_pass_is_covered() -> None:
     assert "fuse-elementwise" in WITH_OPTIONS and "cse" in WITHOUT_OPTIONS
     assert typed_options(int) and typed_options(bool) and typed_options(str)
+    assert typed_options(float)
 
 
 @pytest.mark.parametrize("name", WITH_OPTIONS)
@@ -65,11 +67,15 @@ def test_unknown_option_lists_the_options_with_dashes(name: str) -> None:
 
 @pytest.mark.parametrize("name", WITH_OPTIONS)
 def test_misspelled_option_suggests_the_right_one(name: str) -> None:
-    for dash, f in option_fields(REGISTRY[name]).items():
+    fields = option_fields(REGISTRY[name])
+    for dash, f in fields.items():
         for wrong in (dash[:-1], f.name) if "_" in f.name else (dash[:-1],):
             message = error_of(f"{name}{{{wrong}=1}}")
-            assert message.startswith(f"unknown option '{wrong}' for {name} (did you mean "
-                                      f"'{dash}'?); options: "), message
+            # `beta` is as close to beta1 as to beta2: either is the right suggestion
+            ratio = {d: difflib.SequenceMatcher(None, wrong, d).ratio() for d in fields}
+            right = [d for d in fields if ratio[d] == ratio[dash]] if "_" not in wrong else [dash]
+            assert any(message.startswith(f"unknown option '{wrong}' for {name} (did you mean "
+                                          f"'{d}'?); options: ") for d in right), message
 
 
 def test_unknown_option_exact_message() -> None:
@@ -90,6 +96,13 @@ def test_integer_options_refuse_bools_floats_and_words(name: str, option: str) -
     for value in ("true", "false", "1.5", "1e9", "0x10", "3,4", "ten"):
         assert error_of(f"{name}{{{option}={value}}}") == \
             f"option '{option}' for {name} expects an integer, got '{value}'"
+
+
+@pytest.mark.parametrize("name, option", typed_options(float))
+def test_float_options_refuse_bools_words_and_non_finite(name: str, option: str) -> None:
+    for value in ("true", "1e", "nan", "inf", "-inf", "0x10", "1,5", "ten", "1e999"):
+        assert error_of(f"{name}{{{option}={value}}}") == \
+            f"option '{option}' for {name} expects a finite number (like 1e-3 or 0.9), got '{value}'"
 
 
 def test_max_group_size_true_is_not_one() -> None:

@@ -23,6 +23,12 @@ Start with everything in HBM (arguments declared in host prefetched as early as 
    point that still hides the transfer, polish the offloaded gaps over the room it frees, keep
    it when the total cost fell.
 
+Recompute (a gap's option RECOMPUTE, see `problem`) is one more kind of victim in the sweep: the
+gap leaves HBM from a+1 to b-1 and costs the recompute's time. It is offered when the value's
+inputs are in HBM at b now; those inputs are then pinned there (no later change may take them out
+of HBM at b, `_pin_ok`) until the recompute is undone. A value that is never moved has only
+recompute victims. The local search also tries recomputing an offloaded gap instead (3a).
+
 Cost: a sweep is O(K + sum over overflowing steps of the gaps live there, log); a local-search try
 is O(the gap's span x the gaps live there), with costs per value cached and HBM bytes updated
 incrementally (`_State`).
@@ -33,9 +39,11 @@ from __future__ import annotations
 import time
 
 from lamina.passes.tier_plan.problem import (
+    RECOMPUTE,
     Infeasible,
     Plan,
     Problem,
+    can_recompute,
     gaps_of,
     hbm_start,
     live_at,
@@ -56,8 +64,9 @@ class _State:
     """A greedy plan under construction: per gap its prefetch point, per value its offload tier,
     and the bytes per step in HBM and in each offload tier, all updated incrementally."""
 
-    def __init__(self, prob: Problem) -> None:
+    def __init__(self, prob: Problem, recompute: bool = True) -> None:
         self.prob = prob
+        self.recompute = recompute  # False: only values that are never moved are recomputed
         K = self.K = prob.steps
         self.cap = prob.capacity["hbm"]
         self.gaps = [gaps_of(v, vi) for vi, v in enumerate(prob.values)]
@@ -66,6 +75,8 @@ class _State:
         self.hbm = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
         self.off = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.tiers()}
         self.reasons: dict[tuple[int, int], str] = {}
+        # per value, the steps where a recompute reads it (step -> how many): it must be in HBM
+        self.pins: list[dict[int, int]] = [{} for _ in prob.values]
         self.log: list[_Undo] | None = None     # undo log while a local-search try runs
         self.touched: set[tuple[int, int]] = set()
         self.vcost = [0.0] * len(prob.values)
@@ -123,6 +134,12 @@ class _State:
         else:
             for k in range(new, min(old, hi)):
                 self.hbm[k] += n
+        for q, sign in ((self.pre[vi][gi], -1), (p, 1)):
+            if q == RECOMPUTE:
+                self.hbm[g.b] += sign * v.extra
+                for u in v.inputs:
+                    pins = self.pins[u]
+                    pins[g.b] = pins.get(g.b, 0) + sign
         if self.log is not None:
             self.log.append((vi, gi, self.pre[vi][gi], self.tier[vi]))
         self.pre[vi][gi] = p
@@ -163,18 +180,44 @@ class _State:
         """Set a prefetch point, taking or releasing the value's offload tier; False (and no
         change) when the value needs an offload copy and no offload tier has room for it."""
         had = self.tier[vi]
+        if not self._pin_ok(vi, gi, p):
+            return False
+        if p is not None and p != RECOMPUTE and had is None and self.prob.values[vi].never_moved:
+            return False
         self._set(vi, gi, p)
-        if p is not None and had is None:
+        if p is not None and p != RECOMPUTE and had is None:
             for t in self.prob.tiers():
                 if self._fits(vi, t):
                     self._retier(vi, t)
                     return True
             self._set(vi, gi, None)
             return False
-        if p is None and had is not None and self.prob.values[vi].home is None \
-                and all(q is None for q in self.pre[vi]):
+        if (p is None or p == RECOMPUTE) and had is not None and self.prob.values[vi].home is None \
+                and all(q is None or q == RECOMPUTE for q in self.pre[vi]):
             self._retier(vi, None)
         return True
+
+    def _pin_ok(self, vi: int, gi: int, p: int | None) -> bool:
+        """Whether gap gi may take prefetch point p: no recompute reads the value at a step of the
+        gap it would leave HBM at, and a recompute finds its inputs in HBM."""
+        g = self.gaps[vi][gi]
+        start = hbm_start(g, p)
+        if any(g.a < s <= g.b and s < start for s in self.pins[vi] if self.pins[vi][s] > 0):
+            return False
+        if p != RECOMPUTE:
+            return True
+        if not can_recompute(self.prob, g):
+            return False
+        return all(self.in_hbm(u, g.b) for u in self.prob.values[vi].inputs)
+
+    def in_hbm(self, ui: int, k: int) -> bool:
+        """Whether value ui is in HBM at step k now (`problem.in_hbm` on the state)."""
+        if self.prob.values[ui].define == k:
+            return True
+        for g, p in zip(self.gaps[ui], self.pre[ui], strict=True):
+            if g.a < k <= g.b:
+                return hbm_start(g, p) <= k
+        return False
 
     # -- costs --
     def value_cost(self, vi: int, override: tuple[int, int | None] | None = None) -> float:
@@ -184,7 +227,8 @@ class _State:
         pre = list(self.pre[vi])
         if override is not None:
             pre[override[0]] = override[1]
-        return offload_cost(prob, prob.values[vi], self.tier[vi] or prob.tiers()[0],
+        tiers = prob.tiers()
+        return offload_cost(prob, prob.values[vi], self.tier[vi] or (tiers[0] if tiers else "host"),
                             self.gaps[vi], pre)
 
     def cost(self) -> float:
@@ -209,6 +253,8 @@ class _State:
             for _key, vi, gi, q, _n, _d in self._victims(k, rule, banned):
                 if self.hbm[k] <= cap + 1e-9:
                     break
+                if hbm_start(self.gaps[vi][gi], self.pre[vi][gi]) > k:
+                    continue  # taken out of HBM at k by the other option of the same gap
                 if self.change(vi, gi, q):
                     self.reasons[(vi, gi)] = f"step {k}"
             if self.hbm[k] > cap + 1e-9:
@@ -228,17 +274,22 @@ class _State:
             v, g = prob.values[vi], self.gaps[vi][gi]
             if hbm_start(g, self.pre[vi][gi]) > k:
                 continue
-            q = g.b + 1 if g.tail else k + 1
-            delta = self.value_cost(vi, (gi, q)) - self.vcost[vi]
-            per_byte = delta / max(v.size, 1)
-            key: tuple[float, float, float]
-            if rule == "cost":
-                key = (per_byte, -g.b, -v.size)
-            elif rule == "belady":
-                key = (-g.b if not g.tail else -self.K - 1, per_byte, -v.size)
-            else:  # "reach": exposed time per byte and per step of relief it can give
-                key = (per_byte / max(1, min(g.b, self.K + 1) - k), -g.b, -v.size)
-            cands.append((key, vi, gi, q, v.size, delta))
+            options = [] if v.never_moved or not prob.tiers() else [g.b + 1 if g.tail else k + 1]
+            if self.pre[vi][gi] != RECOMPUTE and g.b > k and (self.recompute or v.never_moved):
+                options.append(RECOMPUTE)
+            for q in options:
+                if not self._pin_ok(vi, gi, q):
+                    continue
+                delta = self.value_cost(vi, (gi, q)) - self.vcost[vi]
+                per_byte = delta / max(v.size, 1)
+                key: tuple[float, float, float]
+                if rule == "cost":
+                    key = (per_byte, -g.b, -v.size)
+                elif rule == "belady":
+                    key = (-g.b if not g.tail else -self.K - 1, per_byte, -v.size)
+                else:  # "reach": exposed time per byte and per step of relief it can give
+                    key = (per_byte / max(1, min(g.b, self.K + 1) - k), -g.b, -v.size)
+                cands.append((key, vi, gi, q, v.size, delta))
         cands.sort()
         excess = self.hbm[k] - self.cap
         fill = got = 0.0
@@ -261,7 +312,7 @@ class _State:
         g, v = self.gaps[vi][gi], self.prob.values[vi]
         if p is None:
             return False
-        j = min(p, self.K + 1)
+        j = min(hbm_start(g, p), self.K + 1)
         lo = g.a + 1
         while j > lo and self.hbm[j - 1] + v.size <= self.cap + 1e-9:
             j -= 1
@@ -269,6 +320,8 @@ class _State:
             if self.value_cost(vi, (gi, None)) <= self.vcost[vi] + 1e-15:
                 self.change(vi, gi, None)
                 return True
+        if p == RECOMPUTE:
+            return False  # a recompute either stays or is kept in HBM all the way
         j = max(j, self.lowest_p(vi, gi))
         if not g.tail and j < p:
             self._set(vi, gi, j)
@@ -284,9 +337,9 @@ class _State:
         return Plan(list(self.tier), [list(x) for x in self.pre], reasons=dict(self.reasons))
 
 
-def _sweep(prob: Problem, rule: str) -> _State:
+def _sweep(prob: Problem, rule: str, recompute: bool) -> _State:
     """Steps 1 and 2: the sweep by `rule`, then the polish."""
-    st = _State(prob)
+    st = _State(prob, recompute)
     st.repair(0, prob.steps, rule)
     _polish(st)
     return st
@@ -333,13 +386,19 @@ def _keep_moves(st: _State, rule: str) -> bool:
         v, g = st.prob.values[vi], st.gaps[vi][gi]
         if v.home is not None and gi == 0:
             continue
-        for target in (None, max(st.lowest_p(vi, gi), (g.a + 1 + p) // 2)):
-            if target is not None and (g.tail or target >= p):
+        halfway = max(st.lowest_p(vi, gi), (g.a + 1 + p) // 2)
+        for target in (None, halfway, RECOMPUTE):
+            if target == RECOMPUTE and (p == RECOMPUTE or not st.recompute):
+                continue
+            if target is not None and target != RECOMPUTE and (g.tail or p == RECOMPUTE
+                                                                or target >= p):
                 continue
             st.begin()
             try:
-                st.change(vi, gi, target)
-                st.repair(g.a + 1, min(p, st.K + 1) - 1, rule, banned=(vi, gi))
+                if not st.change(vi, gi, target):
+                    st.rollback()
+                    continue
+                st.repair(g.a + 1, min(g.b, st.K), rule, banned=(vi, gi))
                 for key in sorted(st.touched):
                     if key != (vi, gi):
                         st.earlier(*key)
@@ -364,7 +423,7 @@ def _offload_moves(st: _State) -> bool:
     cost = st.cost()
     improved = False
     for vi, v in enumerate(prob.values):
-        if v.size <= 0 or not prob.tiers():
+        if v.size <= 0 or not prob.tiers() or v.never_moved:
             continue
         bw = prob.bandwidth[st.tier[vi] or prob.tiers()[0]]
         for gi, g in enumerate(st.gaps[vi]):
@@ -409,23 +468,25 @@ def _latest_hidden(prob: Problem, lo: int, b: int, seconds: float) -> int:
 
 def solve_greedy(prob: Problem) -> Plan:
     """The plan of the module docstring's steps 1-3: the cheapest of the sweeps, improved by the
-    local search. Raises Infeasible (the first sweep's) when no sweep fits."""
+    local search; once with recompute offered and once without (the greedy can pin inputs a
+    later overflow needs out of HBM), keeping the cheaper, so offering recompute never makes
+    its plan dearer. Raises Infeasible (the first sweep's) when no sweep fits."""
     t0 = time.perf_counter()
+    modes = [True, False] if any(v.recompute is not None and not v.never_moved
+                                 for v in prob.values) else [True]
     best: _State | None = None
-    best_rule = "cost"
     err: Infeasible | None = None
-    for rule in RULES:
+    for recompute in modes:
         try:
-            st = _sweep(prob, rule)
+            st = _solve(prob, recompute)
         except Infeasible as e:
             err = err or e
             continue
         if best is None or st.cost() < best.cost() - 1e-15:
-            best, best_rule = st, rule
+            best = st
     if best is None:
         assert err is not None
         raise err
-    _local_search(best, rule=best_rule)
     # the sweeps fit HBM; an offload tier can still overflow with arguments declared in it
     for t, ys in best.off.items():
         for k, y in enumerate(ys):
@@ -440,3 +501,23 @@ def solve_greedy(prob: Problem) -> Plan:
     plan.cost = plan_cost(prob, plan)
     plan.solve_seconds = time.perf_counter() - t0
     return plan
+
+
+def _solve(prob: Problem, recompute: bool) -> _State:
+    """The cheapest sweep over the rules, improved by the local search."""
+    best: _State | None = None
+    best_rule = "cost"
+    err: Infeasible | None = None
+    for rule in RULES:
+        try:
+            st = _sweep(prob, rule, recompute)
+        except Infeasible as e:
+            err = err or e
+            continue
+        if best is None or st.cost() < best.cost() - 1e-15:
+            best, best_rule = st, rule
+    if best is None:
+        assert err is not None
+        raise err
+    _local_search(best, rule=best_rule)
+    return best

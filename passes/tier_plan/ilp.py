@@ -15,6 +15,13 @@ The program, per value v (all variables 0-1):
 - first[t] per gap: the copy out to t is charged at this gap (out_cost at a). An x[t, p] needs a
   first[t] at or before its gap, and the firsts of t sum to y[t]; as out_cost only falls as a
   grows, an optimum charges the copy at the first offloaded gap, which is what `plan_cost` counts.
+  An argument's first gap (a = -1) charges nothing, so its first[t] there requires that gap
+  offloaded to t (the argument starts in t); without that row the optimum "started" an argument
+  in HBM and copied it out for free later.
+- RECOMPUTE per gap that `can_recompute` allows: HBM on b only (plus the value's transient
+  `extra`), costing the recompute's time; each input u must be in HBM at b: the variable is at
+  most the sum of u's options that hold u in HBM at b. A value that is never moved has no tier
+  variables and no offload options.
 Capacity rows: per step, HBM and each offload tier (less the fixed bytes there) must fit.
 A value whose copy the optimum makes but never uses decodes as kept (that only frees room).
 
@@ -30,7 +37,18 @@ import time
 from typing import Any, cast
 
 from lamina.ir.diagnostics import LaminaError
-from lamina.passes.tier_plan.problem import Gap, Infeasible, Plan, Problem, Value, gaps_of, plan_cost
+from lamina.passes.tier_plan.problem import (
+    RECOMPUTE,
+    Gap,
+    Infeasible,
+    Plan,
+    Problem,
+    Value,
+    can_recompute,
+    gaps_of,
+    hbm_start,
+    plan_cost,
+)
 
 # a coefficient of a constraint row: (variable, coefficient)
 _Entry = tuple[int, float]
@@ -85,15 +103,30 @@ class _Model:
                                                         for t in self.tiers}
         self.hbm_fixed = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
         self.options: list[list[list[_Option]]] = []
+        self._rc: list[tuple[int, Value, int]] = []   # (variable, value, need step)
         for vi, v in enumerate(prob.values):
             if not v.is_arg:
                 self.hbm_fixed[v.define] += v.size
             self.options.append(self._value(vi, v))
+        self._input_rows()
         self._capacity_rows()
+
+    def _input_rows(self) -> None:
+        """A recompute at b needs each input in HBM at b: r <= the input's options that hold it
+        there (none when b is not inside the input's life)."""
+        for r, v, b in self._rc:
+            for ui in v.inputs:
+                u = self.prob.values[ui]
+                covering: list[_Entry] = []
+                for g, opts in zip(gaps_of(u, ui), self.options[ui], strict=True):
+                    if g.a < b <= g.b:
+                        covering = [(j, -1.0) for j, _t, p in opts if hbm_start(g, p) <= b]
+                self.m.row([(r, 1.0), *covering], -math.inf, 0)
 
     def _value(self, vi: int, v: Value) -> list[list[_Option]]:
         """The value's tier variables, its gaps' options and the rows that tie them together."""
-        m, K, tiers = self.m, self.prob.steps, self.tiers
+        m, K = self.m, self.prob.steps
+        tiers = [] if v.never_moved else self.tiers
         y = {t: m.var(0.0) for t in tiers}
         m.row([(y[t], 1.0) for t in tiers], 0, 1)
         if v.home is not None:
@@ -103,12 +136,13 @@ class _Model:
             for k in range(lo_t, min(v.end, K) + 1):
                 self.off_rows[t][k].append((y[t], v.size))
         firsts: dict[str, list[int]] = {t: [] for t in tiers}
-        options = [self._gap(v, gi, g, firsts) for gi, g in enumerate(gaps_of(v, vi))]
+        options = [self._gap(v, gi, g, firsts, tiers) for gi, g in enumerate(gaps_of(v, vi))]
         for t in tiers:
             m.row([(y[t], 1.0)] + [(f, -1.0) for f in firsts[t]], 0, 0)
         return options
 
-    def _gap(self, v: Value, gi: int, g: Gap, firsts: dict[str, list[int]]) -> list[_Option]:
+    def _gap(self, v: Value, gi: int, g: Gap, firsts: dict[str, list[int]],
+             tiers: list[str]) -> list[_Option]:
         """One gap's options (exactly one is taken) and its first[t] variables (added to
         `firsts`, the value's firsts so far)."""
         m, K = self.m, self.prob.steps
@@ -118,7 +152,13 @@ class _Model:
             opts.append((kv, None, None))
             for k in range(g.a + 1, min(g.b, K) + 1):
                 self.hbm_rows[k].append((kv, v.size))
-        for t in self.tiers:
+        if can_recompute(self.prob, g):
+            assert v.recompute is not None
+            r = m.var(v.recompute)
+            opts.append((r, None, RECOMPUTE))
+            self.hbm_rows[g.b].append((r, v.size + v.extra))
+            self._rc.append((r, v, g.b))
+        for t in tiers:
             if v.home is not None and t != v.home:
                 continue
             f = m.var(self.prob.out_cost(v, t, g.a))
@@ -136,6 +176,10 @@ class _Model:
                     self.hbm_rows[k].append((xv, v.size))
                 # offloading gap gi needs the copy, made at or before it
                 m.row([(xv, 1.0)] + [(f2, -1.0) for f2 in firsts[t]], -math.inf, 0)
+            if g.a < 0:
+                # an argument's copy is free only when it starts in t: its first gap offloaded
+                # there (else it is copied out later, charged at that gap)
+                m.row([(f, 1.0)] + [(o[0], -1.0) for o in opts if o[1] == t], -math.inf, 0)
         m.row([(o[0], 1.0) for o in opts], 1, 1)
         return opts
 
@@ -165,6 +209,7 @@ class _Model:
                         plan.prefetch[vi][gi] = p
                         if t is not None:
                             plan.tier[vi] = t
+                        if p is not None:
                             plan.reasons[(vi, gi)] = "the ILP optimum"
         return plan
 

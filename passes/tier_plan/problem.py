@@ -38,6 +38,19 @@ definition d and must be done when the HBM copy is freed after step a (the first
 exposed max(0, bytes / bw(hbm, T) - compute(d+1..a)). Transfers are assumed not to slow each
 other down (one copy engine per transfer; a documented simplification). The objective is the sum
 of exposed times (`offload_cost` per value, `plan_cost` in all).
+
+Recompute
+---------
+A gap (a, b] (not a tail, unless it runs to the return) may also be RECOMPUTE (the prefetch point
+`RECOMPUTE`): the HBM copy is freed after step a and the value's defining op runs again right
+before step b, so the value is in HBM at b only (like a prefetch issued at b), plus `Value.extra`
+transient bytes there (the constants its recompute rebuilds on the way). It costs
+`Value.recompute` seconds of compute (the op's modeled time), counted as fully exposed: a
+recompute runs on the compute stream, and the time it adds is not credited to the windows that
+hide transfers (a conservative simplification). Its inputs (`Value.inputs`) must be in HBM at b
+under the plan: kept there, or prefetched or recomputed for b in turn (`in_hbm`); inputs computed
+from constants alone are rebuilt with it and are not listed. A value computed from constants alone
+(`Value.never_moved`) has no offload copy: each of its gaps is kept or recomputed.
 """
 
 from __future__ import annotations
@@ -49,6 +62,8 @@ from dataclasses import dataclass, field
 # the tiers a value can be offloaded to, in the order the greedy solver tries them (host first:
 # the faster link)
 OFFLOAD_TIERS = ("host", "nvme")
+# the prefetch point of a gap whose value is recomputed before its next need (see Recompute)
+RECOMPUTE = -1
 
 
 @dataclass
@@ -61,6 +76,10 @@ class Value:
     needs: list[int]            # sorted steps that read it in HBM (after `define`)
     end: int                    # last step it is live (K: to the return)
     home: str | None = None     # an argument's declared offload tier (must start there)
+    recompute: float | None = None   # seconds one recompute takes (None: cannot be recomputed)
+    inputs: list[int] = field(default_factory=list)  # values that must be in HBM to recompute it
+    extra: int = 0              # transient bytes a recompute needs besides the value itself
+    never_moved: bool = False   # computed from constants alone: kept or recomputed, never moved
 
     @property
     def is_arg(self) -> bool:
@@ -130,8 +149,33 @@ def gaps_of(v: Value, vi: int) -> list[Gap]:
 
 def hbm_start(g: Gap, p: int | None) -> int:
     """First step of gap `g` at which the value is in HBM under prefetch point `p` (steps
-    g.a+1..g.b; > g.b: never)."""
-    return g.a + 1 if p is None else p
+    g.a+1..g.b; > g.b: never; a recompute: g.b)."""
+    if p is None:
+        return g.a + 1
+    return g.b if p == RECOMPUTE else p
+
+
+def can_recompute(prob: Problem, g: Gap) -> bool:
+    """Whether gap `g` may be RECOMPUTE: long enough to free a step, not a tail unless it runs to
+    the return (recomputed for it), and every input of the value alive at the need (defined
+    before it, not yet freed)."""
+    v = prob.values[g.value]
+    if v.recompute is None or g.b - g.a < 2 or g.b > prob.steps \
+            or (g.tail and g.b != prob.steps):
+        return False
+    return all(prob.values[u].define < g.b <= prob.values[u].end for u in v.inputs)
+
+
+def in_hbm(prob: Problem, plan: Plan, ui: int, k: int) -> bool:
+    """Whether value `ui` is in HBM at step k under `plan` (at its definition, or inside the HBM
+    part of the gap that holds k)."""
+    u = prob.values[ui]
+    if u.define == k:
+        return True
+    for g, p in zip(gaps_of(u, ui), plan.prefetch[ui], strict=True):
+        if g.a < k <= g.b:
+            return hbm_start(g, p) <= k
+    return False
 
 
 @dataclass
@@ -170,6 +214,8 @@ def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
             lo = hbm_start(g, p)
             for k in range(lo, min(g.b, K) + 1):
                 occ["hbm"][k] += v.size
+            if p == RECOMPUTE:
+                occ["hbm"][g.b] += v.extra
         t = plan.tier[vi]
         if t is not None:
             lo = 0 if v.is_arg else v.define + 1
@@ -181,11 +227,15 @@ def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
 def offload_cost(prob: Problem, v: Value, tier: str, gaps: Sequence[Gap],
                  prefetch: Sequence[int | None]) -> float:
     """One value's exposed transfer time: the copy out before its first offloaded gap, plus each
-    offloaded gap's prefetch (a gap that runs to the end of the program has none). The objective
-    both solvers minimize, summed over values."""
+    offloaded gap's prefetch (a gap that runs to the end of the program has none), plus the
+    compute of each recompute. The objective both solvers minimize, summed over values."""
     total, first = 0.0, True
     for g, p in zip(gaps, prefetch, strict=True):
         if p is None:
+            continue
+        if p == RECOMPUTE:
+            assert v.recompute is not None
+            total += v.recompute
             continue
         if first:
             total += prob.out_cost(v, tier, g.a)
@@ -196,14 +246,14 @@ def offload_cost(prob: Problem, v: Value, tier: str, gaps: Sequence[Gap],
 
 
 def plan_cost(prob: Problem, plan: Plan) -> float:
-    """The objective: the exposed transfer time of every offloaded value."""
+    """The objective: the exposed transfer time of every offloaded value and the time of every
+    recompute."""
     total = 0.0
     for vi, v in enumerate(prob.values):
         t = plan.tier[vi]
         if t is None:
-            assert all(p is None for p in plan.prefetch[vi])
-            continue
-        total += offload_cost(prob, v, t, gaps_of(v, vi), plan.prefetch[vi])
+            assert all(p is None or p == RECOMPUTE for p in plan.prefetch[vi])
+        total += offload_cost(prob, v, t or "host", gaps_of(v, vi), plan.prefetch[vi])
     return total
 
 
@@ -222,7 +272,16 @@ def live_at(prob: Problem, plan: Plan, k: int) -> list[tuple[int, int]]:
 
 def check_plan(prob: Problem, plan: Plan, eps: float = 1e-6) -> None:
     """Raise AssertionError when `plan` overflows a tier at some step (for tests and benchmarks:
-    a solver's own result is feasible by construction)."""
+    a solver's own result is feasible by construction), or recomputes a value whose inputs are
+    not in HBM where it runs, or moves a value that must not be moved."""
+    for vi, v in enumerate(prob.values):
+        assert not (v.never_moved and plan.tier[vi] is not None), f"{v.name} is moved"
+        for g, p in zip(gaps_of(v, vi), plan.prefetch[vi], strict=True):
+            if p == RECOMPUTE:
+                assert can_recompute(prob, g), f"{v.name} cannot be recomputed at {g.b}"
+                for u in v.inputs:
+                    assert in_hbm(prob, plan, u, g.b), \
+                        f"{v.name} recomputed at {g.b} without {prob.values[u].name} in HBM"
     occ = occupancy(prob, plan)
     for t, ys in occ.items():
         for k, y in enumerate(ys):

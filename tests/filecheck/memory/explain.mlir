@@ -5,7 +5,7 @@
 // CHECK: [annotate-lifetimes] {{.*}}explain.mlir:19:1: live range of %x: argument, last used by lamina.add at {{.*}}explain.mlir:25:3; spans 6 op(s), 16384 bytes; freed after it
 // CHECK: [assign-memory-tiers] {{.*}}: copy %x (16384 B) to host as soon as it exists: HBM is over capacity
 // CHECK: [assign-memory-tiers] {{.*}}explain.mlir:25:3: prefetch %x (16384 B) from host, issued {{[0-9]+}} op(s) before this use: HBM is over capacity
-// CHECK: [assign-memory-tiers] {{.*}}: @f: {{[0-9]+}} move(s), modeled exposed transfer time
+// CHECK: [assign-memory-tiers] {{.*}}: @f: {{[0-9]+}} move(s), {{[0-9]+}} recompute(s), modeled exposed transfer and recompute time
 
 // IR: %[[H:[0-9]+]] = lamina.move %x to host
 // IR: lamina.free %x
