@@ -1,6 +1,6 @@
 """`fuse-elementwise`: group op-table ops into `lamina.fused` kernels.
 
-    -p 'fuse-elementwise{max-group-size=256 reduction-fusion=true explain=false}'
+    -p 'fuse-elementwise{max-group-size=256 reduction-fusion=true target=tiny explain=false}'
 
 Everything the pass knows about an op comes from the op table (`OpInfo.fusion`, its attribute specs
 and sharding rule); the pass keeps no list of op names.
@@ -44,6 +44,12 @@ Legality rule (when op `c` may join the group G of a producer `p`)
    contracted graph kept in topological order as they merge (`fusion_groups`), and a merge is
    refused if and only if such a path exists; the op the refusal names lies on it.
 6. Size. A group holds at most `max-group-size` ops (constants not counted).
+7. Working set. With `target=NAME` (set by the pipeline from a later pass's target when not
+   written, see `lamina.passes.pipeline`), a kernel's working set must fit the target's fastest
+   tier, sram: the bytes of its intermediates (member results nothing outside reads; what
+   `assign-memory-tiers` charges to SRAM, and an upper bound when frees inside the body end
+   some early) stay within the sram capacity. A merge that would exceed it is refused, so the
+   group is split there, and `--explain` says so with the bytes. Checked before rule 5.
 
 A fused op is left out when its group has a single op (fusion would save nothing), so running the
 pass twice changes nothing: `lamina.fused` ops are boundaries for the second run.
@@ -66,10 +72,12 @@ from typing import ClassVar
 from lamina.analysis.fusion import build_fused, row_split
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
+from lamina.analysis.sizes import fmt_bytes
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp, ancestor_in
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
+from lamina.ir.target import load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, join_spaces
 from xdsl.context import Context
@@ -86,11 +94,21 @@ class FuseElementwise(LaminaPass):
     minimums: ClassVar[dict[str, int]] = {"max_group_size": 1}
     max_group_size: int = 256
     reduction_fusion: bool = True
+    target: str = ""
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
+        sram = _sram_capacity(self.target) if self.target else None
         for op in list(module.walk()):
             if isinstance(op, FuncOp) and op.body.blocks:
-                _FuncFusion(self, op, log).run()
+                _FuncFusion(self, op, log, sram).run()
+
+
+def _sram_capacity(spec: str) -> tuple[str, int] | None:
+    """(target name, bytes) of the fastest tier of target `spec`, when it has an sram tier."""
+    target = load_target(spec)
+    if not any(t.name == "sram" for t in target.tiers):
+        return None
+    return target.name, int(target.tier("sram").capacity)
 
 
 # -- classification (rule 1) and an op's own group --
@@ -151,8 +169,10 @@ def _uniform_encoding(op: Operation) -> tuple[bool, Attribute | None]:
 class _FuncFusion:
     """One function: grow groups in one walk over its ops, then build their fused ops."""
 
-    def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None) -> None:
+    def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None,
+                 sram: tuple[str, int] | None = None) -> None:
         self.opts = opts
+        self.sram = sram
         self.log = log
         self.block: Block = func.body.block
         self.ops: list[Operation] = list(self.block.ops)
@@ -237,7 +257,12 @@ class _FuncFusion:
         if isinstance(merged, str):
             return merged
         space, hoist = merged
-        through = self.groups.merge(mine, other, space, hoist)
+        inner = self.groups.inner_after(mine, other)
+        if self.sram is not None and inner[0] > self.sram[1]:
+            return (f"split here: the kernel's working set would be {fmt_bytes(inner[0])} "
+                    f"({inner[0]} B), over the {fmt_bytes(self.sram[1])} sram of target "
+                    f"'{self.sram[0]}'")
+        through = self.groups.merge(mine, other, space, hoist, inner)
         if through is not None:
             return f"would create a cycle through {self.nm(through).split(' = ')[0]}"
         return None

@@ -16,10 +16,15 @@ merge instead of the whole function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lamina.analysis.graph import ContractedDag
-from xdsl.ir import Attribute, Operation
+from lamina.analysis.sizes import local_bytes
+from lamina.ir.memory import FreeOp
+from lamina.ir.opbase import LaminaOp
+from lamina.ir.optable import Fusion
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Attribute, Operation, SSAValue
 
 
 @dataclass
@@ -85,6 +90,8 @@ class Group:
     size: int
     encoding: Attribute | None
     members: list[Operation]
+    inner: int = 0       # bytes of the kernel's intermediates (see `Groups.inner_after`)
+    consts: set[Operation] = field(default_factory=set)   # constants it reads (cloned into it)
 
 
 class Groups:
@@ -101,6 +108,10 @@ class Groups:
         self.by_root: dict[int, Group] = {}
         self.members: set[Operation] = set()     # ops in some group (singletons included)
         self.hoisted: set[Operation] = set()     # members computed once per kernel, not per tile
+        # per member result, its uses by ops outside its group (a `lamina.free` not counted:
+        # a free of a value used only inside a kernel moves into it)
+        self.outside: dict[SSAValue, int] = {}
+        self.anchor = ops[0] if ops else None
 
     def enter(self, op: Operation) -> None:
         """Add `op`'s edges from its operands' producers in the block to the graph."""
@@ -114,7 +125,46 @@ class Groups:
         """Start `op`'s own group."""
         i = self.pos[op]
         self.members.add(op)
-        self.by_root[i] = Group(i, space, 1, encoding, [op])
+        inner = 0
+        for r in op.results:
+            n = sum(1 for u in r.uses if not isinstance(u.operation, FreeOp))
+            self.outside[r] = n
+            if n == 0:
+                inner += self._bytes(r)
+        consts: set[Operation] = {v.owner for v in op.operands if isinstance(v.owner, LaminaOp)
+                  and v.owner.info.fusion == Fusion.SOURCE}
+        inner += sum(self._bytes(r) for c in consts for r in c.results)
+        self.by_root[i] = Group(i, space, 1, encoding, [op], inner, consts)
+
+    def _bytes(self, v: SSAValue) -> int:
+        return local_bytes(v, self.anchor) if isinstance(v.type, TensorType) and \
+            self.anchor is not None else 0
+
+    def inner_after(self, mine: Group, other: Group) -> tuple[int, dict[SSAValue, int]]:
+        """The bytes of the intermediates of the kernel `mine` and `other` would make: member
+        results no op outside reads and the constants cloned into it (`intermediate_bytes` of
+        its fused op, or an upper bound of it, as frees inside a kernel only lower it), and the
+        outside use counts that change. O(the smaller group's members and
+        their uses): merges go small into large, so all merges of a walk cost O(uses x log)."""
+        small, big = sorted((mine, other), key=lambda g: len(g.members))
+        root, find, pos = big.root, self.dag.find, self.pos
+        counts: dict[SSAValue, int] = {}
+
+        def in_big(op: Operation) -> bool:
+            return op in self.members and find(pos[op]) == root
+
+        for m in small.members:
+            for v in m.operands:
+                p = v.owner
+                if isinstance(p, Operation) and in_big(p):
+                    counts[v] = counts.get(v, self.outside[v]) - 1
+            for r in m.results:
+                for u in r.uses:
+                    if in_big(u.operation):
+                        counts[r] = counts.get(r, self.outside[r]) - 1
+        inner = mine.inner + other.inner + sum(self._bytes(v) for v, n in counts.items() if n == 0)
+        inner -= sum(self._bytes(r) for c in small.consts if c in big.consts for r in c.results)
+        return inner, counts
 
     def root_of(self, op: Operation) -> int:
         """The root of a member's group."""
@@ -126,10 +176,11 @@ class Groups:
             return None
         return self.by_root.get(self.dag.find(self.pos[op]))
 
-    def merge(self, mine: Group, other: Group, space: Space, hoist: Group | None
-              ) -> Operation | None:
+    def merge(self, mine: Group, other: Group, space: Space, hoist: Group | None,
+              inner: tuple[int, dict[SSAValue, int]] | None = None) -> Operation | None:
         """Make one group over `space` of `mine` and `other` (the lower root stays the root);
-        `hoist`, one of the two, becomes computed once per kernel. Unless that would close a
+        `hoist`, one of the two, becomes computed once per kernel; `inner` is `inner_after`'s
+        answer when the caller has it. Unless that would close a
         cycle: then nothing changes and the result is an op outside both groups on such a path.
 
         `mine` holds the op being walked and `other` a group it reads, so a cycle can only run
@@ -140,12 +191,19 @@ class Groups:
             return self._through(mine, other)
         if hoist is not None:
             self.hoisted.update(hoist.members)
+        total, counts = inner if inner is not None else self.inner_after(mine, other)
+        self.outside.update(counts)
+        keep.inner = total
         del self.by_root[drop.root]
         keep.space = space
         keep.size = mine.size + other.size
-        small, big = sorted((mine.members, other.members), key=len)
-        big.extend(small)
-        keep.members = big
+        small, big = sorted((mine, other), key=lambda g: len(g.members))
+        big.members.extend(small.members)
+        keep.members = big.members
+        if len(big.consts) < len(small.consts):
+            big, small = small, big
+        big.consts |= small.consts
+        keep.consts = big.consts
         return None
 
     def _through(self, mine: Group, other: Group) -> Operation:
