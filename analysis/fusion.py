@@ -8,6 +8,7 @@ of them read these definitions, so they cannot disagree on what a group is.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
@@ -56,6 +57,28 @@ def iteration_domain(op: LaminaOp) -> tuple[int, ...]:
         assert x is not None
         return _shape(x)
     return _shape(op.results[0])
+
+
+def least_tiles(lead: tuple[int, ...], reduced: bool) -> int:
+    """How many tiles a kernel over rows `lead` (`reduced`: a row-reduction group, whose rows
+    stay whole) or over the loop domain `lead` can be cut into at most: one per row, or for a
+    loop its innermost rows (single elements when it is one-dimensional). A kernel's least
+    working set is one such tile's share of its intermediates."""
+    if reduced:
+        return max(1, math.prod(lead))
+    return max(1, math.prod(lead if len(lead) <= 1 else lead[:-1]))
+
+
+def fused_least_tiles(op: FusedOp) -> int:
+    """`least_tiles` of a built fused op, from its members' iteration domains."""
+    members = body_ops(op)
+    for m in members:
+        k = row_split(m) if m.info.fusion == Fusion.REDUCTION else None
+        if k is not None:
+            s = iteration_domain(m)
+            return least_tiles(s[: len(s) - k], True)
+    full = max((iteration_domain(m) for m in members), key=math.prod, default=())
+    return least_tiles(full, False)
 
 
 def body_ops(op: FusedOp) -> list[LaminaOp]:

@@ -167,6 +167,7 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
             fixed["sram"][i] += sram_bytes(o, target)
     values: list[SSAValue] = []
     model: list[Value] = []
+    placed: dict[str, list[int]] = {}   # per tier, the changes of its placed bytes per step
     for v, d in [*((a, -1) for a in block.args),
                  *((r, i) for i, o in enumerate(steps) for r in o.results)]:
         size = local_bytes(v, func)
@@ -176,8 +177,11 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
         if declared_off and (d >= 0 and (isinstance(v.owner, MoveOp) or tier == "sram")):
             # a value the program already put in a tier (an explicit move, or sram): fixed
             assert tier is not None
-            for k in range(d, min(end, K) + 1):
-                fixed.setdefault(tier, [0.0] * (K + 1))[k] += size
+            # added up at the end from differences: a value that lives to the return would
+            # cost O(K) here, O(K^2) over a program of them
+            spans = placed.setdefault(tier, [0] * (K + 2))
+            spans[d] += size
+            spans[min(end, K) + 1] -= size
             continue
         if tier in OFFLOAD_TIERS and tier not in bandwidth:
             raise error_at(func, f"assign-memory-tiers: {names(v)} is in tier '{tier}', which "
@@ -185,6 +189,13 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
         values.append(v)
         model.append(Value(names(v), size, d, sorted(n for n in needs if n > d), end,
                            home=tier if d < 0 and tier in OFFLOAD_TIERS else None))
+    for tier, spans in placed.items():
+        ys = fixed.setdefault(tier, [0.0] * (K + 1))
+        run = 0
+        for k in range(K + 1):
+            run += spans[k]
+            if run:
+                ys[k] += run
     compute = [step_time(o, target, func) for o in steps]
     prob = Problem(K, compute, model, capacity, bandwidth, fixed)
     fm = FuncModel(func, steps, ret, values, prob, constant_chains(steps), depth)

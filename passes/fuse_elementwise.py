@@ -1,6 +1,6 @@
 """`fuse-elementwise`: group op-table ops into `lamina.fused` kernels.
 
-    -p 'fuse-elementwise{max-group-size=256 reduction-fusion=true explain=false}'
+    -p 'fuse-elementwise{max-group-size=256 reduction-fusion=true target=tiny explain=false}'
 
 Everything the pass knows about an op comes from the op table (`OpInfo.fusion`, its attribute specs
 and sharding rule); the pass keeps no list of op names.
@@ -46,10 +46,20 @@ Legality rule (when op `c` may join the group G of a producer `p`)
    and `b` `[[model]]` is one kernel after propagate-sharding. An op mixing tiers, or placed and
    unplaced values, stays alone.
 5. No cycles. Merging must not create a path that leaves the group and comes back
-   (G -> outside op -> c). Checked by a backward search from c's (and, when two groups merge, both
-   groups') outside producers, cut off at the group's first op position, bounded in effort
-   (when the bound is hit the merge is refused, which is always safe).
+   (G -> outside op -> c). Checked exactly, with no search budget: the groups are nodes of a
+   contracted graph kept in topological order as they merge (`fusion_groups`), and a merge is
+   refused if and only if such a path exists; the op the refusal names lies on it.
 6. Size. A group holds at most `max-group-size` ops (constants not counted).
+7. Working set. With `target=NAME` (set by the pipeline from a later pass's target when not
+   written, see `lamina.passes.pipeline`), a kernel must be able to run in the target's fastest
+   tier, sram. A kernel runs tile by tile, so what must fit is its least tile: the bytes of its
+   intermediates (member results nothing outside reads, cloned constants; an upper bound when
+   frees inside the body end some early) for one row of its iteration space (`least_tiles`:
+   a row-reduction group's rows stay whole). `assign-memory-tiers` then charges the kernel at
+   most the whole sram (it sizes its tiles to fit, `lamina.analysis.fusion.sram_bytes`), so a
+   program that fits its target unfused still fits fused. A merge whose row would not fit is
+   refused, so the group is split there, and `--explain` says so with the bytes. Checked
+   before rule 5.
 
 A fused op is left out when its group has a single op (fusion would save nothing), so running the
 pass twice changes nothing: `lamina.fused` ops are boundaries for the second run.
@@ -60,7 +70,7 @@ boundary, one line each.
 This file reads in the order the pass works: classifying an op (`_classify`), the walk that grows
 groups (`_FuncFusion`, which checks a merge in the order of the rule: placement, size, spaces and
 edges (`_merged_space`, `_edge_problem`), cycles), and building the fused ops and re-ordering the
-block (`_FuncFusion.build`). The groups themselves, their spaces and the cycle search live in
+block (`_FuncFusion.build`). The groups themselves, their spaces and the cycle check live in
 `fusion_groups`; a group's fused op is built by `lamina.analysis.fusion.build_fused`.
 """
 
@@ -69,15 +79,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.analysis.fusion import build_fused, placement_key, row_split
+from lamina.analysis.fusion import build_fused, least_tiles, placement_key, row_split
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
+from lamina.analysis.sizes import fmt_bytes
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp, ancestor_in
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
+from lamina.ir.target import load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
-from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, find_cycle, join_spaces
+from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, join_spaces
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -92,11 +104,21 @@ class FuseElementwise(LaminaPass):
     minimums: ClassVar[dict[str, int]] = {"max_group_size": 1}
     max_group_size: int = 256
     reduction_fusion: bool = True
+    target: str = ""
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
+        sram = _sram_capacity(self.target) if self.target else None
         for op in list(module.walk()):
             if isinstance(op, FuncOp) and op.body.blocks:
-                _FuncFusion(self, op, log).run()
+                _FuncFusion(self, op, log, sram).run()
+
+
+def _sram_capacity(spec: str) -> tuple[str, int] | None:
+    """(target name, bytes) of the fastest tier of target `spec`, when it has an sram tier."""
+    target = load_target(spec)
+    if not any(t.name == "sram" for t in target.tiers):
+        return None
+    return target.name, int(target.tier("sram").capacity)
 
 
 # -- classification (rule 1) and an op's own group --
@@ -144,8 +166,10 @@ def _own_space(op: LaminaOp) -> Space:
 class _FuncFusion:
     """One function: grow groups in one walk over its ops, then build their fused ops."""
 
-    def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None) -> None:
+    def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None,
+                 sram: tuple[str, int] | None = None) -> None:
         self.opts = opts
+        self.sram = sram
         self.log = log
         self.block: Block = func.body.block
         self.ops: list[Operation] = list(self.block.ops)
@@ -155,6 +179,7 @@ class _FuncFusion:
 
     def run(self) -> None:
         for op in self.ops:
+            self.groups.enter(op)
             if self.classify(op)[0] != "fuse":
                 continue
             assert isinstance(op, LaminaOp)
@@ -216,8 +241,8 @@ class _FuncFusion:
     def try_merge(self, op: LaminaOp, mine: Group, other: Group) -> str | None:
         """Merge `other` (a producer's group) into `mine` (op's group), or say why not.
 
-        The checks run in the legality rule's order, cheapest first; the cycle search, the only
-        one that is not O(1) in the group sizes, runs last."""
+        The checks run in the legality rule's order, cheapest first; the cycle check, the only
+        one that is not O(1), runs last, with the merge itself."""
         if mine.key != other.key:
             return "different meshes or memory tiers"
         if mine.size + other.size > self.opts.max_group_size:
@@ -229,10 +254,15 @@ class _FuncFusion:
         if isinstance(merged, str):
             return merged
         space, hoist = merged
-        through = find_cycle(self.groups, mine, other)
+        inner = self.groups.inner_after(mine, other)
+        tile = -(-inner[0] // least_tiles(space.lead, space.rows))
+        if self.sram is not None and tile > self.sram[1]:
+            return (f"split here: one row of the kernel would hold {fmt_bytes(tile)} "
+                    f"({tile} B) of intermediates, over the {fmt_bytes(self.sram[1])} sram of "
+                    f"target '{self.sram[0]}'")
+        through = self.groups.merge(mine, other, space, hoist, inner)
         if through is not None:
             return f"would create a cycle through {self.nm(through).split(' = ')[0]}"
-        self.groups.merge(mine, other, space, hoist)
         return None
 
     def merged_space(self, op: LaminaOp, mine: Group, other: Group, in_other: list[SSAValue]
@@ -265,9 +295,7 @@ class _FuncFusion:
         if not fused_groups:
             return
         term = self.block.last_op
-        order = self.acyclic_order(fused_groups)
-        if order is None:
-            return
+        order = self.block_order(fused_groups)
         self.drop_inner_frees(fused_groups)
         new_ops = {r: self.make_fused(members) for r, members in fused_groups.items()}
         self.reorder(order, new_ops, term)
@@ -277,29 +305,21 @@ class _FuncFusion:
                 op.detach()
                 op.erase()
 
-    def acyclic_order(self, fused_groups: dict[int, list[Operation]]) -> list[int] | None:
-        """The block's order with each group contracted to one node; None if no group is left.
+    def block_order(self, fused_groups: dict[int, list[Operation]]) -> list[int]:
+        """The block's order with each group contracted to one node.
 
-        The position-bounded cycle search of the walk can miss a path through a group spanning
-        its bound: then in every cycle of groups the latest group is dissolved (its ops stay
-        unfused, which is always legal) and the order is computed again."""
+        The walk merged only groups whose contraction keeps the graph acyclic (rule 5; the
+        check is exact), and a `lamina.free` (ordered after its value's users) has no users of
+        its own, so no node can be left out."""
         groups, pos = self.groups, self.groups.pos
 
         def node_of(op: Operation) -> int:
             r = groups.root_of(op) if op in groups.members else -1
             return r if r in fused_groups else -(pos[op] + 2)
 
-        while True:
-            order, left, succs = contracted_order(self.ops, node_of, _free_after)
-            if not left:
-                return order
-            for scc in _cycles(set(left), succs):
-                r = max(n for n in scc if n >= 0 and n in fused_groups)
-                self.explain(fused_groups[r][0], f"not fused: group of {len(fused_groups[r])} "
-                             "ops dissolved, it would form a cycle with another group")
-                del fused_groups[r]
-            if not fused_groups:
-                return None
+        order, left, _ = contracted_order(self.ops, node_of, _free_after)
+        assert not left, "fuse-elementwise formed groups that make a cycle"
+        return order
 
     def drop_inner_frees(self, fused_groups: dict[int, list[Operation]]) -> None:
         """A `lamina.free` (annotate-lifetimes) of a value every user of which is in the value's
@@ -401,52 +421,3 @@ def _broadcast_keeps_rows(op: LaminaOp, s: tuple[int, ...], f: str, out_form: st
     return (s == _shape(op.results[0]) and dims == list(range(len(s)))) or \
         (f == "rowvec" and space.rows and dims == list(range(len(space.lead)))) or \
         (f == "rowscalar" and out_form == "full" and dims == list(range(len(s))))
-
-
-def _cycles(nodes: set[int], succs: dict[int, set[int]]) -> list[list[int]]:
-    """Strongly connected components with more than one node (iterative Tarjan), restricted to
-    `nodes`, in a deterministic order."""
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on: set[int] = set()
-    stack: list[int] = []
-    out: list[list[int]] = []
-    counter = 0
-    for start in sorted(nodes):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(s for s in succs[start] if s in nodes)))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on.add(start)
-        while work:
-            v, it = work[-1]
-            advanced = False
-            for w in it:
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(s for s in succs[w] if s in nodes))))
-                    advanced = True
-                    break
-                if w in on:
-                    low[v] = min(low[v], index[w])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    out.append(comp)
-    return out

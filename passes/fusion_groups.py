@@ -2,22 +2,29 @@
 
 `fuse_elementwise` decides whether an op may join a producer's group (its legality rule); this
 module holds the groups themselves. A `Groups` keeps one function's groups: which group an op is
-in (a union-find over the ops' program positions), each group's iteration space (`Space`),
-placement, size and span of positions, and the ops computed once per kernel ("hoisted"). A merge
-is O(1) apart from moving the smaller member list. `find_cycle` asks whether merging two groups
-would close a path that leaves the merged group and comes back; it searches the contracted graph
-(each multi-op group is one node) and uses the groups' spans to stop early (`Groups.bound`).
+in, each group's iteration space (`Space`), placement and size, and the ops computed once per
+kernel ("hoisted").
+
+Merging two groups must not close a path that leaves the merged group and comes back (rule 5 of
+the pass). The groups live in a `ContractedDag` over the ops' positions (each group one node),
+which keeps a topological order of the contracted graph as groups merge; a merge is checked and
+made by `Groups.merge`, exactly: it is refused if and only if such a path exists, and the op it
+names lies on one. The check searches only the nodes between the two groups in that order, so
+on a chain, or on a stack of layers whose groups take turns, it visits a handful of nodes per
+merge instead of the whole function.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from lamina.analysis.graph import UnionFind
-from xdsl.ir import Operation
-
-# How many ops one cycle search may visit before it gives up (and the merge is refused)
-SEARCH_LIMIT = 1024
+from lamina.analysis.graph import ContractedDag
+from lamina.analysis.sizes import local_bytes
+from lamina.ir.memory import FreeOp
+from lamina.ir.opbase import LaminaOp
+from lamina.ir.optable import Fusion
+from xdsl.dialects.builtin import TensorType
+from xdsl.ir import Operation, SSAValue
 
 
 @dataclass
@@ -75,115 +82,139 @@ def broadcasts_into(s: tuple[int, ...], d: tuple[int, ...]) -> bool:
 
 @dataclass
 class Group:
-    """One group under construction; `root` is its union-find root (a position)."""
+    """One group under construction; `root` is its node's root in the `ContractedDag` (the
+    position of its earliest member)."""
 
     root: int
     space: Space
     size: int
-    first: int           # position of the earliest member
     key: object          # placement_key: the mesh and tier every member shares
     members: list[Operation]
-    last: int = -1       # position of the latest member
-
-
-class _MinTree:
-    """Range-minimum over positions with point updates (a segment tree), for `Groups.bound`.
-
-    Slot i holds the `first` of the multi-member group whose latest member is at position i."""
-
-    def __init__(self, n: int) -> None:
-        self.size = 1
-        while self.size < max(n, 1):
-            self.size *= 2
-        self.inf = n
-        self.tree = [n] * (2 * self.size)
-
-    def set(self, i: int, value: int) -> None:
-        i += self.size
-        self.tree[i] = value
-        i //= 2
-        while i:
-            self.tree[i] = min(self.tree[2 * i], self.tree[2 * i + 1])
-            i //= 2
-
-    def min_from(self, lo: int) -> int:
-        """min over slots lo .. n-1."""
-        res = self.inf
-        lo += self.size
-        hi = 2 * self.size
-        while lo < hi:
-            if lo & 1:
-                res = min(res, self.tree[lo])
-                lo += 1
-            if hi & 1:
-                hi -= 1
-                res = min(res, self.tree[hi])
-            lo //= 2
-            hi //= 2
-        return res
+    inner: int = 0       # bytes of the kernel's intermediates (see `Groups.inner_after`)
+    consts: set[Operation] = field(default_factory=set)   # constants it reads (cloned into it)
 
 
 class Groups:
-    """The groups of one function's ops (`ops` in program order; positions index it)."""
+    """The groups of one function's ops (`ops` in program order; positions index it).
+
+    Ops enter the graph one by one in program order (`enter`), each before it starts a group or
+    merges, so the graph holds exactly the ops walked so far; ops not walked yet come after all
+    of them and cannot lie on a path between two groups."""
 
     def __init__(self, ops: list[Operation]) -> None:
         self.ops = ops
         self.pos: dict[Operation, int] = {op: i for i, op in enumerate(ops)}
-        self.uf: UnionFind[int] = UnionFind()
+        self.dag = ContractedDag(len(ops))
         self.by_root: dict[int, Group] = {}
         self.members: set[Operation] = set()     # ops in some group (singletons included)
         self.hoisted: set[Operation] = set()     # members computed once per kernel, not per tile
-        self.spans = _MinTree(len(ops))
+        # per member result, its uses by ops outside its group (a `lamina.free` not counted:
+        # a free of a value used only inside a kernel moves into it)
+        self.outside: dict[SSAValue, int] = {}
+        self.anchor = ops[0] if ops else None
+
+    def enter(self, op: Operation) -> None:
+        """Add `op`'s edges from its operands' producers in the block to the graph."""
+        i, pos = self.pos[op], self.pos
+        for v in op.operands:
+            p = v.owner
+            if isinstance(p, Operation) and p in pos:
+                self.dag.add_edge(pos[p], i)
 
     def add(self, op: Operation, space: Space, key: object) -> None:
         """Start `op`'s own group."""
         i = self.pos[op]
         self.members.add(op)
-        self.by_root[i] = Group(i, space, 1, i, key, [op], i)
+        inner = 0
+        for r in op.results:
+            n = sum(1 for u in r.uses if not isinstance(u.operation, FreeOp))
+            self.outside[r] = n
+            if n == 0:
+                inner += self._bytes(r)
+        consts: set[Operation] = {v.owner for v in op.operands if isinstance(v.owner, LaminaOp)
+                  and v.owner.info.fusion == Fusion.SOURCE}
+        inner += sum(self._bytes(r) for c in consts for r in c.results)
+        self.by_root[i] = Group(i, space, 1, key, [op], inner, consts)
+
+    def _bytes(self, v: SSAValue) -> int:
+        return local_bytes(v, self.anchor) if isinstance(v.type, TensorType) and \
+            self.anchor is not None else 0
+
+    def inner_after(self, mine: Group, other: Group) -> tuple[int, dict[SSAValue, int]]:
+        """The bytes of the intermediates of the kernel `mine` and `other` would make: member
+        results no op outside reads and the constants cloned into it (`intermediate_bytes` of
+        its fused op, or an upper bound of it, as frees inside a kernel only lower it), and the
+        outside use counts that change. O(the smaller group's members and
+        their uses): merges go small into large, so all merges of a walk cost O(uses x log)."""
+        small, big = sorted((mine, other), key=lambda g: len(g.members))
+        root, find, pos = big.root, self.dag.find, self.pos
+        counts: dict[SSAValue, int] = {}
+
+        def in_big(op: Operation) -> bool:
+            return op in self.members and find(pos[op]) == root
+
+        for m in small.members:
+            for v in m.operands:
+                p = v.owner
+                if isinstance(p, Operation) and in_big(p):
+                    counts[v] = counts.get(v, self.outside[v]) - 1
+            for r in m.results:
+                for u in r.uses:
+                    if in_big(u.operation):
+                        counts[r] = counts.get(r, self.outside[r]) - 1
+        inner = mine.inner + other.inner + sum(self._bytes(v) for v, n in counts.items() if n == 0)
+        inner -= sum(self._bytes(r) for c in small.consts if c in big.consts for r in c.results)
+        return inner, counts
 
     def root_of(self, op: Operation) -> int:
         """The root of a member's group."""
-        return self.uf.find(self.pos[op])
+        return self.dag.find(self.pos[op])
 
     def of(self, op: Operation | None) -> Group | None:
         """The group `op` is in, or None when it is in none."""
         if op is None or op not in self.members:
             return None
-        return self.by_root.get(self.uf.find(self.pos[op]))
+        return self.by_root.get(self.dag.find(self.pos[op]))
 
-    def in_roots(self, p: Operation, roots: set[int]) -> bool:
-        return p in self.members and self.uf.find(self.pos[p]) in roots
-
-    def merge(self, mine: Group, other: Group, space: Space, hoist: Group | None) -> None:
+    def merge(self, mine: Group, other: Group, space: Space, hoist: Group | None,
+              inner: tuple[int, dict[SSAValue, int]] | None = None) -> Operation | None:
         """Make one group over `space` of `mine` and `other` (the lower root stays the root);
-        `hoist`, one of the two, becomes computed once per kernel."""
+        `hoist`, one of the two, becomes computed once per kernel; `inner` is `inner_after`'s
+        answer when the caller has it. Unless that would close a
+        cycle: then nothing changes and the result is an op outside both groups on such a path.
+
+        `mine` holds the op being walked and `other` a group it reads, so a cycle can only run
+        from `other` to a producer of `mine`'s members; the op named is the first such producer
+        (members in group order, operands in order), the same the pass always named."""
+        keep, drop = (mine, other) if mine.root < other.root else (other, mine)
+        if not self.dag.contract(keep.root, drop.root):
+            return self._through(mine, other)
         if hoist is not None:
             self.hoisted.update(hoist.members)
-        keep, drop = (mine, other) if mine.root < other.root else (other, mine)
-        self.uf.union(keep.root, drop.root)
+        total, counts = inner if inner is not None else self.inner_after(mine, other)
+        self.outside.update(counts)
+        keep.inner = total
         del self.by_root[drop.root]
         keep.space = space
         keep.size = mine.size + other.size
-        for g in (mine, other):  # the merged group replaces both in the span index
-            self.spans.set(g.last, self.spans.inf)
-        keep.first = min(mine.first, other.first)
-        keep.last = max(mine.last, other.last)
-        self.spans.set(keep.last, keep.first)
-        small, big = sorted((mine.members, other.members), key=len)
-        big.extend(small)
-        keep.members = big
+        small, big = sorted((mine, other), key=lambda g: len(g.members))
+        big.members.extend(small.members)
+        keep.members = big.members
+        if len(big.consts) < len(small.consts):
+            big, small = small, big
+        big.consts |= small.consts
+        keep.consts = big.consts
+        return None
 
-    def bound(self, lo: int) -> int:
-        """The lowest position a descendant of ops at positions >= `lo` can have.
-
-        Plain edges only go forward, but in the contracted graph a group is one node: entering
-        it at a late member leads to the users of its earliest member. So every group that has a
-        member at or after the bound pulls the bound down to its first member, to a fixpoint.
-        Ops before the bound cannot lie on a cycle through the merged groups, which is what lets
-        the cycle search stop there."""
-        while (first := self.spans.min_from(lo)) < lo:
-            lo = first
-        return lo
+    def _through(self, mine: Group, other: Group) -> Operation:
+        """The first producer of a member of `mine` (members in group order, operands in
+        order) that `other` reaches: the path other -> ... -> producer -> mine is the cycle."""
+        pos = self.pos
+        producers = [pos[v.owner] for m in mine.members for v in m.operands
+                     if isinstance(v.owner, Operation) and v.owner in pos]
+        item = self.dag.reaches(other.root, mine.root, producers)
+        assert item is not None, "a refused merge with no path between the groups"
+        return self.ops[item]
 
     def members_by_root(self) -> dict[int, list[Operation]]:
         """Every group's members in program order, groups by their first member."""
@@ -192,91 +223,3 @@ class Groups:
             if op in self.members:
                 out.setdefault(self.root_of(op), []).append(op)
         return out
-
-
-def find_cycle(groups: Groups, mine: Group, other: Group) -> Operation | None:
-    """An outside op on a path other -> outside -> mine, or mine -> outside -> other: merging
-    the two groups would make that path a cycle. None when there is none.
-
-    Also returns an op (where the search started) when the search runs out of its budget, so a
-    merge is refused rather than risked."""
-    return _CycleSearch(groups, mine, other).run()
-
-
-class _CycleSearch:
-    """A backward search from the merged group's outside producers for either group.
-
-    It runs on the contracted graph: reaching any member of another multi-op group reaches the
-    whole group (it becomes one op), so all its members' operands are followed. Ops before
-    `groups.bound(...)` of the two groups' first position cannot be on such a path and are not
-    followed. Every visited op (and every member of an entered group) costs one unit of a budget
-    of SEARCH_LIMIT shared by all starts."""
-
-    def __init__(self, groups: Groups, mine: Group, other: Group) -> None:
-        self.groups = groups
-        self.roots = {mine.root, other.root}
-        self.lo = groups.bound(min(mine.first, other.first))
-        self.seen: set[Operation] = set()
-        self.seen_groups: set[int] = set()
-        self.budget = SEARCH_LIMIT
-        # when both are single ops, only paths from `other` back to mine's op matter
-        self.searched = list(mine.members)
-        if other.size > 1 or mine.size > 1:
-            self.searched += other.members
-
-    def run(self) -> Operation | None:
-        for s in self._starts():
-            if self._reaches(s):
-                return s
-        return None
-
-    def _starts(self) -> list[Operation]:
-        pos, roots = self.groups.pos, self.roots
-        starts: list[Operation] = []
-        for m in self.searched:
-            for v in m.operands:
-                p = v.owner
-                if isinstance(p, Operation) and p in pos and not self.groups.in_roots(p, roots):
-                    starts.append(p)
-        return starts
-
-    def _reaches(self, s: Operation) -> bool:
-        """Whether the search from `s` reaches either group (or exhausts the budget)."""
-        pos, members, roots, lo = self.groups.pos, self.groups.members, self.roots, self.lo
-        seen = self.seen
-        stack = [s]
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            self.budget -= 1
-            if self.budget < 0:
-                return True
-            for w in self._expand(u):
-                for v in w.operands:
-                    p = v.owner
-                    if not isinstance(p, Operation) or p not in pos:
-                        continue
-                    if self.groups.in_roots(p, roots):
-                        return True
-                    if p not in seen and (p in members or pos[p] >= lo):
-                        stack.append(p)
-        return False
-
-    def _expand(self, u: Operation) -> list[Operation]:
-        """The ops whose operands the search follows from `u`: its whole group when `u` is in a
-        multi-op group not entered before, nothing when the search stops at `u`, else `u`."""
-        groups = self.groups
-        if u in groups.members:
-            g = groups.root_of(u)
-            grp = groups.by_root[g]
-            if grp.size > 1:
-                if g in self.seen_groups:
-                    return []
-                self.seen_groups.add(g)
-                self.budget -= len(grp.members)
-                return grp.members
-        if groups.pos[u] < self.lo:
-            return []
-        return [u]

@@ -18,7 +18,11 @@ as the integer 1, raised ValueError on integers over 4,300 digits and refused an
   given twice, an unknown option (with a did-you-mean and the list of options) are each one
   diagnostic naming the pass and the option;
 - range and choice rules are the pass's own (`LaminaPass.__post_init__`), so `lamina.apply` and a
-  pass built in Python obey the same rules.
+  pass built in Python obey the same rules;
+- a pass whose `target` option is left empty (`fuse-elementwise`: no target known) gets the target
+  of the nearest later pass that has one, else of the nearest earlier one (`_share_target`): in
+  `fuse-elementwise,annotate-lifetimes,assign-memory-tiers{target=tiny}` fusion keeps every
+  kernel within tiny's sram.
 """
 
 from __future__ import annotations
@@ -245,7 +249,24 @@ def build_pipeline(spec: str, explain: bool = False) -> list[ModulePass]:
         if explain and isinstance(p, LaminaPass):
             p = dataclasses.replace(p, explain=True)
         passes.append(p)
-    return passes
+    return _share_target(passes)
+
+
+def _share_target(passes: list[ModulePass]) -> list[ModulePass]:
+    """Give a pass whose `target` option is left empty (fuse-elementwise: "no target known") the
+    target of the nearest pass after it that names one (assign-memory-tiers, insert-collectives;
+    their default counts), else of the nearest before it: the pipeline compiles for that target,
+    so a kernel fusion makes must fit it."""
+    named = [t if isinstance(t := getattr(p, "target", ""), str) else "" for p in passes]
+    out = list(passes)
+    for i, p in enumerate(passes):
+        if not isinstance(p, LaminaPass) or named[i] or not hasattr(p, "target"):
+            continue
+        shared = next((t for t in named[i + 1:] if t), None) or \
+            next((t for t in reversed(named[:i]) if t), None)
+        if shared is not None:
+            out[i] = dataclasses.replace(p, target=shared)
+    return out
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 
+from lamina.passes.tier_plan.covering import Covering
 from lamina.passes.tier_plan.problem import (
     RECOMPUTE,
     Infeasible,
@@ -83,15 +84,26 @@ class _State:
         self.total = 0.0   # sum of vcost, kept up to date so cost() is O(1)
         self.exposed = 0   # how many values have a nonzero vcost
         # per step, the gaps that hold their value in HBM there without needing it: the victims
-        self.covering: list[list[tuple[int, int]]] = [[] for _ in range(K + 1)]
+        self.covering = Covering(self.gaps, K)
+        # the HBM bytes per step of everything kept, from the differences at the gaps' ends
+        # (O(values + steps), where adding each gap's bytes step by step was O(sum of spans):
+        # quadratic in a program whose values live long); sizes are whole bytes, so the sums
+        # are exact and equal to adding them one by one
+        delta = [0] * (K + 2)
         for vi, v in enumerate(prob.values):
             if not v.is_arg:
                 self.hbm[v.define] += v.size
-            for gi, g in enumerate(self.gaps[vi]):
-                for k in range(g.a + 1, min(g.b, K) + 1):
-                    self.hbm[k] += v.size
-                    if k < g.b or g.tail:
-                        self.covering[k].append((vi, gi))
+            for g in self.gaps[vi]:
+                lo, hi = g.a + 1, min(g.b, K)
+                if lo <= hi:
+                    delta[lo] += v.size
+                    delta[hi + 1] -= v.size
+        run = 0
+        for k in range(K + 1):
+            run += delta[k]
+            if run:
+                self.hbm[k] += run
+        for vi, v in enumerate(prob.values):
             if v.home is not None and self.gaps[vi]:
                 self.tier[vi] = v.home
                 self._occupy(vi, v.home, 1)
@@ -268,7 +280,7 @@ class _State:
         cands: list[_Candidate] = []
         if not prob.tiers():
             return cands  # a target without host/nvme: nothing can leave HBM (repair says so)
-        for vi, gi in self.covering[k]:
+        for vi, gi in self.covering.at(k):
             if (vi, gi) == banned:
                 continue
             v, g = prob.values[vi], self.gaps[vi][gi]
@@ -438,7 +450,7 @@ def _offload_moves(st: _State) -> bool:
                 continue
             seen: set[tuple[int, int]] = set()
             for k in range(g.a + 1, min(q, K + 1)):
-                for key in st.covering[k]:
+                for key in st.covering.at(k):
                     if key not in seen and key != (vi, gi) and st.pre[key[0]][key[1]] is not None:
                         seen.add(key)
                         st.earlier(*key)

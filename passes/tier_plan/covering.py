@@ -1,0 +1,69 @@
+"""The greedy tier planner's index of which gaps cover a step (`Covering`).
+
+At an overflowing step the sweep offloads gaps that hold their value in HBM there without needing
+it; this module answers "which gaps are those" without listing them per step, which would cost
+the sum of the gaps' spans (quadratic in a program whose values live long).
+"""
+
+from __future__ import annotations
+
+from lamina.passes.tier_plan.problem import Gap
+
+
+class Covering:
+    """For each step, the gaps that hold their value in HBM there without needing it (the
+    victims at an overflowing step: a < k < b, or a < k <= b for a tail), in (value, gap)
+    order.
+
+    Listing them per step would take bytes in the sum of the gaps' spans, quadratic in the
+    program when values have no lifetimes (each one lives to the return). The gaps do not
+    change (only their prefetch points do), so they go into a segment tree over the steps
+    instead, built on the first question (a program that never overflows HBM asks none): each
+    gap sits in the O(log K) nodes that cover its span, and the gaps over step k are those in
+    the nodes on the path from k's leaf to the root, O(log K + answer)."""
+
+    def __init__(self, gaps: list[list[Gap]], K: int) -> None:
+        self.gaps, self.K = gaps, K
+        self.size = 0
+        self.nodes: list[list[int]] = []
+        self.keys: list[tuple[int, int]] = []
+
+    def _build(self) -> None:
+        size = 1
+        while size < self.K + 1:
+            size *= 2
+        self.size = size
+        nodes: list[list[int]] = [[] for _ in range(2 * size)]
+        keys = self.keys
+        for vi, gs in enumerate(self.gaps):
+            for gi, g in enumerate(gs):
+                lo, hi = g.a + 1, min(g.b if g.tail else g.b - 1, self.K)
+                if lo > hi:
+                    continue
+                ident = len(keys)
+                keys.append((vi, gi))
+                lo += size
+                hi += size + 1
+                while lo < hi:
+                    if lo & 1:
+                        nodes[lo].append(ident)
+                        lo += 1
+                    if hi & 1:
+                        hi -= 1
+                        nodes[hi].append(ident)
+                    lo //= 2
+                    hi //= 2
+        self.nodes = nodes
+
+    def at(self, k: int) -> list[tuple[int, int]]:
+        """The gaps over step k, in (value, gap) order."""
+        if not self.nodes:
+            self._build()
+        found: list[int] = []
+        i = k + self.size
+        while i:
+            found.extend(self.nodes[i])
+            i //= 2
+        found.sort()
+        keys = self.keys
+        return [keys[j] for j in found]
