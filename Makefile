@@ -8,6 +8,12 @@ STAMP := $(VENV)/.installed
 # of the stamp's prerequisites.
 CODE := api ir analysis passes backends frontends
 MODULES := $(VENV)/.modules
+# the extras `make` installs (pyproject.toml), one per line so that adding one is one line
+EXTRAS := dev
+EXTRAS += compiled
+comma := ,
+empty :=
+space := $(empty) $(empty)
 
 .PHONY: demo test pytest lit lint imports bench clean FORCE
 
@@ -22,7 +28,7 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(MODULES)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	@# setuptools reports where it put the link tree as an "Editable installation." warning:
 	@# informational (build/ is documented above), so that one message is filtered out
-	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[dev]' \
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/python -m pip install -q -e '.[$(subst $(space),$(comma),$(strip $(EXTRAS)))]' \
 		--config-settings editable_mode=strict
 	touch $(STAMP)
 

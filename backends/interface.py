@@ -76,9 +76,14 @@ class MemoryTrace:
 
 @dataclass
 class RunResult:
+    """A run's outputs, its statistics (`--stats-json`), its memory trace where the backend keeps
+    one, and the lines in which the backend explains its own choices (`--explain`: a kernel it
+    could not compile, and why)."""
+
     outputs: list[np.ndarray]
     stats: dict[str, Any] = field(default_factory=dict)
     memory: MemoryTrace | None = None
+    explain: list[str] = field(default_factory=list)
 
 
 class Backend(Protocol):

@@ -15,6 +15,7 @@ from lamina.ir.diagnostics import LaminaError
 # name -> (module, class, the extra that installs its dependencies)
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "numpy": ("lamina.backends.numpy.backend", "NumpyBackend", None),
+    "compiled": ("lamina.backends.compiled.backend", "CompiledBackend", "compiled"),
 }
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from lamina.ir import formulas as fm
 from lamina.ir import intervals as iv
 from lamina.ir import numpy_kernels as npk
+from lamina.ir import scalar_forms as sf
 from lamina.ir import shapes
 from lamina.ir import sharding as sh
 from lamina.ir.intervals import IntervalRule
@@ -108,6 +109,10 @@ class OpInfo:
     # value-range facts: the result's interval, the operands' domains, exactness
     # (`lamina.ir.intervals`); None for ops whose range is their literal (constant)
     interval: IntervalRule | None = None
+    # the op on one element (elementwise rows) or one row (row reductions) in the scalar
+    # namespace of `lamina.ir.scalar_forms`: what a compiled fused kernel computes, mostly the
+    # formula itself; None: no compiled kernel computes the op inside its loop
+    scalar: fm.Formula | None = None
 
     @property
     def full_name(self) -> str:
@@ -218,32 +223,34 @@ def _elementwise_rows() -> list[OpInfo]:
         rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), shapes.unary,
                            fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
                            per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name),
-                           interval=interval))
+                           interval=interval, scalar=fm.elementwise(ew)))
     for name, summary, flops, lin, lin_ops, ew, ufunc, interval in BINARY_OPS:
         rows.append(OpInfo(name, summary, XY, (), shapes.binary, fm.elementwise(ew),
                            Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
-                           ew=ew, ufunc=ufunc, interval=interval))
+                           ew=ew, ufunc=ufunc, interval=interval, scalar=fm.elementwise(ew)))
     for name, symbol, fn, ufunc in COMPARE_OPS:
         ew = fm.via(fn)
         rows.append(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (),
                            shapes.compare, fm.elementwise(ew), Fusion.ELEMENTWISE, NONE,
                            ELEMENTWISE, per_output(1), ew=ew, arith=False, ufunc=ufunc,
-                           interval=iv.COMPARE))
+                           interval=iv.COMPARE, scalar=fm.elementwise(ew)))
     rows.append(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
                        (OperandSpec("cond"), OperandSpec("true_value"),
                         OperandSpec("false_value")), (),
                        shapes.select, fm.select, Fusion.ELEMENTWISE, NONE, ELEMENTWISE,
-                       per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT))
+                       per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT,
+                       scalar=fm.select))
     rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
                        Fusion.ELEMENTWISE, NONE, ELEMENTWISE, per_output(1), (0,),
-                       type_linearity=_cast_linearity, interval=iv.CAST))
+                       type_linearity=_cast_linearity, interval=iv.CAST, scalar=fm.cast))
     rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
                        "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
                        (AttrSpec("rate", AttrKind.FLOAT, required=True),
                         AttrSpec("seed", AttrKind.INT)),
                        shapes.dropout, fm.dropout, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
                        ELEMENTWISE, per_output(8), (0,), position_dependent=True,
-                       numpy=npk.dropout, tile=npk.dropout_tile, interval=iv.DROPOUT))
+                       numpy=npk.dropout, tile=npk.dropout_tile, interval=iv.DROPOUT,
+                       scalar=sf.dropout))
     return rows
 
 
@@ -259,21 +266,23 @@ def _structural_rows() -> list[OpInfo]:
             ("reduce_max", "max", NONE, "max", shapes.reduce_nonempty("max"), iv.REDUCE_MAX)):
         rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, rule,
                            fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
-                           per_input(1), (0,) if lin != NONE else (), interval=interval))
+                           per_input(1), (0,) if lin != NONE else (), interval=interval,
+                           scalar=fm.reduction(fn)))
     rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "
                        "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
                                         OperandSpec("bias", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
                        sh.RowReduction(trailing=True), per_input(8), numpy=npk.layernorm,
-                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION))
+                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION, scalar=sf.layernorm))
     rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
                        (OperandSpec("input"), OperandSpec("scale", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.rmsnorm, Fusion.REDUCTION, NONE,
-                       sh.RowReduction(trailing=True), per_input(5), interval=iv.NORMALIZATION))
+                       sh.RowReduction(trailing=True), per_input(5), interval=iv.NORMALIZATION,
+                       scalar=sf.rmsnorm))
     rows.append(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
                        (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.softmax,
                        Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6),
-                       interval=iv.SOFTMAX))
+                       interval=iv.SOFTMAX, scalar=fm.softmax))
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
                        _matmul_flops, (0, 1), interval=iv.MATMUL))
@@ -289,7 +298,7 @@ def _structural_rows() -> list[OpInfo]:
                        (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
                        shapes.broadcast_in_dim, fm.broadcast_in_dim, Fusion.BROADCAST,
                        Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False,
-                       interval=iv.MOVE))
+                       interval=iv.MOVE, scalar=fm.broadcast_in_dim))
     rows.append(OpInfo("slice", "the elements start..limit by strides in each dim", X,
                        (AttrSpec("start", AttrKind.INTS, required=True),
                         AttrSpec("limit", AttrKind.INTS, required=True),

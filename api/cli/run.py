@@ -67,7 +67,8 @@ def arg_parser() -> argparse.ArgumentParser:
                    help="also run the program as parsed and compare every output")
     p.add_argument("--stats-json", default=None, help="write run statistics as JSON ('-': stdout)")
     p.add_argument("--print-outputs", action="store_true", help="print a summary of each output")
-    p.add_argument("--explain", action="store_true", help="Lamina passes explain their decisions")
+    p.add_argument("--explain", action="store_true",
+                   help="Lamina passes and the backend explain their decisions")
     p.add_argument("--target", default=None,
                    help="check memory-tier capacities against this target (name or .toml)")
     p.add_argument("--memory-plot", default=None, metavar="OUT.png",
@@ -104,6 +105,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     target = load_target(args.target) if args.target else None
     result = backend.run(module, entry, inputs, RunOptions(threads=args.threads, target=target))
+    if args.explain:
+        for line in result.explain:   # the backend's own decisions (a kernel it did not compile)
+            print(line, file=sys.stderr)
     names = output_names(func)
     dtypes = [tensor_dtype(t) for t in func.function_type.outputs.data]
 

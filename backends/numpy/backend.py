@@ -15,9 +15,10 @@ import numpy as np
 from lamina.backends.interface import Feature, RunOptions, RunResult, find_entry
 from lamina.backends.numpy.fused import thread_count
 from lamina.backends.numpy.memory import MemoryChecker
-from lamina.backends.numpy.runner import run_function
+from lamina.backends.numpy.runner import OpRunner, run_function
 from lamina.backends.numpy.spmd import placed_mesh, run_spmd
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 
 
 class NumpyBackend:
@@ -25,6 +26,9 @@ class NumpyBackend:
 
     name: ClassVar[str] = "numpy"
     features: ClassVar[frozenset[Feature]] = frozenset(Feature)
+    # op types a backend built on this one runs its own way on whole arrays (placed programs'
+    # devices always run the interpreter's runners)
+    op_runners: ClassVar[dict[type[Operation], OpRunner]] = {}
 
     def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
             options: RunOptions) -> RunResult:
@@ -33,7 +37,8 @@ class NumpyBackend:
         checker = MemoryChecker(options.target)
         mesh = placed_mesh(func)
         result = run_spmd(func, inputs, mesh, observer=checker, options=options) \
-            if mesh is not None else run_function(func, inputs, observer=checker, options=options)
+            if mesh is not None else run_function(func, inputs, observer=checker, options=options,
+                                                  runners=self.op_runners)
         result.stats.update(checker.stats())
         result.memory = checker.trace()
         return result
