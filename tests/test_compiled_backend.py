@@ -39,6 +39,7 @@ from lamina.backends.numpy.runner import run_function
 from lamina.cli.run import main as run_main
 from lamina.ir import rng
 from lamina.ir.dtypes import tensor_dtype
+from lamina.ir.fused import FusedOp
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from numba import njit
@@ -89,7 +90,7 @@ def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 
 @njit(error_model="numpy")
-def _apply(kind, x, out):
+def _apply(kind: int, x: np.ndarray, out: np.ndarray) -> None:
     for i in range(x.size):
         v = x[i]
         out[i] = exp_f32(v) if kind == 0 else (log_f32(v) if kind == 1 else tanh_f32(v))
@@ -100,10 +101,10 @@ SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.175494
                      -103.97208, -103.9721], dtype=np.float32)
 
 
-def _sweep(name: str) -> np.ndarray:
-    if name == "exp":          # every 2**-15 of [-104, 89]: overflow, subnormal results, 0
+def _sweep(fn: np.ufunc) -> np.ndarray:
+    if fn is np.exp:          # every 2**-15 of [-104, 89]: overflow, subnormal results, 0
         xs = np.arange(-104 * 2**15, 89 * 2**15, dtype=np.int64).astype(np.float32) / 2**15
-    elif name == "log":        # 4096 mantissas in every binade, subnormals included, and < 0
+    elif fn is np.log:         # 4096 mantissas in every binade, subnormals included, and < 0
         e = np.arange(-149, 128, dtype=np.float32)
         m = np.linspace(1.0, 2.0, 4096, endpoint=False, dtype=np.float32)
         xs = (np.exp2(e)[:, None] * m[None, :]).ravel()
@@ -115,22 +116,29 @@ def _sweep(name: str) -> np.ndarray:
     return np.concatenate([xs.astype(np.float32), SPECIALS])
 
 
-@pytest.mark.parametrize("name", sorted(ULP_BOUNDS))
-def test_transcendental_within_stated_ulps(name: str) -> None:
+LIBM = {np.exp: (0, exp_f32), np.log: (1, log_f32), np.tanh: (2, tanh_f32)}
+
+
+def test_every_stated_bound_is_tested() -> None:
+    assert set(ULP_BOUNDS) == set(ULP_BOUNDS_TRUE) == set(LIBM)
+
+
+@pytest.mark.parametrize("fn", list(LIBM), ids=[f.__name__ for f in LIBM])
+def test_transcendental_within_stated_ulps(fn: np.ufunc) -> None:
     """`libm`'s float32 function over a dense sweep (subnormals, overflow and underflow
     included): within its stated ulp of NumPy's and of the correctly rounded result (NumPy's
     float64 function rounded), and exactly NumPy's results at 0, -0, infinities, NaN and
     wherever NumPy's result is not finite."""
-    x = _sweep(name)
+    x = _sweep(fn)
     out = np.empty_like(x)
-    _apply({"exp": 0, "log": 1, "tanh": 2}[name], x, out)
+    _apply(LIBM[fn][0], x, out)
     with np.errstate(all="ignore"):
-        want = getattr(np, name)(x)
-        rounded = getattr(np, name)(x.astype(np.float64)).astype(np.float32)
-    for ref, bound in ((want, ULP_BOUNDS[name]), (rounded, ULP_BOUNDS_TRUE[name])):
+        want = fn(x)
+        rounded = fn(x.astype(np.float64)).astype(np.float32)
+    for ref, bound in ((want, ULP_BOUNDS[fn]), (rounded, ULP_BOUNDS_TRUE[fn])):
         d = ulp_distance(out, ref)
         worst = int(d.argmax())
-        assert d.max() <= bound, (name, x[worst], out[worst], ref[worst], d.max())
+        assert d.max() <= bound, (fn.__name__, x[worst], out[worst], ref[worst], d.max())
     special = ~np.isfinite(x) | (x == 0) | ~np.isfinite(want)
     assert np.array_equal(out[special], want[special], equal_nan=True)
     signed = special & ~np.isnan(want)
@@ -139,23 +147,27 @@ def test_transcendental_within_stated_ulps(name: str) -> None:
 
 # ---- samples and random programs -------------------------------------------------------------------
 
-# placed samples run every device on the interpreter, fused kernels included (test_samples)
-UNPLACED = [(p, e) for p, e in ENTRIES if "lamina.mesh" not in Path(p).read_text(encoding="utf-8")]
+def _placed(path: str) -> bool:
+    return "lamina.mesh" in Path(path).read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("path, entry", UNPLACED,
-                         ids=[f"{os.path.basename(p)}@{e}" for p, e in UNPLACED])
+@pytest.mark.parametrize("path, entry", ENTRIES,
+                         ids=[f"{os.path.basename(p)}@{e}" for p, e in ENTRIES])
 def test_sample_checks_on_compiled_backend(path: str, entry: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """`lamina-run SAMPLE --backend compiled -p fuse-elementwise --check --explain` exits 0 on
-    every sample function, and every fused kernel of it was compiled (no explain line)."""
-    rc = run_main([path, "--entry", entry, "-p", "fuse-elementwise", "--backend", "compiled",
+    every sample function (placed ones propagated and given collectives first, as in
+    test_samples), and every fused kernel of an unplaced one was compiled (no explain line).
+    A placed program runs every device on the interpreter, its fused kernels included."""
+    pipeline = ("propagate-sharding,insert-collectives," if _placed(path) else "") + \
+        "fuse-elementwise"
+    rc = run_main([path, "--entry", entry, "-p", pipeline, "--backend", "compiled",
                    "--check", "--explain", "--stats-json", "-"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "[backend compiled]" not in err, err
     stats = json.loads(out[out.index("{"):])
-    if "fused_ops_executed" in stats:     # the program has fused kernels: each one compiled
+    if "fused_ops_executed" in stats and not _placed(path):   # each fused kernel compiled
         c = stats["compiled"]
         assert c["fallbacks"] == [] and c["rows_to_interpreter"] == 0
         assert c["kernels_compiled"] + c["kernels_loaded"] + c["kernels_reused"] >= 1
@@ -227,7 +239,7 @@ def test_dropout_rows_past_two_to_the_32() -> None:
     the masks of the rows below and above the boundary are `rng`'s, and the row that crosses
     it is left to the interpreter (flagged)."""
     m = fused(BIASED_DROPOUT)
-    fop = next(op for op in find_entry(m, None).walk() if op.name == "lamina.fused")
+    fop = next(op for op in find_entry(m, None).walk() if isinstance(op, FusedOp))
     x, b = np.ones((4, 256), dtype=np.float32), np.zeros(256, dtype=np.float32)
     plan = fused_exec.plan_fused(fop, [x, b], min_rows=1)
     assert plan.space.rows == 4
@@ -313,4 +325,52 @@ def test_rows_whose_squares_overflow_go_to_the_interpreter() -> None:
     assert got.stats["compiled"]["rows_to_interpreter"] == 1
     assert np.isfinite(got.outputs[0]).all()
     assert np.array_equal(got.outputs[0][2], want.outputs[0][2])
+    assert_close(m, got, want)
+
+
+# ---- rows of one element (found by the property test) -----------------------------------------
+
+ONE_ELEMENT_ROWS = {
+    "softmax over a size-1 dim": ("""
+func.func @f(%x: tensor<1x1x1xf32>) -> tensor<1x1x1xf32> {
+  %n = lamina.neg %x : tensor<1x1x1xf32>
+  %s = lamina.softmax %n {axis = 0 : i64} : tensor<1x1x1xf32>
+  func.return %s : tensor<1x1x1xf32>
+}
+""", (1, 1, 1)),
+    "a sum over one element": ("""
+func.func @f(%x: tensor<1xf32>) -> tensor<1xf32> {
+  %s = lamina.reduce_sum %x {axes = array<i64: -1>, keepdims = true} : tensor<1xf32>
+  %n = lamina.neg %s : tensor<1xf32>
+  func.return %n : tensor<1xf32>
+}
+""", (1,)),
+    "softmax over the size-1 dim of a tail [1, 3]": ("""
+func.func @f(%x: tensor<1x1x3xf32>) -> tensor<1x1x3xf32> {
+  %n = lamina.neg %x : tensor<1x1x3xf32>
+  %s = lamina.softmax %n {axis = 0 : i64} : tensor<1x1x3xf32>
+  %m = lamina.neg %s : tensor<1x1x3xf32>
+  func.return %m : tensor<1x1x3xf32>
+}
+""", (1, 1, 3)),
+    "a sum over the size-1 dim of a tail [3, 1]": ("""
+func.func @f(%x: tensor<2x3x1xf32>) -> tensor<2x3x1xf32> {
+  %e = lamina.exp %x : tensor<2x3x1xf32>
+  %s = lamina.softmax %e {axis = 2 : i64} : tensor<2x3x1xf32>
+  func.return %s : tensor<2x3x1xf32>
+}
+""", (2, 3, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_ELEMENT_ROWS))
+def test_rows_of_one_element_compile(name: str) -> None:
+    """A reduction whose dims hold one element is that element, one over size-1 dims and the
+    rest of a row reduces the row, and a row of one element has no inner loop: all compile and
+    match the interpreter."""
+    text, shape = ONE_ELEMENT_ROWS[name]
+    m = fused(text)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    want, got = run_both(m, [x])
+    assert got.stats["compiled"]["fallbacks"] == [], got.explain
     assert_close(m, got, want)

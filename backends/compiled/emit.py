@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from lamina.backends.compiled.trace import CONST, ELEM, KERNEL, ROW, CannotCompile, Domain, Sym
 
-CODEGEN_VERSION = 1     # part of every kernel's source, so a generator change recompiles
+CODEGEN_VERSION = 2     # part of every kernel's source, so a generator change recompiles
 
 
 @dataclass(frozen=True)
@@ -65,18 +65,23 @@ class Generated:
 _NP_TYPES = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32",
              "int64": "np.int64", "uint32": "np.uint32", "uint64": "np.uint64", "uint16": "np.uint16",
              "bool": "np.bool_"}
-_BINOPS = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "equal": "==",
-           "not_equal": "!=", "less": "<", "less_equal": "<=", "greater": ">",
-           "greater_equal": ">=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
-           "bitwise_right_shift": ">>", "bitwise_left_shift": "<<", "logical_and": "&",
-           "logical_or": "|"}
-_U32 = {"add": "u32_add", "multiply": "u32_mul", "bitwise_xor": "u32_xor", "bitwise_and": "u32_and",
-        "bitwise_or": "u32_or", "bitwise_right_shift": "u32_shr", "bitwise_left_shift": "u32_shl"}
-_F32_CALLS = {"exp": "exp_f32", "log": "log_f32", "tanh": "tanh_f32"}
-_F64_CALLS = {"exp": "math.exp", "log": "math.log", "tanh": "math.tanh"}
-_CALLS = {"sqrt": "np.sqrt", "floor": "np.floor", "trunc": "np.trunc", "isfinite": "np.isfinite",
-          "log2": "np.log2", "maximum": "maximum", "minimum": "minimum", "pow": "math.pow",
-          "abs": "abs", "round_f16": "round_f16", "round_bf16": "round_bf16"}
+# "fn" nodes hold the NumPy ufunc they apply (`trace`), or a string for what is not one
+_BINOPS: dict[object, str] = {
+    np.add: "+", np.subtract: "-", np.multiply: "*", np.divide: "/", np.equal: "==",
+    np.not_equal: "!=", np.less: "<", np.less_equal: "<=", np.greater: ">", np.greater_equal: ">=",
+    np.bitwise_and: "&", np.bitwise_or: "|", np.bitwise_xor: "^", np.bitwise_right_shift: ">>",
+    np.bitwise_left_shift: "<<", np.logical_and: "&", np.logical_or: "|"}
+_U32: dict[object, str] = {
+    np.add: "u32_add", np.multiply: "u32_mul", np.bitwise_xor: "u32_xor", np.bitwise_and: "u32_and",
+    np.bitwise_or: "u32_or", np.bitwise_right_shift: "u32_shr", np.bitwise_left_shift: "u32_shl"}
+_F32_CALLS: dict[object, str] = {np.exp: "exp_f32", np.log: "log_f32", np.tanh: "tanh_f32"}
+_F64_CALLS: dict[object, str] = {np.exp: "math.exp", np.log: "math.log", np.tanh: "math.tanh"}
+_CALLS: dict[object, str] = {
+    np.sqrt: "np.sqrt", np.floor: "np.floor", np.trunc: "np.trunc", np.isfinite: "np.isfinite",
+    np.log2: "np.log2", np.maximum: "maximum", np.minimum: "minimum", np.pow: "math.pow",
+    np.abs: "np.abs", "round_f16": "round_f16", "round_bf16": "round_bf16"}
+_COMPARE = frozenset((np.equal, np.not_equal, np.less, np.less_equal, np.greater,
+                      np.greater_equal))
 
 
 def _collapse(domain: Domain, loads: Sequence[Sym]) -> tuple[tuple[int, ...], ...]:
@@ -236,28 +241,28 @@ class _Emitter:
             c, x, y = (self.cast(s, n.dtype, v) for s, v in zip(n.args, a, strict=True))
             return f"({x} if {a[0]} else {y})"
         assert n.op == "fn", n.op
-        name = n.value
+        fn = n.value
         if n.args and n.args[0].op == "index":   # the index's low word, in 32-bit lanes
             if int(n.args[1].value) != 0xFFFFFFFF or n.args[0].value != "full":
                 raise CannotCompile("the element index masked other than to its low word")
             return "np.uint64(u32_add(np.uint32(base & 4294967295), np.uint32(j)))"
-        if name in _U32 and n.dtype == np.uint32 and all(x.dtype == np.uint32 for x in n.args):
-            return f"{_U32[name]}({a[0]}, {a[1]})"
+        if fn in _U32 and n.dtype == np.uint32 and all(x.dtype == np.uint32 for x in n.args):
+            return f"{_U32[fn]}({a[0]}, {a[1]})"
         kind = n.dtype.kind
-        cast = [self.cast(s, n.dtype, v) if name not in _COMPARE else v
+        cast = [self.cast(s, n.dtype, v) if fn not in _COMPARE else v
                 for s, v in zip(n.args, a, strict=True)]
-        if name in _BINOPS:
-            e = f"({cast[0]} {_BINOPS[name]} {cast[1]})"
-        elif name == "negative":
+        if fn in _BINOPS:
+            e = f"({cast[0]} {_BINOPS[fn]} {cast[1]})"
+        elif fn is np.negative:
             e = f"(-{cast[0]})"
-        elif name == "logical_not":
+        elif fn is np.logical_not:
             e = f"(not {cast[0]})"
-        elif kind == "f" and name in _F32_CALLS:
-            e = f"{(_F32_CALLS if n.dtype == np.float32 else _F64_CALLS)[name]}({cast[0]})"
-        elif name in _CALLS:
-            e = f"{_CALLS[name]}({', '.join(cast)})"
+        elif kind == "f" and fn in _F32_CALLS:
+            e = f"{(_F32_CALLS if n.dtype == np.float32 else _F64_CALLS)[fn]}({cast[0]})"
+        elif fn in _CALLS:
+            e = f"{_CALLS[fn]}({', '.join(cast)})"
         else:
-            raise CannotCompile(f"no scalar form for '{name}' on {n.dtype}")
+            raise CannotCompile(f"no scalar form for '{getattr(fn, '__name__', fn)}' on {n.dtype}")
         return f"{t}({e})" if kind in "iu" else e
 
     def cast(self, s: Sym, dtype: np.dtype, v: str) -> str:
@@ -347,10 +352,11 @@ class _Emitter:
         for k, size in enumerate(self.sizes):
             w(f"for i{k} in range({size}):")
             w.depth += 1
-        flat = "i0"
-        for k in range(1, len(self.sizes)):
-            flat = f"({flat} * {self.sizes[k]} + i{k})"
-        w(f"j = {flat}")
+        if self.sizes:      # else one element per row, and j = 0 (`run`)
+            flat = "i0"
+            for k in range(1, len(self.sizes)):
+                flat = f"({flat} * {self.sizes[k]} + i{k})"
+            w(f"j = {flat}")
         ready: set[Sym] = set()
 
         def need(n: Sym) -> None:
@@ -386,9 +392,6 @@ class _Emitter:
                  "log_f32, maximum, minimum,", "    round_bf16, round_f16, tanh_f32)", ""]
         src = "\n".join(head + sums + consts + ["", ""] + self.w.lines) + "\n"
         return Generated(src, self.layouts, self.groups)
-
-
-_COMPARE = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
 
 
 def generate(domain: Domain, outputs: Sequence[Output], requires: Sequence[Sym],

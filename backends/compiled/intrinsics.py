@@ -36,7 +36,13 @@ _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
 
 
-@intrinsic
+def lowered(gen: Callable[..., Any]) -> Any:
+    """numba's `@intrinsic`, typed for pyright as what callers see: a function of the values
+    alone (the typing context is numba's first argument, never the caller's)."""
+    return intrinsic(gen)
+
+
+@lowered
 def f32_bits(typingctx: Any, x: Any) -> Any:
     """The int32 with the bits of float32 `x`."""
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -45,7 +51,7 @@ def f32_bits(typingctx: Any, x: Any) -> Any:
     return types.int32(types.float32), codegen
 
 
-@intrinsic
+@lowered
 def bits_f32(typingctx: Any, i: Any) -> Any:
     """The float32 with the bits of int32 `i`."""
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -54,7 +60,7 @@ def bits_f32(typingctx: Any, i: Any) -> Any:
     return types.float32(types.int32), codegen
 
 
-@intrinsic
+@lowered
 def fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
     """a * b + c with one rounding (llvm.fma), for float32 or float64 operands of one type."""
     if not (isinstance(a, types.Float) and a == b == c):
@@ -101,12 +107,12 @@ def _row_pointer(context: Any, builder: Any, aryty: Any, ary: Any, off: Any) -> 
 
 
 def _tree(n: int, off: int = 0) -> tuple[Any, ...]:
-    """NumPy's pairwise tree of a run of n elements at `off`: ("leaf", off, n) or ("add", a, b)."""
+    """NumPy's pairwise tree of a run of n elements at `off`: ("leaf", off, n) or ("pair", a, b)."""
     if n <= 128:
         return ("leaf", off, n)
     half = n // 2
     half -= half % LANES
-    return ("add", _tree(half, off), _tree(n - half, off + half))
+    return ("pair", _tree(half, off), _tree(n - half, off + half))
 
 
 def _hsum(builder: Any, acc: Any) -> Any:
@@ -132,7 +138,7 @@ def _unrolled_sum(n: int) -> Callable[..., Any]:
                 return builder.gep(base, [ir.Constant(_I64, k)])
 
             def emit(node: tuple[Any, ...]) -> Any:
-                if node[0] == "add":
+                if node[0] == "pair":
                     return builder.fadd(emit(node[1]), emit(node[2]))
                 _, o, m = node
                 if m < LANES:
@@ -158,7 +164,7 @@ def _unrolled_sum(n: int) -> Callable[..., Any]:
     return intrinsic(gen)
 
 
-@intrinsic
+@lowered
 def _leaf_vector_sum(typingctx: Any, arr: Any, off: Any, m: Any) -> Any:
     """The 8-accumulator part of a leaf of m (a multiple of 8, >= 8) elements, combined."""
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -225,7 +231,7 @@ def pairwise_sum(n: int) -> Callable[..., Any]:
     return long_sum
 
 
-@intrinsic
+@lowered
 def row_max(typingctx: Any, arr: Any, off: Any, n: Any) -> Any:
     """max(row[off:off+n]) for n >= 1, NaN when any element is NaN."""
     if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Float)):

@@ -17,6 +17,7 @@ instead of being computed wrongly: `CannotCompile`.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,14 +99,15 @@ class Sym:
         return len(self.shape)
 
 
-# the namespace's elementwise functions: name -> the NumPy function that types and folds them
-_FUNCS: dict[str, Callable[..., Any]] = {
-    name: getattr(np, name) for name in (
-        "add", "subtract", "multiply", "divide", "pow", "maximum", "minimum", "negative", "abs",
-        "exp", "log", "tanh", "sqrt", "log2", "floor", "trunc", "isfinite", "equal", "not_equal",
-        "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
-        "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_right_shift",
-        "bitwise_left_shift")}
+# the namespace's elementwise functions: the NumPy ufuncs the formulas call by their array-API
+# names (`sp.abs` is np.abs, `sp.pow` np.pow), which also type and fold them; a "fn" node holds
+# its ufunc
+_FUNCS: frozenset[np.ufunc] = frozenset((
+    np.add, np.subtract, np.multiply, np.divide, np.pow, np.maximum, np.minimum, np.negative,
+    np.abs, np.exp, np.log, np.tanh, np.sqrt, np.log2, np.floor, np.trunc, np.isfinite, np.equal,
+    np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal, np.logical_and,
+    np.logical_or, np.logical_not, np.bitwise_and, np.bitwise_or, np.bitwise_xor,
+    np.bitwise_right_shift, np.bitwise_left_shift))
 
 
 def _merge_dmaps(shape: tuple[int, ...], operands: Sequence[Sym]) -> tuple[int | None, ...]:
@@ -137,10 +139,10 @@ class Tracer:
         self.splits_index = False             # the index's high word is taken per row
 
     def __getattr__(self, name: str) -> Callable[..., Sym]:
-        fn = _FUNCS.get(name)
-        if fn is None:
+        fn = getattr(np, name, None)
+        if not (isinstance(fn, np.ufunc) and fn in _FUNCS):
             raise CannotCompile(f"the compiled backend has no scalar '{name}'")
-        return lambda *xs: self._fn(name, fn, xs)
+        return lambda *xs: self._fn(fn, xs)
 
     # ---- nodes ----------------------------------------------------------------------------------
 
@@ -164,7 +166,7 @@ class Tracer:
             ROW if any(d is not None for d in dmap) else KERNEL
         return self.node("load", (), dtype, shape, dmap, slot, level)
 
-    def _fn(self, name: str, fn: Callable[..., Any], xs: Sequence[Any]) -> Sym:
+    def _fn(self, fn: np.ufunc, xs: Sequence[Any]) -> Sym:
         syms = [x for x in xs if isinstance(x, Sym)]
         shape = np.broadcast_shapes(*(x.shape for x in syms))
         if all(s.op == "const" for s in syms):
@@ -172,17 +174,17 @@ class Tracer:
                 value = fn(*(x.value if isinstance(x, Sym) else x for x in xs))
             return self._view(self.const(value), shape, (None,) * len(shape))
         if any(s.op == "index" for s in syms):
-            return self._index_op(name, xs)
+            return self._index_op(fn, xs)
         with np.errstate(all="ignore"):
             dtype = np.asarray(fn(*(np.zeros((), x.dtype) if isinstance(x, Sym) else x
                                     for x in xs))).dtype
         kinds = {s.dtype.kind for s in syms}
-        if name in ("divide", "pow") and kinds & {"i", "u"}:
-            raise CannotCompile(f"integer '{name}'")
+        if fn in (np.divide, np.pow) and kinds & {"i", "u"}:
+            raise CannotCompile(f"integer '{fn.__name__}'")
         # Python scalars are weak: they take the type NumPy gives them in this operation
         args = [x if isinstance(x, Sym) else self.const(x, self._weak_type(x, syms, dtype))
                 for x in xs]
-        return self.node("fn", args, dtype, shape, _merge_dmaps(shape, args), name)
+        return self.node("fn", args, dtype, shape, _merge_dmaps(shape, args), fn)
 
     @staticmethod
     def _weak_type(x: Any, syms: Sequence[Sym], result: np.dtype) -> np.dtype:
@@ -204,17 +206,17 @@ class Tracer:
         level = ELEM if form == "full" and any(t > 1 for t in d.tail) else ROW
         return self.node("index", (), np.uint64, (), (), form, level)
 
-    def _index_op(self, name: str, xs: Sequence[Any]) -> Sym:
+    def _index_op(self, fn: np.ufunc, xs: Sequence[Any]) -> Sym:
         """The index is split in two 32-bit words and nothing else: its low word per element,
         its high word per row (a row that crosses a 2**32 boundary goes to the interpreter)."""
         ix, c = xs
         shift = int(c.value) if isinstance(c, Sym) and c.op == "const" else None
-        if name == "bitwise_right_shift" and shift == 32:
+        if fn is np.bitwise_right_shift and shift == 32:
             self.splits_index = ix.value == "full"
             return self.node("index_hi", (ix,), np.uint64, (), (), None, ROW)
-        if name == "bitwise_and" and isinstance(c, Sym) and c.op == "const":
-            return self.node("fn", (ix, c), np.uint64, (), (), name)
-        raise CannotCompile(f"the element index used in '{name}'")
+        if fn is np.bitwise_and and isinstance(c, Sym) and c.op == "const":
+            return self.node("fn", (ix, c), np.uint64, (), (), fn)
+        raise CannotCompile(f"the element index used in '{fn.__name__}'")
 
     # ---- array-API functions with keywords ------------------------------------------------------
 
@@ -245,38 +247,52 @@ class Tracer:
 
     # ---- row reductions ---------------------------------------------------------------------------
 
-    def _row_axes(self, x: Sym, axis: Any) -> None:
-        """Reductions inside a fused loop reduce exactly the row's dims (the tail)."""
+    @staticmethod
+    def _axes(x: Sym, axis: Any) -> set[int]:
+        if axis is None:
+            return set(range(x.ndim))
+        return {a % x.ndim for a in (axis if isinstance(axis, tuple | list) else (axis,))}
+
+    def _row_axes(self, x: Sym, axes: set[int]) -> None:
+        """The reduced dims must hold exactly a row's elements: every tail dim longer than 1 and
+        no lead dim longer than 1 (size-1 dims reduce to themselves either way)."""
         d = self.domain
-        axes = tuple(range(x.ndim)) if axis is None else \
-            tuple(a % x.ndim for a in (axis if isinstance(axis, tuple | list) else (axis,)))
-        if x.ndim != d.nd or sorted(axes) != list(range(d.nl, d.nd)) \
-                or x.shape[d.nl:] != d.tail:
-            raise CannotCompile(f"a reduction over dims {list(axes)} of {list(x.shape)}, not "
+        if x.ndim != d.nd or x.shape[d.nl:] != d.tail \
+                or any(x.shape[k] > 1 for k in range(d.nl, d.nd) if k not in axes) \
+                or any(x.shape[k] > 1 for k in axes if k < d.nl):
+            raise CannotCompile(f"a reduction over dims {sorted(axes)} of {list(x.shape)}, not "
                                 f"over the row's dims {list(range(d.nl, d.nd))}")
         if any(m is not None and m < d.nl for m in x.dmap[d.nl:]):
             raise CannotCompile("a reduction over dims that run along the rows")
+
+    def _reduce(self, kind: str, x: Sym, axes: set[int], keepdims: bool) -> Sym:
         if x.dtype.kind != "f":
             raise CannotCompile(f"a reduction of {x.dtype} values")
-
-    def _reduce(self, kind: str, x: Sym, axis: Any, keepdims: bool) -> Sym:
-        self._row_axes(x, axis)
-        nl = self.domain.nl
-        shape = x.shape[:nl] + (1,) * (x.ndim - nl) if keepdims else x.shape[:nl]
-        dmap = x.dmap[:nl] + (None,) * (x.ndim - nl) if keepdims else x.dmap[:nl]
+        if keepdims:
+            shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape))
+            dmap = tuple(None if k in axes else m for k, m in enumerate(x.dmap))
+        else:
+            shape = tuple(n for k, n in enumerate(x.shape) if k not in axes)
+            dmap = tuple(m for k, m in enumerate(x.dmap) if k not in axes)
+        if all(x.shape[k] == 1 for k in axes):
+            # a sum or max of one element is that element (NumPy's reductions start from their
+            # first element), whichever dims of the row the others run along
+            return self._view(x, shape, dmap)
+        self._row_axes(x, axes)
         return self.node("reduce", (x,), x.dtype, shape, dmap, kind, ROW)
 
     def sum(self, x: Sym, axis: Any = None, keepdims: bool = False) -> Sym:
-        return self._reduce("sum", x, axis, keepdims)
+        return self._reduce("sum", x, self._axes(x, axis), keepdims)
 
     def max(self, x: Sym, axis: Any = None, keepdims: bool = False) -> Sym:
-        return self._reduce("max", x, axis, keepdims)
+        return self._reduce("max", x, self._axes(x, axis), keepdims)
 
     def mean(self, x: Sym, axis: Any = None, keepdims: bool = False) -> Sym:
         """np.mean: the sum divided by the count as NumPy does it (an intp count promotes the
         division to float64, rounded back once)."""
-        s = self._reduce("sum", x, axis, keepdims)
-        count = int(np.prod(self.domain.tail))
+        axes = self._axes(x, axis)
+        s = self._reduce("sum", x, axes, keepdims)
+        count = math.prod(x.shape[k] for k in axes)
         return self.astype(self.astype(s, np.float64) / self.const(count, np.float64), x.dtype)
 
     def require(self, cond: Sym) -> None:
