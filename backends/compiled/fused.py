@@ -50,7 +50,7 @@ class _Traced:
 
     domain: Domain
     outputs: list[Output]
-    out_arrays: list[np.ndarray]
+    out_steps: list[int]
     requires: list[Sym]
     loads: list[Sym] = field(default_factory=list)          # by input slot
     arrays: list[np.ndarray] = field(default_factory=list)  # by input slot, as the op sees it
@@ -137,7 +137,7 @@ def _trace(plan: FusedPlan) -> _Traced:
     tr = Tracer(t.domain)
     val: dict[Any, Sym] = {}
     slots: dict[tuple[int, int], int] = {}
-    for st in plan.steps:
+    for i, st in enumerate(plan.steps):
         try:
             val[st.op.results[0]] = _trace_step(tr, t, plan, st, val, slots)
         except CannotCompile as e:
@@ -145,7 +145,7 @@ def _trace(plan: FusedPlan) -> _Traced:
         if st.out2d is not None:
             full = _forms(plan, st.op)[1] == "full"
             t.outputs.append(Output(val[st.op.results[0]], full, st.call.result.dtype))
-            t.out_arrays.append(st.out2d)
+            t.out_steps.append(i)
     t.requires = tr.requires
     t.splits_index = tr.splits_index
     return t
@@ -211,22 +211,72 @@ class CompiledCall:
         return flags
 
 
+@dataclass(frozen=True)
+class _Recipe:
+    """What tracing and generating a plan's kernel found, in terms any plan of the same body and
+    argument layout shares: input slot k is `list(plan.env.values())[env_index[k]]` seen at rank
+    `frames[k]`; output k is the `out2d` of step `out_steps[k]`, whole rows or not (`full`)."""
+
+    gen: Generated
+    env_index: tuple[int, ...]
+    frames: tuple[int, ...]
+    out_steps: tuple[int, ...]
+    full: tuple[bool, ...]
+    f16_slots: frozenset[int]
+
+
+_RECIPES: dict[tuple[Any, ...], _Recipe] = {}
+_RECIPES_MAX = 256      # a long-running process with many bodies regenerates the oldest
+
+
+def _recipe_key(plan: FusedPlan) -> tuple[Any, ...]:
+    """The body's text and every env array's layout (shape, strides, dtype, and which earlier
+    array it is, since one array passed twice is one kernel input): what the trace depends on."""
+    first: dict[int, int] = {}
+    layout = tuple((w.shape, w.strides, w.dtype.str, first.setdefault(id(w), k))
+                   for k, w in enumerate(plan.env.values()))
+    return (_body_text(plan.op), layout)
+
+
+def _recipe(plan: FusedPlan) -> _Recipe:
+    """Trace and generate the plan's kernel, once per body text and argument layout (tracing
+    and generating cost milliseconds, as much as a kernel's run on a mid-sized tensor)."""
+    key = _recipe_key(plan)
+    r = _RECIPES.get(key)
+    if r is not None:
+        return r
+    t = _trace(plan)
+    f16_slots = frozenset(k for k, w in enumerate(t.arrays) if w.dtype == np.float16)
+    gen = generate(t.domain, t.outputs, t.requires, t.loads, set(f16_slots), t.splits_index,
+                   key[0])
+    where = {id(w): k for k, w in reversed(list(enumerate(plan.env.values())))}
+    r = _Recipe(gen, tuple(where[id(w)] for w in t.arrays), tuple(t.frames), tuple(t.out_steps),
+                tuple(o.full for o in t.outputs), f16_slots)
+    if len(_RECIPES) >= _RECIPES_MAX:
+        _RECIPES.pop(next(iter(_RECIPES)))
+    _RECIPES[key] = r
+    return r
+
+
 def prepare(plan: FusedPlan) -> CompiledCall:
     """Trace, generate and compile (or find) the plan's kernel and lay out its arguments;
     CannotCompile when the generator cannot (the message names the op and says why)."""
     space = plan.space
     if space.rows * math.prod(space.tail) == 0:
         raise CannotCompile("its rows hold no elements")
-    t = _trace(plan)
-    f16_slots = {k for k, w in enumerate(t.arrays) if w.dtype == np.float16}
-    gen: Generated = generate(t.domain, t.outputs, t.requires, t.loads, f16_slots,
-                              t.splits_index, _body_text(plan.op))
-    ins = [_compact(w, r, lay, gen.groups, t.domain, k in f16_slots)
-           for k, (w, r, lay) in enumerate(zip(t.arrays, t.frames, gen.layouts, strict=True))]
-    T = math.prod(math.prod(t.domain.dims[d] for d in g) for g in gen.groups)
-    outs = [(a.reshape(space.rows, T) if o.full else a.reshape(space.rows))
-            for a, o in zip(t.out_arrays, t.outputs, strict=True)]
-    outs = [a.view(np.uint16) if a.dtype == np.float16 else a for a in outs]
+    r = _recipe(plan)
+    gen = r.gen
+    domain = Domain(space.lead, space.tail)
+    env = list(plan.env.values())
+    ins = [_compact(env[e], rank, lay, gen.groups, domain, k in r.f16_slots)
+           for k, (e, rank, lay) in enumerate(zip(r.env_index, r.frames, gen.layouts, strict=True))]
+    T = math.prod(math.prod(domain.dims[d] for d in g) for g in gen.groups)
+    outs: list[np.ndarray] = []
+    for step, full in zip(r.out_steps, r.full, strict=True):
+        a = plan.steps[step].out2d
+        assert a is not None
+        a = a.reshape(space.rows, T) if full else a.reshape(space.rows)
+        outs.append(a.view(np.uint16) if a.dtype == np.float16 else a)
     sig = (nbt.int64, nbt.int64, nbt.int64, nbt.Array(nbt.uint8, 1, "C"),
            *(_arg_type(a, True) for a in ins), *(_arg_type(a, False) for a in outs))
     kernel, reused = KERNELS.get(gen.source, sig)
