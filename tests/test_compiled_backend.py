@@ -374,3 +374,30 @@ def test_rows_of_one_element_compile(name: str) -> None:
     want, got = run_both(m, [x])
     assert got.stats["compiled"]["fallbacks"] == [], got.explain
     assert_close(m, got, want)
+
+
+CHAIN = """
+func.func @f(%x: tensor<6x40x32xf32>, %y: tensor<6x40x32xf32>) -> tensor<6x40x32xf32> {
+  %a = lamina.mul %x, %y : tensor<6x40x32xf32>
+  %t = lamina.tanh %a : tensor<6x40x32xf32>
+  %d = lamina.dropout %t {rate = 0.3 : f64, seed = 7 : i64} : tensor<6x40x32xf32>
+  func.return %d : tensor<6x40x32xf32>
+}
+"""
+
+
+def test_an_elementwise_group_gets_long_rows() -> None:
+    """Inputs that span the whole domain give the interpreter rows of one element; the kernel
+    takes trailing dims as its row instead (40 x 32 = 1280 >= ROW_MIN elements), with the
+    interpreter's results and dropout bits."""
+    m = fused(CHAIN)
+    fop = next(op for op in find_entry(m, None).walk() if isinstance(op, FusedOp))
+    gen = np.random.default_rng(5)
+    x, y = (gen.standard_normal((6, 40, 32)).astype(np.float32) for _ in range(2))
+    plan = fused_exec.plan_fused(fop, [x, y], min_rows=1)
+    assert plan.space.tail == ()
+    call = compiled_exec.prepare(plan)
+    assert (call.rows, call.T, call.per_row) == (6, 1280, 1280)
+    want, got = run_both(m, [x, y])
+    assert_close(m, got, want)
+    assert np.array_equal(got.outputs[0] == 0, want.outputs[0] == 0)

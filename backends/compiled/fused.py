@@ -29,7 +29,7 @@ from lamina.backends.compiled.emit import Generated, Layout, Output, generate
 from lamina.backends.compiled.trace import CannotCompile, Domain, Sym, Tracer
 from lamina.backends.interface import RunOptions
 from lamina.backends.numpy import fused as tiles
-from lamina.backends.numpy.fused import FusedPlan, plan_fused, run_tiles
+from lamina.backends.numpy.fused import FusedPlan, Space, plan_fused, run_tiles
 from lamina.backends.numpy.runner import RunContext
 from lamina.ir.diagnostics import op_loc
 from lamina.ir.dtypes import STORAGE
@@ -42,6 +42,21 @@ from xdsl.ir import Operation
 from xdsl.printer import Printer
 
 CHUNK_ELEMENTS = 1 << 16    # elements per chunk of rows a worker takes (>= 1 row)
+ROW_MIN = 1024              # elements a kernel row of a group without reductions gets, at least
+
+
+def kernel_domain(space: Space) -> Domain:
+    """The kernel's rows: the interpreter's, except in a group without reductions whose
+    interpreter rows are single elements (every input spans the whole domain, so the tile loop
+    needs no tail). There a row is trailing dims until it holds ROW_MIN elements (one lead dim
+    kept, for the threads), so that the inner loop is long enough to vectorize. With an empty
+    tail every step is "full" (`Space.form`), so the trace reads the same."""
+    if space.tail or space.row_group or len(space.lead) < 2:
+        return Domain(space.lead, space.tail)
+    lead, tail = list(space.lead), []
+    while len(lead) > 1 and math.prod(tail) < ROW_MIN:
+        tail.insert(0, lead.pop())
+    return Domain(tuple(lead), tuple(tail))
 
 
 @dataclass
@@ -133,7 +148,7 @@ def _trace_step(tr: Tracer, t: _Traced, plan: FusedPlan, st: Any, val: dict[Any,
 
 def _trace(plan: FusedPlan) -> _Traced:
     space = plan.space
-    t = _Traced(Domain(space.lead, space.tail), [], [], [])
+    t = _Traced(kernel_domain(space), [], [], [])
     tr = Tracer(t.domain)
     val: dict[Any, Sym] = {}
     slots: dict[tuple[int, int], int] = {}
@@ -202,6 +217,7 @@ class CompiledCall:
     rows: int
     T: int                        # elements per row
     arrays: list[np.ndarray]      # the kernel's inputs, then its outputs (the plan's out2d)
+    per_row: int = 1              # the interpreter's rows in one kernel row (`kernel_domain`)
 
     def run(self, options: RunOptions, index_base: int = 0) -> np.ndarray:
         """Run every row; return the flags of rows left to the interpreter. `index_base` is the
@@ -266,7 +282,8 @@ def prepare(plan: FusedPlan) -> CompiledCall:
         raise CannotCompile("its rows hold no elements")
     r = _recipe(plan)
     gen = r.gen
-    domain = Domain(space.lead, space.tail)
+    domain = kernel_domain(space)
+    rows = math.prod(domain.lead)
     env = list(plan.env.values())
     ins = [_compact(env[e], rank, lay, gen.groups, domain, k in r.f16_slots)
            for k, (e, rank, lay) in enumerate(zip(r.env_index, r.frames, gen.layouts, strict=True))]
@@ -275,12 +292,12 @@ def prepare(plan: FusedPlan) -> CompiledCall:
     for step, full in zip(r.out_steps, r.full, strict=True):
         a = plan.steps[step].out2d
         assert a is not None
-        a = a.reshape(space.rows, T) if full else a.reshape(space.rows)
+        a = a.reshape(rows, T) if full else a.reshape(rows)
         outs.append(a.view(np.uint16) if a.dtype == np.float16 else a)
     sig = (nbt.int64, nbt.int64, nbt.int64, nbt.Array(nbt.uint8, 1, "C"),
            *(_arg_type(a, True) for a in ins), *(_arg_type(a, False) for a in outs))
     kernel, reused = KERNELS.get(gen.source, sig)
-    return CompiledCall(kernel, reused, space.rows, T, ins + outs)
+    return CompiledCall(kernel, reused, rows, T, ins + outs, space.rows // rows)
 
 
 def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
@@ -301,8 +318,9 @@ def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
         stats["load_seconds"] += k.seconds
     bad = np.flatnonzero(call.run(ctx.options))
     if bad.size:
-        stats["rows_to_interpreter"] += int(bad.size)
-        run_tiles(plan, ctx.options, only_rows=[int(r) for r in bad])
+        rows = (bad[:, None] * call.per_row + np.arange(call.per_row)).ravel()
+        stats["rows_to_interpreter"] += int(rows.size)
+        run_tiles(plan, ctx.options, only_rows=[int(r) for r in rows])
 
 
 def _run_chunks(entry: Any, rows: int, T: int, index_base: int, flags: np.ndarray,
