@@ -13,6 +13,7 @@ EXTRAS := dev
 EXTRAS += torch
 EXTRAS += onnx
 EXTRAS += jax
+EXTRAS += compiled
 comma := ,
 empty :=
 space := $(empty) $(empty)

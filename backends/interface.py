@@ -85,13 +85,16 @@ class MemoryTrace:
 @dataclass
 class RunResult:
     """One array per function result, the statistics (the `--stats-json` payload), the memory
-    trace when the backend records one, and notes: one line each about how the program was run
-    when that differs from how it is written (the tools print them on stderr)."""
+    trace when the backend records one, notes: one line each about how the program was run
+    when that differs from how it is written (the tools print them on stderr), and the lines in
+    which the backend explains its own choices (`--explain`: a kernel it could not compile, and
+    why)."""
 
     outputs: list[np.ndarray]
     stats: dict[str, Any] = field(default_factory=dict)
     memory: MemoryTrace | None = None
     notes: list[str] = field(default_factory=list)
+    explain: list[str] = field(default_factory=list)
 
 
 class Backend(Protocol):

@@ -16,6 +16,7 @@ from lamina.ir.diagnostics import LaminaError
 BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "numpy": ("lamina.backends.numpy.backend", "NumpyBackend", None),
     "jax": ("lamina.backends.jax.backend", "JaxBackend", "jax"),
+    "compiled": ("lamina.backends.compiled.backend", "CompiledBackend", "compiled"),
 }
 
 

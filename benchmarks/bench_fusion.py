@@ -1,19 +1,26 @@
-"""fuse-elementwise benchmark: interpreter unfused vs fused vs jax.jit vs the memory-traffic floor.
+"""fuse-elementwise benchmark: unfused vs fused (NumPy tiles, compiled) vs jax.jit vs the floor.
 
-    .venv/bin/python benchmarks/bench_fusion.py [--repeats 5] [--quick]
+    .venv/bin/python benchmarks/bench_fusion.py [--repeats 5] [--quick] [--only W1,GPT2]
 
 Workloads (f32): W1 the seed example y = dropout(gelu_tanh(layernorm(x) * g + b), 0.1) at
 [8192, 4096]; W2 an 8-op elementwise chain of the same size; W3 the GPT-2 MLP block
-h = gelu_tanh(x @ W1 + b1) @ W2 + b2 (2048 x 1024 x 4096). jax.jit runs the same math, dropout
-included (the same counter-based hash, in uint32 jnp ops). Floor = compulsory bytes (each input
-read once, each output written once) / copy bandwidth measured with np.copyto on 256 MiB.
-Then the pass's own time on generated 10k / 50k-op programs next to xDSL's parse time for them.
-Medians of `--repeats` runs; all columns measured in this one process. "fused" is the
-interpreter's default: the tile loop on one thread per core (`fused.thread_count()`), as jax.jit
-uses every core; "fused x1" is the same loop on one thread, and "unfused" whole-array NumPy (one
-thread). unf/fx1 is what fusion alone buys; unf/fused adds the threads. The floor uses the
-faster of the 1-thread and all-thread copy bandwidths. Ratios are of medians. W1 and W2 also check
-that the fused outputs equal the unfused ones bit for bit.
+h = gelu_tanh(x @ W1 + b1) @ W2 + b2 (2048 x 1024 x 4096); GPT2 a whole pre-LN GPT-2 block at
+the anchor sizes of `shared/references.md` (B=2, T=1024, D=1024, 16 heads, MLP 4096; the causal
+mask built in the program, the two residual dropouts as 0/1 mask inputs). jax.jit runs the same
+math, dropout included (the same counter-based hash, in uint32 jnp ops). Floor = compulsory bytes
+(each input read once, each output written once) / copy bandwidth measured with np.copyto on
+256 MiB. Then the pass's own time on generated 10k / 50k-op programs next to xDSL's parse time.
+
+Each cell is the median of `--repeats` runs with their range (min-max) after it: the machine is
+shared, so the spread says how far one figure can be trusted. "fused" is the interpreter's
+default: the tile loop on one thread per core (`fused.thread_count()`), as jax.jit uses every
+core; "fused x1" is the same loop on one thread, "unfused" whole-array NumPy (one thread) and
+"compiled" the fused program on `--backend compiled` (every fused kernel one numba loop, on the
+same threads as "fused"; its kernels are compiled, or loaded from the disk cache, in the warm-up
+run, and "compile" is that run's `compile_seconds`). The floor uses the faster of the 1-thread
+and all-thread copy bandwidths. Ratios are of medians. W1 and W2 also check that the fused
+outputs equal the unfused ones bit for bit, and every workload that the compiled outputs are
+within `lamina.backends.compare`'s tolerances of the fused NumPy ones.
 """
 
 from __future__ import annotations
@@ -30,21 +37,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import lamina.backends.numpy.fused as fused_exec  # noqa: E402
+from lamina.backends.compare import compare  # noqa: E402
+from lamina.backends.compiled.backend import CompiledBackend  # noqa: E402
 from lamina.backends.interface import RunOptions, find_entry  # noqa: E402
 from lamina.backends.numpy.runner import run_function  # noqa: E402
 from lamina.ir import rng  # noqa: E402
+from lamina.ir.dtypes import tensor_dtype  # noqa: E402
 from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
 from lamina.passes.pipeline import build_pipeline, run_pipeline  # noqa: E402
 
 
-def median_time(fn, repeats: int) -> float:
-    fn()  # warm-up (and jit compile)
+def timings(fn, repeats: int) -> list[float]:
+    """Seconds of `repeats` runs of fn after one warm-up run (jit compile, page faults)."""
+    fn()
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return ts
+
+
+def median_time(fn, repeats: int) -> float:
+    return statistics.median(timings(fn, repeats))
 
 
 def t(shape) -> str:
@@ -94,6 +109,76 @@ func.func @main(%x: {X}, %w1: {W1}, %b1: {B1}, %w2: {W2}, %b2: {B2}) -> {Y} {{
 }}"""
 
 
+def gpt2_program(b: int, n: int, d: int, h: int, f: int) -> str:
+    """The pre-LN GPT-2 block of `samples/gpt2_block.mlir` at any size, with the residual
+    dropouts as 0/1 masks (inputs %m1, %m2) and no attention dropout, as in the anchor."""
+    dh = d // h
+    X, V, D3, DD, FF = t((b, n, d)), t((d,)), t((3 * d,)), t((d, d)), t((f,))
+    QKV, S, HD = t((b, n, 3 * d)), t((b, h, n, n)), t((b, h, n, dh))
+    X4, KT, H4 = t((b, n, h, dh)), t((b, h, dh, n)), t((b, n, f))
+    rows = ", ".join(f"[{i}]" for i in range(n))
+    cols = ", ".join(str(i) for i in range(n))
+    eps = "{axis = -1 : i64, eps = 1.0e-05 : f64}"
+
+    def sl(name: str, k: int) -> str:
+        return (f"  %{name} = lamina.slice %qkv {{start = array<i64: 0, 0, {k * d}>, limit = "
+                f"array<i64: {b}, {n}, {(k + 1) * d}>}} : ({QKV}) -> {X}\n"
+                f"  %{name}4 = lamina.reshape %{name} : ({X}) -> {X4}\n")
+
+    return f"""
+func.func @main(%x: {X}, %ln1_g: {V}, %ln1_b: {V}, %w_attn: {t((d, 3 * d))}, %b_attn: {D3},
+                %w_proj: {DD}, %b_proj: {V}, %ln2_g: {V}, %ln2_b: {V}, %w_fc: {t((d, f))},
+                %b_fc: {FF}, %w_out: {t((f, d))}, %b_out: {V}, %m1: {X}, %m2: {X}) -> {X} {{
+  %a = lamina.layernorm %x scale %ln1_g bias %ln1_b {eps} : ({X}, {V}, {V}) -> {X}
+  %qkv0 = lamina.matmul %a, %w_attn : ({X}, {t((d, 3 * d))}) -> {QKV}
+  %qkv = lamina.add %qkv0, %b_attn : ({QKV}, {D3}) -> {QKV}
+{sl("q", 0)}{sl("k", 1)}{sl("v", 2)}\
+  %qh = lamina.transpose %q4 {{permutation = array<i64: 0, 2, 1, 3>}} : ({X4}) -> {HD}
+  %kt = lamina.transpose %k4 {{permutation = array<i64: 0, 2, 3, 1>}} : ({X4}) -> {KT}
+  %vh = lamina.transpose %v4 {{permutation = array<i64: 0, 2, 1, 3>}} : ({X4}) -> {HD}
+  %scores = lamina.matmul %qh, %kt : ({HD}, {KT}) -> {S}
+  %inv_sqrt_dh = lamina.constant dense<{1 / np.sqrt(dh):e}> : tensor<f32>
+  %scaled = lamina.mul %scores, %inv_sqrt_dh : ({S}, tensor<f32>) -> {S}
+  %rows = lamina.constant dense<[{rows}]> : tensor<{n}x1xi32>
+  %cols = lamina.constant dense<[{cols}]> : tensor<{n}xi32>
+  %causal = lamina.ge %rows, %cols : (tensor<{n}x1xi32>, tensor<{n}xi32>) -> tensor<{n}x{n}xi1>
+  %neg_big = lamina.constant dense<-1.0e+09> : tensor<f32>
+  %masked = lamina.select %causal, %scaled, %neg_big : (tensor<{n}x{n}xi1>, {S}, tensor<f32>) -> {S}
+  %probs = lamina.softmax %masked {{axis = -1 : i64}} : {S}
+  %ctx = lamina.matmul %probs, %vh : ({S}, {HD}) -> {HD}
+  %ctx_t = lamina.transpose %ctx {{permutation = array<i64: 0, 2, 1, 3>}} : ({HD}) -> {X4}
+  %merged = lamina.reshape %ctx_t : ({X4}) -> {X}
+  %proj0 = lamina.matmul %merged, %w_proj : ({X}, {DD}) -> {X}
+  %proj = lamina.add %proj0, %b_proj : ({X}, {V}) -> {X}
+  %keep = lamina.constant dense<{1 / 0.9:e}> : tensor<f32>
+  %proj_m = lamina.mul %proj, %m1 : {X}
+  %proj_d = lamina.mul %proj_m, %keep : ({X}, tensor<f32>) -> {X}
+  %h = lamina.add %x, %proj_d : {X}
+  %m = lamina.layernorm %h scale %ln2_g bias %ln2_b {eps} : ({X}, {V}, {V}) -> {X}
+  %fc0 = lamina.matmul %m, %w_fc : ({X}, {t((d, f))}) -> {H4}
+  %fc = lamina.add %fc0, %b_fc : ({H4}, {FF}) -> {H4}
+  %act = lamina.gelu %fc {{approximate = "tanh"}} : {H4}
+  %out0 = lamina.matmul %act, %w_out : ({H4}, {t((f, d))}) -> {X}
+  %out = lamina.add %out0, %b_out : ({X}, {V}) -> {X}
+  %out_m = lamina.mul %out, %m2 : {X}
+  %out_d = lamina.mul %out_m, %keep : ({X}, tensor<f32>) -> {X}
+  %y = lamina.add %h, %out_d : {X}
+  func.return %y : {X}
+}}"""
+
+
+def gpt2_inputs(gen: np.random.Generator, b: int, n: int, d: int, f: int) -> list[np.ndarray]:
+    def w(*shape: int, s: float = 0.02) -> np.ndarray:
+        return gen.standard_normal(shape, dtype=np.float32) * np.float32(s)
+
+    def mask() -> np.ndarray:
+        return (gen.random((b, n, d), dtype=np.float32) >= 0.1).astype(np.float32)
+
+    one, zero = np.ones(d, np.float32), np.zeros(d, np.float32)
+    return [gen.standard_normal((b, n, d), dtype=np.float32), one, zero, w(d, 3 * d),
+            w(3 * d), w(d, d), w(d), one, zero, w(d, f), w(f), w(f, d), w(d), mask(), mask()]
+
+
 # ---- jax versions of the same math -------------------------------------------------------------
 
 def jax_fns():
@@ -141,11 +226,32 @@ def jax_fns():
     def mlp_fn(x, w1, b1, w2, b2):
         return gelu(x @ w1 + b1) @ w2 + b2
 
+    def layernorm(x, g, b):
+        m = x.mean(-1, keepdims=True)
+        c = x - m
+        return c / jnp.sqrt((c * c).mean(-1, keepdims=True) + 1e-5) * g + b
+
+    def gpt2_fn(x, ln1_g, ln1_b, w_attn, b_attn, w_proj, b_proj, ln2_g, ln2_b, w_fc, b_fc,
+                w_out, b_out, m1, m2):
+        b, n, d = x.shape
+        h = 16
+        qkv = layernorm(x, ln1_g, ln1_b) @ w_attn + b_attn
+        q, k, v = (qkv[..., i * d:(i + 1) * d].reshape(b, n, h, d // h) for i in range(3))
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * jnp.float32(1 / np.sqrt(d // h))
+        causal = jnp.arange(n)[:, None] >= jnp.arange(n)[None, :]
+        p = jax.nn.softmax(jnp.where(causal, s, jnp.float32(-1e9)), axis=-1)
+        ctx = jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, n, d)
+        keep = jnp.float32(1 / 0.9)
+        hh = x + (ctx @ w_proj + b_proj) * m1 * keep
+        mlp = gelu(layernorm(hh, ln2_g, ln2_b) @ w_fc + b_fc) @ w_out + b_out
+        return hh + mlp * m2 * keep
+
     def wrap(f):
         jf = jax.jit(f)
         return lambda *a: jf(*a).block_until_ready()
 
-    return {"seed": wrap(seed_fn), "chain": wrap(chain_fn), "mlp": wrap(mlp_fn)}, jax
+    return {"seed": wrap(seed_fn), "chain": wrap(chain_fn), "mlp": wrap(mlp_fn),
+            "gpt2": wrap(gpt2_fn)}, jax
 
 
 def copy_bandwidth(threads: int = 1) -> float:
@@ -166,9 +272,23 @@ def copy_bandwidth(threads: int = 1) -> float:
     return 2 * a.nbytes / s
 
 
-def bench_workloads(repeats: int, quick: bool) -> None:
+def _cell(ts: list[float] | None) -> str:
+    """A median with its range, in ms: '25.9 (24.1-31.0)'."""
+    if not ts:
+        return "n/a"
+    return f"{statistics.median(ts) * 1e3:.1f} ({min(ts) * 1e3:.1f}-{max(ts) * 1e3:.1f})"
+
+
+def _close(func, got: list[np.ndarray], want: list[np.ndarray]) -> bool:
+    return all(compare("out", tensor_dtype(ty), a, b).ok for a, b, ty in
+               zip(got, want, func.function_type.outputs.data, strict=True))
+
+
+def _workloads(quick: bool) -> list[tuple[str, str, str, list[np.ndarray], str, int]]:
+    """(name, shape, program, inputs, jax key, compulsory bytes) of every workload."""
     r, c = (2048, 4096) if quick else (8192, 4096)
     m, d, f = (512, 1024, 4096) if quick else (2048, 1024, 4096)
+    gb, gn = (1, 512) if quick else (2, 1024)     # the GPT-2 block: batch, tokens (D=1024, F=4096)
     gen = np.random.default_rng(0)
     x = gen.standard_normal((r, c), dtype=np.float32)
     y = gen.standard_normal((r, c), dtype=np.float32)
@@ -179,6 +299,57 @@ def bench_workloads(repeats: int, quick: bool) -> None:
     b1 = gen.standard_normal(f, dtype=np.float32)
     w2 = gen.standard_normal((f, d), dtype=np.float32) * 0.03
     b2 = gen.standard_normal(d, dtype=np.float32)
+    gi = gpt2_inputs(gen, gb, gn, 1024, 4096)
+    return [
+        ("W1 LN+GeLU+Dropout", f"f32[{r},{c}]", seed_program(r, c), [x, g, b], "seed",
+         x.nbytes * 2 + g.nbytes + b.nbytes),
+        ("W2 8-op elementwise chain", f"f32[{r},{c}]", chain_program(r, c), [x, y], "chain",
+         x.nbytes * 3),
+        ("W3 MLP block", f"{m}x{d}x{f}", mlp_program(m, d, f), [mx, w1, b1, w2, b2], "mlp",
+         mx.nbytes * 2 + w1.nbytes + w2.nbytes + b1.nbytes + b2.nbytes),
+        ("GPT2 block", f"B{gb} T{gn} D1024 H16", gpt2_program(gb, gn, 1024, 16, 4096), gi, "gpt2",
+         sum(a.nbytes for a in gi) + gi[0].nbytes),
+    ]
+
+
+def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], repeats: int,
+                     nt: int) -> dict:
+    """Time one workload unfused, fused (1 and nt threads) and compiled."""
+    name, shape, text, inputs, key, compulsory = work
+    ctx = make_context()
+    ref = parse_text(text, "bench.mlir", ctx)
+    verify(ref)
+    fm = ref.clone()
+    run_pipeline(ctx, fm, build_pipeline("fuse-elementwise"))
+    fref, ffused = find_entry(ref, None), find_entry(fm, None)
+    one, all_ = RunOptions(threads=1), RunOptions(threads=nt)
+    comp = CompiledBackend.op_runners
+    res_u = run_function(fref, inputs)
+    res_f = run_function(ffused, inputs, options=all_)
+    res_c = run_function(ffused, inputs, options=all_, runners=comp)
+    notes = []
+    if key in ("seed", "chain") and not all(np.array_equal(u, f_) for u, f_ in
+                                            zip(res_u.outputs, res_f.outputs, strict=True)):
+        notes.append("fused differs!")
+    if not _close(ffused, res_c.outputs, res_f.outputs):
+        notes.append("compiled differs!")
+    cstats = res_c.stats.get("compiled", {})
+    if cstats.get("fallbacks"):
+        notes.append(f"{len(cstats['fallbacks'])} kernels not compiled")
+    return {
+        "name": name + "".join(f" ({n})" for n in notes), "shape": shape, "key": key,
+        "inputs": inputs, "compulsory": compulsory, "out": res_f.outputs[0], "func": ffused,
+        "unfused": timings(lambda: run_function(fref, inputs), repeats),
+        "fx1": timings(lambda: run_function(ffused, inputs, options=one), repeats),
+        "fused": timings(lambda: run_function(ffused, inputs, options=all_), repeats),
+        "compiled": timings(lambda: run_function(ffused, inputs, options=all_, runners=comp),
+                            repeats),
+        "compile_s": cstats.get("compile_seconds", 0.0) + cstats.get("load_seconds", 0.0),
+        "kernels": f"{res_u.stats['kernels']} -> {res_f.stats['kernels']}",
+    }
+
+
+def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
     nt = fused_exec.thread_count(RunOptions())
     bw1 = copy_bandwidth(1)
     bwn = copy_bandwidth(nt)
@@ -187,60 +358,39 @@ def bench_workloads(repeats: int, quick: bool) -> None:
     print(f"copy bandwidth (np.copyto, read+write): {bw1 / 1e9:.1f} GB/s on 1 thread, "
           f"{bwn / 1e9:.1f} GB/s on {nt}; "
           f"jax: {jx[1].__version__ if jx else 'not installed'}")
-    work = [
-        ("W1 LN+GeLU+Dropout", f"f32[{r},{c}]", seed_program(r, c), [x, g, b], "seed",
-         x.nbytes * 2 + g.nbytes + b.nbytes),
-        ("W2 8-op elementwise chain", f"f32[{r},{c}]", chain_program(r, c), [x, y], "chain",
-         x.nbytes * 3),
-        ("W3 MLP block", f"{m}x{d}x{f}", mlp_program(m, d, f), [mx, w1, b1, w2, b2], "mlp",
-         mx.nbytes * 2 + w1.nbytes + w2.nbytes + b1.nbytes + b2.nbytes),
-    ]
+    work = [w for w in _workloads(quick) if only is None or w[0].split()[0] in only]
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on "
-          f"{os.cpu_count()} cores; fused kernels use {nt} threads (`fused`) or 1 (`fused x1`)")
-    head = (f"| {'workload':<26} | {'shape':<16} | {'unfused':>9} | {'fused x1':>9} "
-            f"| {'fused':>9} | {'jax.jit':>9} | {'floor':>7} | {'unf/fx1':>8} | {'unf/fused':>9} "
-            f"| {'jax/fx1':>8} | {'jax/fused':>9} | {'fused/floor':>11} | kernels |")
-    print(head)
-    print("|" + "|".join("-" * (len(p)) for p in head.split("|")[1:-1]) + "|")
+          f"{os.cpu_count()} cores (a shared machine: medians, range in parentheses); fused "
+          f"kernels use {nt} threads (`fused`, `compiled`) or 1 (`fused x1`)")
+    cols = ["workload", "shape", "unfused", "fused x1", "fused", "compiled", "jax.jit", "floor",
+            "unf/fused", "fused/comp", "jax/fused", "jax/comp", "comp/floor", "compile",
+            "kernels"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "|".join("---" for _ in cols) + "|")
     # phase 1: the interpreter on every workload; phase 2: jax. XLA's thread pool keeps spinning
     # for a while after each call, which would steal a core from the next interpreter run.
-    rows = []
-    for name, shape, text, inputs, key, compulsory in work:
-        ctx = make_context()
-        ref = parse_text(text, "bench.mlir", ctx)
-        verify(ref)
-        fm = ref.clone()
-        run_pipeline(ctx, fm, build_pipeline("fuse-elementwise"))
-        fref, ffused = find_entry(ref, None), find_entry(fm, None)
-        res_u = run_function(fref, inputs)
-        res_f = run_function(ffused, inputs)
-        if key != "mlp" and not all(np.array_equal(u, f_) for u, f_ in
-                                    zip(res_u.outputs, res_f.outputs, strict=True)):
-            name += " (fused differs!)"
-        tu = median_time(lambda fr=fref, a=inputs: run_function(fr, a), repeats)
-        one, all_ = RunOptions(threads=1), RunOptions(threads=nt)
-        tf1 = median_time(lambda ff=ffused, a=inputs, o=one: run_function(ff, a, options=o),
-                          repeats)
-        tf = median_time(lambda ff=ffused, a=inputs, o=all_: run_function(ff, a, options=o),
-                         repeats)
-        rows.append([name, shape, inputs, key, compulsory, res_f.outputs[0], tu, tf1, tf,
-                     f"{res_u.stats['kernels']} -> {res_f.stats['kernels']}"])
+    rows = [_interpreter_row(w, repeats, nt) for w in work]
     for row in rows:
-        name, shape, inputs, key, compulsory, fused_out, tu, tf1, tf, kernels = row
         tj = None
         if jx is not None:
-            fn = jx[0][key]
-            out = np.asarray(fn(*inputs))
-            ok = np.allclose(out, fused_out, rtol=1e-3, atol=1e-3)
-            tj = median_time(lambda fn=fn, a=inputs: fn(*a), repeats)
-            if not ok:
-                name += " (jax differs!)"
-        floor = compulsory / bw
-        ms = lambda s: f"{s * 1e3:8.1f}ms" if s is not None else "      n/a"  # noqa: E731
-        jr = (lambda d, w=9, tj=tj: f"{tj / d:{w - 1}.2f}x" if tj else " " * (w - 3) + "n/a")  # noqa: E731
-        print(f"| {name:<26} | {shape:<16} | {ms(tu)} | {ms(tf1)} | {ms(tf)} | {ms(tj)} "
-              f"| {floor * 1e3:5.1f}ms | {tu / tf1:7.2f}x | {tu / tf:8.2f}x | {jr(tf1, 8)} "
-              f"| {jr(tf)} | {tf / floor:10.1f}x | {kernels} |")
+            fn = jx[0][row["key"]]
+            out = np.asarray(fn(*row["inputs"]))
+            if not np.allclose(out, row["out"], rtol=1e-3, atol=1e-3):
+                row["name"] += " (jax differs!)"
+            tj = timings(lambda fn=fn, a=row["inputs"]: fn(*a), repeats)
+        med = {k: statistics.median(row[k]) for k in ("unfused", "fused", "compiled")}
+        floor = row["compulsory"] / bw
+        jm = statistics.median(tj) if tj else None
+
+        def ratio(a: float | None, b: float) -> str:
+            return f"{a / b:.2f}x" if a is not None else "n/a"
+
+        cells = [row["name"], row["shape"], _cell(row["unfused"]), _cell(row["fx1"]),
+                 _cell(row["fused"]), _cell(row["compiled"]), _cell(tj), f"{floor * 1e3:.1f}",
+                 ratio(med["unfused"], med["fused"]), ratio(med["fused"], med["compiled"]),
+                 ratio(jm, med["fused"]), ratio(jm, med["compiled"]),
+                 ratio(med["compiled"], floor), f"{row['compile_s']:.1f} s", row["kernels"]]
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
 def bench_pass(sizes: list[int]) -> None:
@@ -274,8 +424,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="smaller shapes, 2k/10k-op programs")
     ap.add_argument("--skip-pass", action="store_true")
+    ap.add_argument("--only", default=None, help="comma-separated workloads (W1,W2,W3,GPT2)")
     args = ap.parse_args()
-    bench_workloads(args.repeats, args.quick)
+    only = set(args.only.split(",")) if args.only else None
+    bench_workloads(args.repeats, args.quick, only)
     if not args.skip_pass:
         bench_pass([2000, 10000] if args.quick else [10000, 50000])
 

@@ -242,15 +242,24 @@ def constant(xp: Namespace, args: Args, call: Call) -> Array:
 
 def dropout(xp: Namespace, args: Args, call: Call) -> Array:
     """`rng`'s keep mask of the block `call.block` (the whole tensor without one), applied."""
+    x = args[0]
+    block = call.block or Block(tuple(x.shape), (0,) * len(x.shape))
+    return dropout_at(xp, args, call, lambda: rng.global_index(xp, block.global_shape,
+                                                               block.offsets, tuple(x.shape)))
+
+
+def dropout_at(xp: Namespace, args: Args, call: Call, index: Callable[[], Array]) -> Array:
+    """dropout given where its elements sit: `index()` gives their global flat indices (uint64),
+    asked for only when the rate drops anything. Shared by the whole-array formula above and the
+    per-element form compiled backends trace (`lamina.ir.scalar_forms.dropout`), so both build
+    the one mask `rng` defines."""
     x, seed_arr = args[0], args[1] if len(args) > 1 else None
     rate = float(call.attrs["rate"])
     scale = 1.0 / (1.0 - rate)
     if rate <= 0:
         return x * scale
-    block = call.block or Block(tuple(x.shape), (0,) * len(x.shape))
-    index = rng.global_index(xp, block.global_shape, block.offsets, tuple(x.shape))
     seed = seed_arr if seed_arr is not None else int(call.attrs["seed"])
-    keep = rng.bits(xp, seed, index) >= xp.asarray(rng.threshold(rate), dtype=xp.uint32)
+    keep = rng.bits(xp, seed, index()) >= xp.asarray(rng.threshold(rate), dtype=xp.uint32)
     return xp.where(keep, x * scale, 0.0)
 
 

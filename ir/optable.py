@@ -21,6 +21,7 @@ import numpy as np
 from lamina.ir import formulas as fm
 from lamina.ir import intervals as iv
 from lamina.ir import numpy_kernels as npk
+from lamina.ir import scalar_forms as sf
 from lamina.ir import shapes
 from lamina.ir import sharding as sh
 from lamina.ir import vjp as vj
@@ -118,6 +119,10 @@ class OpInfo:
     # reverse mode (`lamina.ir.vjp`): the rule emitting the operands' cotangents in Lamina ops,
     # or NotDifferentiable(why); every row states one (tests/test_vjp_rules.py checks it)
     vjp: vj.Vjp | None = None
+    # the op on one element (elementwise rows) or one row (row reductions) in the scalar
+    # namespace of `lamina.ir.scalar_forms`: what a compiled fused kernel computes, mostly the
+    # formula itself; None: no compiled kernel computes the op inside its loop
+    scalar: fm.Formula | None = None
 
     @property
     def full_name(self) -> str:
@@ -242,28 +247,31 @@ def _elementwise_rows() -> list[OpInfo]:
         rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), rule,
                            fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
                            per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name),
-                           interval=interval, vjp=_VJP.get(name)))
+                           interval=interval, vjp=_VJP.get(name),
+                           scalar=fm.elementwise(ew)))
     for name, summary, flops, lin, lin_ops, ew, ufunc, interval in BINARY_OPS:
         rule = shapes.binary_numeric if name in _INTEGER_OK else shapes.binary
         rows.append(OpInfo(name, summary, XY, (), rule, fm.elementwise(ew),
                            Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
-                           ew=ew, ufunc=ufunc, interval=interval, vjp=_VJP.get(name)))
+                           ew=ew, ufunc=ufunc, interval=interval, vjp=_VJP.get(name),
+                           scalar=fm.elementwise(ew)))
     for name, symbol, fn, ufunc in COMPARE_OPS:
         ew = fm.via(fn)
         rows.append(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (),
                            shapes.compare, fm.elementwise(ew), Fusion.ELEMENTWISE, NONE,
                            ELEMENTWISE, per_output(1), ew=ew, arith=False, ufunc=ufunc,
-                           interval=iv.COMPARE, vjp=vj.COMPARE))
+                           interval=iv.COMPARE, vjp=vj.COMPARE,
+                           scalar=fm.elementwise(ew)))
     rows.append(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
                        (OperandSpec("cond"), OperandSpec("true_value"),
                         OperandSpec("false_value")), (),
                        shapes.select, fm.select, Fusion.ELEMENTWISE, NONE, ELEMENTWISE,
                        per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT,
-                       vjp=vj.select))
+                       vjp=vj.select, scalar=fm.select))
     rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
                        Fusion.ELEMENTWISE, NONE, ELEMENTWISE, per_output(1), (0,),
                        type_linearity=_cast_linearity, interval=iv.CAST, declares_result=True,
-                       vjp=vj.cast))
+                       vjp=vj.cast, scalar=fm.cast))
     rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
                        "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
                        (AttrSpec("rate", AttrKind.FLOAT, required=True),
@@ -271,7 +279,7 @@ def _elementwise_rows() -> list[OpInfo]:
                        shapes.dropout, fm.dropout, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
                        ELEMENTWISE, per_output(8), (0,), position_dependent=True,
                        numpy=npk.dropout, tile=npk.dropout_tile, interval=iv.DROPOUT,
-                       vjp=vj.dropout))
+                       vjp=vj.dropout, scalar=sf.dropout))
     return rows
 
 
@@ -294,26 +302,27 @@ def _structural_rows() -> list[OpInfo]:
         rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, rule,
                            fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
                            per_input(1), (0,) if lin != NONE else (), interval=interval,
-                           vjp=vjp))
+                           vjp=vjp, scalar=fm.reduction(fn)))
     rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "
                        "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
                                         OperandSpec("bias", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
                        sh.RowReduction(trailing=True), per_input(8), numpy=npk.layernorm,
-                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION, vjp=vj.layernorm))
+                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION, vjp=vj.layernorm,
+                       scalar=sf.layernorm))
     rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
                        (OperandSpec("input"), OperandSpec("scale", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.rmsnorm, Fusion.REDUCTION, NONE,
                        sh.RowReduction(trailing=True), per_input(5), interval=iv.NORMALIZATION,
-                       vjp=vj.rmsnorm))
+                       vjp=vj.rmsnorm, scalar=sf.rmsnorm))
     rows.append(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
                        (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.softmax,
                        Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6),
-                       interval=iv.SOFTMAX, vjp=vj.softmax))
+                       interval=iv.SOFTMAX, vjp=vj.softmax, scalar=fm.softmax))
     rows.append(OpInfo("log_softmax", "x - max - log(sum(exp(x - max))) along axis", X,
                        (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.log_softmax,
                        Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(7),
-                       interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax))
+                       interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax, scalar=fm.log_softmax))
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
                        _matmul_flops, (0, 1), interval=iv.MATMUL, vjp=vj.matmul))
@@ -330,7 +339,8 @@ def _structural_rows() -> list[OpInfo]:
                        (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
                        shapes.broadcast_in_dim, fm.broadcast_in_dim, Fusion.BROADCAST,
                        Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False,
-                       interval=iv.MOVE, declares_result=True, vjp=vj.broadcast_in_dim))
+                       interval=iv.MOVE, declares_result=True, vjp=vj.broadcast_in_dim,
+                       scalar=fm.broadcast_in_dim))
     rows.append(OpInfo("slice", "the elements start..limit by strides in each dim", X,
                        (AttrSpec("start", AttrKind.INTS, required=True),
                         AttrSpec("limit", AttrKind.INTS, required=True),

@@ -106,7 +106,8 @@ def arg_parser() -> argparse.ArgumentParser:
                    help=f"write run statistics as JSON ('-': stdout); fields: {STATS_DOC}")
     p.add_argument("--print-outputs", action="store_true",
                    help="print each output's values after its summary line")
-    p.add_argument("--explain", action="store_true", help="Lamina passes explain their decisions")
+    p.add_argument("--explain", action="store_true",
+                   help="Lamina passes and the backend explain their decisions")
     p.add_argument("--target", default=None,
                    help="check memory-tier capacities against this target (name or .toml)")
     p.add_argument("--memory-plot", default=None, metavar="OUT.png",
@@ -244,6 +245,9 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     target = load_target(args.target) if args.target else None
     result = backend.run(module, entry, inputs, run_options(args, target))
+    if args.explain:
+        for line in result.explain:   # the backend's own decisions (a kernel it did not compile)
+            print(line, file=sys.stderr)
     stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
     out = Outcome(func, inputs, result, stats, [], False)
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}

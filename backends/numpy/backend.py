@@ -22,9 +22,10 @@ import numpy as np
 from lamina.backends.interface import Feature, RunOptions, RunResult, find_entry
 from lamina.backends.numpy.fused import thread_count
 from lamina.backends.numpy.memory import MemoryChecker
-from lamina.backends.numpy.runner import run_function
+from lamina.backends.numpy.runner import OpRunner, run_function
 from lamina.backends.numpy.spmd import first_unplaced, partly_placed_note, placed_mesh, run_spmd
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 
 
 class NumpyBackend:
@@ -32,6 +33,9 @@ class NumpyBackend:
 
     name: ClassVar[str] = "numpy"
     features: ClassVar[frozenset[Feature]] = frozenset(Feature)
+    # op types a backend built on this one runs its own way on whole arrays (placed programs'
+    # devices always run the interpreter's runners)
+    op_runners: ClassVar[dict[type[Operation], OpRunner]] = {}
 
     def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
             options: RunOptions) -> RunResult:
@@ -43,7 +47,8 @@ class NumpyBackend:
         if mesh is not None and gap is None:
             result = run_spmd(func, inputs, mesh, observer=checker, options=options)
         else:
-            result = run_function(func, inputs, observer=checker, options=options)
+            result = run_function(func, inputs, observer=checker, options=options,
+                                      runners=self.op_runners)
         if gap is not None:
             result.notes.append(partly_placed_note(func, gap))
         result.stats.update(checker.stats())

@@ -23,6 +23,10 @@ scratch, on a long-lived pool; a tile is computed the same way on any thread, so
 depend on the thread count (the property test checks 1 against 2 threads bit for bit).
 
 Statistics: one fused op is one kernel; its bytes are its inputs' plus its results' bytes.
+
+A backend that runs the tiles its own way (the compiled backend) shares the plan: `plan_fused`
+(iteration space, per-tile steps, per-kernel values, the results' arrays), `run_tiles` (this tile
+loop, also for a chosen set of one-row tiles), `fused_results` and `record_fused_stats`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -159,7 +163,7 @@ def _prod(s: tuple[int, ...]) -> int:
 
 
 @dataclass
-class _Space:
+class Space:
     """The tile loop's iteration space: `rows` = prod(`lead`) rows, each a `tail`-shaped slice.
 
     A tile is a run of whole rows, so a value the tile loop computes has one of three forms over
@@ -190,7 +194,7 @@ class _Space:
 
 
 @dataclass
-class _Step:
+class Step:
     """A body op that runs once per tile, with where its operands come from and its result goes.
 
     `sources[j]` says how operand j is found per tile: ("tile", slot) the value an earlier step
@@ -217,12 +221,29 @@ def _reduction_attrs(op: LaminaOp, k: int) -> dict[str, Any]:
     return attrs
 
 
-def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
-    """Run a `lamina.fused` op as one kernel: plan its steps once, then run the tiles.
+@dataclass
+class FusedPlan:
+    """A fused op planned for one call, before any tile runs (`plan_fused`).
 
-    Planning (iteration space, per-kernel vs per-tile ops, operand sources, tile buffers) costs
-    O(body) and is done before any tile runs, so the tile loop only indexes prepared arrays."""
-    assert isinstance(op, FusedOp)
+    `steps` run per tile in body order (`slot_of`: a per-tile value's step), `env` holds the block
+    arguments and every per-kernel value, already computed; a step whose result leaves the group
+    writes it into its `out2d`, a [rows, *tail] array allocated here."""
+
+    op: FusedOp
+    body: list[Operation]
+    space: Space
+    steps: list[Step]
+    slot_of: dict[SSAValue, int]
+    env: dict[SSAValue, np.ndarray]
+    results: list[SSAValue]
+
+
+def plan_fused(op: FusedOp, args: Sequence[np.ndarray | None], min_rows: int = 2) -> FusedPlan:
+    """Plan a `lamina.fused` call: iteration space, per-tile steps, per-kernel values (run now),
+    the arrays of the values that leave the group. Costs O(body); no tile has run.
+
+    Groups of fewer than `min_rows` rows run every op once on whole arrays (no steps): the
+    NumPy tile loop gains nothing on one row; a compiled kernel asks for 1."""
     block = op.body.block
     # lamina.free in a body (annotate-lifetimes) ends a tile buffer's lifetime: nothing to run
     body = [o for o in block.ops if o is not op.yield_op and not isinstance(o, FreeOp)]
@@ -232,20 +253,46 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
         env[a] = x
     space = _iteration_space(body, block.args)
     results = list(op.yield_op.values)
-    tile_set = 0
     with np.errstate(all="ignore"):
-        steps, slot_of = _plan_steps(body, env, space)
-        if steps:
-            tile_rows = _choose_rows(space.rows, steps, space.row_group, ctx.options.tile_bytes)
-            buffers = _assign_buffers(steps, slot_of, set(results), space.rows, tile_rows)
-            for st in steps:
-                st.sources = _operand_sources(st.op, env, slot_of, space, tile_rows)
-            tile_set = _tile_loop(steps, buffers, space, tile_rows, ctx.options)
-    outs = _results(results, steps, env)
-    _record_stats(ctx.stats, op, body, args, outs)
+        steps, slot_of = _plan_steps(body, env, space, min_rows)
+    leaving = set(results)
+    for st in steps:
+        if st.op.results[0] in leaving:
+            st.out2d = np.empty((space.rows,) + st.tail, dtype=STORAGE[st.call.result.dtype])
+    return FusedPlan(op, body, space, steps, slot_of, env, results)
+
+
+def run_tiles(plan: FusedPlan, options: RunOptions, only_rows: Iterable[int] | None = None) -> int:
+    """Run the plan's steps tile by tile (the interpreter's tile loop), writing every step that
+    leaves the group into its `out2d`; with `only_rows`, just those rows, one row per tile.
+    Returns the largest tile working set of a worker (its tile buffers and scratch, bytes)."""
+    steps, space = plan.steps, plan.space
+    if not steps:
+        return 0
+    with np.errstate(all="ignore"):
+        tile_rows = 1 if only_rows is not None else _choose_rows(
+            space.rows, steps, space.row_group, options.tile_bytes)
+        buffers = _assign_buffers(steps, plan.slot_of, set(plan.results), tile_rows)
+        for st in steps:
+            st.sources = _operand_sources(st.op, plan.env, plan.slot_of, space, tile_rows)
+        if only_rows is None:
+            return _tile_loop(steps, buffers, space, tile_rows, options)
+        tiles = itertools.chain(only_rows, [space.rows])
+        return _worker(steps, buffers, tiles, space.rows, 1, space.rows, space.nl)
+
+
+def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
+    """Run a `lamina.fused` op as one kernel: plan its steps once, then run the tiles.
+
+    Planning (iteration space, per-kernel vs per-tile ops, operand sources, tile buffers) costs
+    O(body) and is done before any tile runs, so the tile loop only indexes prepared arrays."""
+    assert isinstance(op, FusedOp)
+    plan = plan_fused(op, args)
+    tile_set = run_tiles(plan, ctx.options)
+    outs = fused_results(plan)
+    record_fused_stats(ctx.stats, plan, args, outs)
     if ctx.observer is not None:
-        ctx.observer.on_working_set(op, _working_set(steps, env, {*block.args, *results},
-                                                     tile_set))
+        ctx.observer.on_working_set(op, working_set(plan, tile_set))
     return outs
 
 
@@ -254,19 +301,19 @@ def _owned(a: np.ndarray) -> int:
     return int(a.nbytes) if a.flags.owndata else 0
 
 
-def _working_set(steps: list[_Step], env: dict[SSAValue, np.ndarray], outside: set[SSAValue],
-                 tile_set: int) -> int:
+def working_set(plan: FusedPlan, tile_set: int) -> int:
     """The bytes a fused kernel allocated besides its inputs and results: one worker's tile
     buffers and scratch (`tile_set`, what one tile in flight holds, the same for any thread
     count), the row-invariant operands repeated to a tile, and the values computed once per
-    kernel (broadcasts, masks from constants; not the kernel's inputs and results, `outside`),
-    counted only where they own their memory."""
-    reps = sum(_owned(src) for st in steps for kind, src in st.sources if kind == "rep")
-    once = sum(_owned(a) for v, a in env.items() if v not in outside)
+    kernel (broadcasts, masks from constants; not the kernel's inputs and results), counted only
+    where they own their memory."""
+    outside = {*plan.op.body.block.args, *plan.results}
+    reps = sum(_owned(src) for st in plan.steps for kind, src in st.sources if kind == "rep")
+    once = sum(_owned(a) for v, a in plan.env.items() if v not in outside)
     return tile_set + reps + once
 
 
-def _iteration_space(body: list[Operation], args: Sequence[SSAValue]) -> _Space:
+def _iteration_space(body: list[Operation], args: Sequence[SSAValue]) -> Space:
     """Rows x tail for the tile loop (see the module docstring for why each kind splits so).
 
     A group with reductions tiles over the rows its first reduction keeps (fuse-elementwise makes
@@ -278,7 +325,7 @@ def _iteration_space(body: list[Operation], args: Sequence[SSAValue]) -> _Space:
         d = iteration_domain(reductions[0])
         k = row_split(reductions[0])
         assert k is not None, "a fused reduction is row-wise (fuse-elementwise's rule)"
-        return _Space(d[: len(d) - k], d[len(d) - k:], True)
+        return Space(d[: len(d) - k], d[len(d) - k:], True)
     try:
         d = tuple(np.broadcast_shapes(*(_shape(o.results[0]) for o in body)))
     except ValueError:   # e.g. [3] -> broadcast_in_dim -> [3, 2]: no common loop; run whole
@@ -286,7 +333,7 @@ def _iteration_space(body: list[Operation], args: Sequence[SSAValue]) -> _Space:
     n = len(d)
     shapes = [_shape(a) for a in args]
     k = next((c for c in range(n + 1) if all(_rows_fit(s, d, n - c) for s in shapes)), n)
-    return _Space(d[: n - k], d[n - k:], False)
+    return Space(d[: n - k], d[n - k:], False)
 
 
 def _rows_fit(shape: tuple[int, ...], d: tuple[int, ...], nl: int) -> bool:
@@ -300,7 +347,7 @@ def _rows_fit(shape: tuple[int, ...], d: tuple[int, ...], nl: int) -> bool:
 
 
 def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
-                space: _Space) -> tuple[list[_Step], dict[SSAValue, int]]:
+                space: Space, min_rows: int) -> tuple[list[Step], dict[SSAValue, int]]:
     """Split the body into per-tile steps and per-kernel ops, running the per-kernel ones now.
 
     An op runs per tile when its domain lines up with the rows and it must: a reduction, an op
@@ -308,7 +355,7 @@ def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
     inputs, masks built from constants, ...) does not vary along the rows and runs once, on
     whole arrays, into `env`, where the steps read it from. Returns the steps in body order and
     each per-tile value's slot (its step's index) in a worker's per-tile values."""
-    steps: list[_Step] = []
+    steps: list[Step] = []
     slot_of: dict[SSAValue, int] = {}
     for o in body:
         assert isinstance(o, LaminaOp)
@@ -317,11 +364,11 @@ def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
         form = space.form(iteration_domain(o))
         is_red = o.info.fusion == Fusion.REDUCTION
         res = o.results[0]
-        if space.rows > 1 and form is not None and (is_red or any_tiled or (
+        if space.rows >= min_rows and form is not None and (is_red or any_tiled or (
                 form == "full" and o.info.fusion == Fusion.ELEMENTWISE)):
             attrs = _reduction_attrs(o, len(space.tail)) if is_red else o.attr_values()
             slot_of[res] = len(steps)
-            steps.append(_Step(o, _shape(res)[space.nl:],
+            steps.append(Step(o, _shape(res)[space.nl:],
                                Call(attrs, o.operand_infos(), tensor_info(res.type))))
         else:
             env[res] = run_kernel(o.info, [None if v is None else env[v] for v in slots],
@@ -329,8 +376,8 @@ def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
     return steps, slot_of
 
 
-def _assign_buffers(steps: list[_Step], slot_of: dict[SSAValue, int], leaving: set[SSAValue],
-                    rows: int, tile_rows: int) -> list[tuple[tuple[int, ...], np.dtype]]:
+def _assign_buffers(steps: list[Step], slot_of: dict[SSAValue, int], leaving: set[SSAValue],
+                    tile_rows: int) -> list[tuple[tuple[int, ...], np.dtype]]:
     """Give every step's result a tile buffer, reusing a buffer once its value is last read.
 
     The few live tile buffers are what keeps a tile's working set in cache, so a buffer whose
@@ -338,8 +385,8 @@ def _assign_buffers(steps: list[_Step], slot_of: dict[SSAValue, int], leaving: s
     placed: the op may then write in place over one of its operands (every runner reads an
     operand element before writing the same element, or computes its whole result before
     storing). A value that leaves the group is written straight into its global result instead
-    (`out2d`, allocated here). Sets each step's `buffer` / `out2d`; returns the buffers' (shape,
-    dtype) by id, which every worker thread allocates for itself."""
+    (`out2d`, allocated by `plan_fused`). Sets each other step's `buffer`; returns the buffers'
+    (shape, dtype) by id, which every worker thread allocates for itself."""
     last_use: dict[SSAValue, int] = {}
     for i, st in enumerate(steps):
         for v in st.op.operand_slots():
@@ -356,7 +403,6 @@ def _assign_buffers(steps: list[_Step], slot_of: dict[SSAValue, int], leaving: s
             if last_use.get(v) == i and v in buf_of:
                 free.setdefault(specs[buf_of[v]], []).append(buf_of[v])
         if res in leaving:
-            st.out2d = np.empty((rows,) + st.tail, dtype=dt)
             continue
         key = ((tile_rows,) + st.tail, np.dtype(dt))
         ids = free.get(key)
@@ -372,8 +418,8 @@ def _assign_buffers(steps: list[_Step], slot_of: dict[SSAValue, int], leaving: s
 
 
 def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict[SSAValue, int],
-                     space: _Space, tile_rows: int) -> list[tuple[str, Any]]:
-    """Where each operand of a per-tile step comes from (the kinds are listed at `_Step`).
+                     space: Space, tile_rows: int) -> list[tuple[str, Any]]:
+    """Where each operand of a per-tile step comes from (the kinds are listed at `Step`).
 
     Decided once per kernel from the outside arrays' strides, so a tile only slices: a value
     constant along the rows is never sliced per tile, one that varies is viewed as rows x tail."""
@@ -413,41 +459,52 @@ def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict
     return srcs
 
 
-def _tile_loop(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]], space: _Space,
+def _tile_loop(steps: list[Step], buffers: list[tuple[tuple[int, ...], np.dtype]], space: Space,
                tile_rows: int, options: RunOptions) -> int:
-    """Run every tile, on one thread or on the shared pool.
+    """Run every tile, on one thread or on the shared pool; the largest worker's tile working
+    set (bytes).
 
     Small kernels (below PARALLEL_MIN_ELEMENTS, or under 4 tiles per thread) stay on the calling
     thread: handing tiles out would cost more than it saves. Otherwise NumPy releases the GIL
     inside ufunc loops, so tiles run on all cores, like XLA:CPU's thread pool (the benchmark
     reports 1 thread and all threads). Tiles are handed out one at a time from a shared counter
     (next() on it is atomic under the GIL): a thread slowed by the OS or a noisy neighbour simply
-    takes fewer tiles, where a fixed split would leave the other core idle at the end.
-
-    Returns the largest tile working set of a worker (its tile buffers and scratch, bytes)."""
+    takes fewer tiles, where a fixed split would leave the other core idle at the end."""
     rows = space.rows
     n_tiles = -(-rows // tile_rows)
-    nthreads = max(1, min(thread_count(options), n_tiles // 4))
-    if rows * max(1, _prod(space.tail)) < PARALLEL_MIN_ELEMENTS:
-        nthreads = 1
+    nthreads = tile_threads(options, rows * max(1, _prod(space.tail)), n_tiles)
     tiles = itertools.count()
-    if nthreads == 1:
-        return _worker(steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
+    return run_workers(lambda: _worker(steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl),
+                       nthreads)
+
+
+def tile_threads(options: RunOptions, elements: int, n_tiles: int) -> int:
+    """Threads for a kernel of `elements` elements in `n_tiles` tiles: 1 below
+    PARALLEL_MIN_ELEMENTS or under 4 tiles per thread (handing tiles out would cost more than it
+    saves), else `thread_count`."""
+    if elements < PARALLEL_MIN_ELEMENTS:
+        return 1
+    return max(1, min(thread_count(options), n_tiles // 4))
+
+
+def run_workers(worker: Callable[[], int | None], nthreads: int) -> int:
+    """Run `worker` on `nthreads` threads of the shared pool (on this thread for 1) and wait;
+    the workers share their work through a counter, as `_worker` does. The largest value a
+    worker returned (its tile working set; 0 for workers that report none)."""
+    if nthreads <= 1:
+        return worker() or 0
     ex = _pool(nthreads)
-    futures = [ex.submit(_worker, steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl)
-               for _ in range(nthreads)]
-    return max(f.result() for f in futures)
+    return max((f.result() or 0) for f in [ex.submit(worker) for _ in range(nthreads)])
 
 
-def _worker(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
+def _worker(steps: list[Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
             tiles: Iterator[int], n_tiles: int, tile_rows: int, rows: int, nl: int) -> int:
     """Take tiles from `tiles` until none are left and run every step on each.
 
     Each worker owns its tile buffers and its fast-path scratch, and tiles write disjoint rows of
     the results, so workers share nothing mutable but the counter; a tile is computed the same
     way on any worker, which keeps results independent of the thread count. This loop is the hot
-    path: everything it needs is resolved into `plan` before the first tile. Returns the bytes
-    of the worker's tile buffers and scratch (its tile working set)."""
+    path: everything it needs is resolved into `plan` before the first tile."""
     bufs = [np.empty(shape, dtype=dt) for shape, dt in buffers]
     scratch = _Scratch()
     plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch), st.sources,
@@ -485,25 +542,25 @@ def _worker(steps: list[_Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
     return sum(b.nbytes for b in bufs) + scratch.nbytes()
 
 
-def _results(values: list[SSAValue], steps: list[_Step],
-             env: dict[SSAValue, np.ndarray]) -> list[np.ndarray]:
+def fused_results(plan: FusedPlan) -> list[np.ndarray]:
     """The fused op's results: a per-tile value's global array, else the per-kernel value."""
-    out2d: dict[SSAValue, np.ndarray | None] = {st.op.results[0]: st.out2d for st in steps}
+    out2d: dict[SSAValue, np.ndarray | None] = {st.op.results[0]: st.out2d for st in plan.steps}
     outs: list[np.ndarray] = []
-    for v in values:
+    for v in plan.results:
         if v in out2d:
             a = out2d[v]
             assert a is not None
             outs.append(a.reshape(_shape(v)))
         else:
-            outs.append(env[v])
+            outs.append(plan.env[v])
     return outs
 
 
-def _record_stats(stats: RunStats, op: FusedOp, body: list[Operation],
-                  args: list[np.ndarray | None], outs: list[np.ndarray]) -> None:
+def record_fused_stats(stats: RunStats, plan: FusedPlan, args: Sequence[np.ndarray | None],
+                       outs: list[np.ndarray]) -> None:
     """Count the fused op as one kernel whose traffic is its inputs and results (what a fused
     kernel reads and writes: its intermediates never leave the tile), with its body's flops."""
+    op, body = plan.op, plan.body
     stats.kernels += 1
     stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
                                 for a, v in zip(args, op.inputs, strict=True) if a is not None)
@@ -517,7 +574,7 @@ def _record_stats(stats: RunStats, op: FusedOp, body: list[Operation],
     stats.extra["fused_ops_executed"] = stats.extra.get("fused_ops_executed", 0) + len(body)
 
 
-def _choose_rows(rows: int, steps: list[_Step], row_group: bool, tile_bytes: int | None) -> int:
+def _choose_rows(rows: int, steps: list[Step], row_group: bool, tile_bytes: int | None) -> int:
     widest = max((_prod(st.op.results[0].type.get_shape()) // max(rows, 1)  # type: ignore
                   for st in steps), default=1)
     per_row = max(1, widest) * 4
@@ -527,7 +584,7 @@ def _choose_rows(rows: int, steps: list[_Step], row_group: bool, tile_bytes: int
     return n if n >= rows else 1 << (n.bit_length() - 1)   # a power of two (aligned tiles)
 
 
-def _generic(o: LaminaOp, st: _Step, xs: list[np.ndarray | None], r0: int, tr: int,
+def _generic(o: LaminaOp, st: Step, xs: list[np.ndarray | None], r0: int, tr: int,
              rows: int, nl: int) -> np.ndarray:
     call = st.call
     tile_shape = (tr,) + st.tail

@@ -7,7 +7,9 @@ a long chain of ops on large tensors holds only what is live (see `peak_live_byt
 Ops outside the op table (fused regions, collectives, moves, added by later layers) register a
 runner with `register_op_runner`; the op table stays the only place that knows per-op semantics.
 Every runner gets the run's `RunContext`: its statistics and the backend options it was started
-with (`lamina.backends.interface.RunOptions`), so no setting lives in a module global.
+with (`lamina.backends.interface.RunOptions`), so no setting lives in a module global. A backend
+built on this interpreter may run some op types its own way for one run (`RunContext.runners`,
+`run_function(runners=...)`): the compiled backend runs `lamina.fused` so and everything else here.
 """
 
 from __future__ import annotations
@@ -61,12 +63,16 @@ class RunStats:
 
 @dataclass
 class RunContext:
-    """What every op runner of one run shares: the counters, the options, and the run's observer
-    (an op runner that allocates memory of its own reports it there: `on_working_set`)."""
+    """What every op runner of one run shares: the counters, the options, the run's observer
+    (an op runner that allocates memory of its own reports it there: `on_working_set`), this
+    run's own runners for some op types (they take precedence over the registered ones) and the
+    lines a runner explains its choices with (`RunResult.explain`)."""
 
     stats: RunStats
     options: RunOptions = field(default_factory=RunOptions)
     observer: ExecutionObserver | None = None
+    runners: dict[type[Operation], OpRunner] = field(default_factory=dict)
+    explain: list[str] = field(default_factory=list)
 
 
 def device_nbytes(a: np.ndarray, dtype: str) -> int:
@@ -231,19 +237,24 @@ def op_runner(op: Operation) -> OpRunner | None:
 
 def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
                  observer: ExecutionObserver | None = None,
-                 options: RunOptions | None = None) -> RunResult:
+                 options: RunOptions | None = None,
+                 runners: dict[type[Operation], OpRunner] | None = None) -> RunResult:
     """Run `func` on whole arrays (one device), freeing each intermediate after its last use.
 
     Placements in the types are not looked at: on whole arrays every collective is the identity,
-    which makes this the reference run a placed program is compared with."""
-    ctx = RunContext(RunStats(), options or RunOptions(), observer)
+    which makes this the reference run a placed program is compared with. `runners` replace the
+    registered runners of their op types for this run."""
+    ctx = RunContext(RunStats(), options or RunOptions(), observer, dict(runners or {}))
 
     def execute(op: Operation, operands: list[np.ndarray | None]) -> list[np.ndarray]:
         if isinstance(op, LaminaOp):
             return run_table_op(op, operands, ctx)
-        if (runner := op_runner(op)) is not None:
+        if (runner := ctx.runners.get(type(op)) or op_runner(op)) is not None:
             return runner(op, operands, ctx)
         raise error_at(op, f"the NumPy backend cannot run '{op.name}'")
 
-    return drive(func, check_inputs(func, inputs), execute, lambda a: a.nbytes,
-                 lambda ret, outs: RunResult(outs, ctx.stats.as_dict()), ctx.stats, observer)
+    def finish(ret: ReturnOp, outs: list[np.ndarray]) -> RunResult:
+        return RunResult(outs, ctx.stats.as_dict(), explain=ctx.explain)
+
+    return drive(func, check_inputs(func, inputs), execute, lambda a: a.nbytes, finish,
+                 ctx.stats, observer)

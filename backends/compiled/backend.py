@@ -1,0 +1,31 @@
+"""`--backend compiled`: the NumPy interpreter, with each `lamina.fused` op one compiled kernel.
+
+Everything but fused kernels (matmuls, layout ops, collectives, every device of a placed program,
+checked memory) runs exactly as in `lamina.backends.numpy`: this backend is that one with its
+fused-op runner replaced for whole-array runs (`NumpyBackend.op_runners`). A fused kernel is
+generated from its body's rows (`OpInfo.scalar`), compiled by numba once per body, shapes and
+dtypes and cached on disk (`lamina.backends.compiled.cache`), and computes each row whole in one
+parallel loop over rows (`lamina.backends.compiled.fused`). Its outputs match the interpreter's
+within `lamina.backends.compare`'s tolerances: sums have the interpreter's order and bits,
+dropout masks are the same bits, and the float32 exp, log and tanh differ from NumPy's by the
+few ulp that `lamina.backends.compiled.libm` states.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from lamina.backends.compiled.fused import run_fused_compiled
+from lamina.backends.interface import Feature
+from lamina.backends.numpy.backend import NumpyBackend
+from lamina.backends.numpy.runner import OpRunner
+from lamina.ir.fused import FusedOp
+from xdsl.ir import Operation
+
+
+class CompiledBackend(NumpyBackend):
+    """The NumPy interpreter with compiled fused kernels (see the module docstring)."""
+
+    name: ClassVar[str] = "compiled"
+    features: ClassVar[frozenset[Feature]] = frozenset(Feature)
+    op_runners: ClassVar[dict[type[Operation], OpRunner]] = {FusedOp: run_fused_compiled}

@@ -1,0 +1,77 @@
+"""Per-element and per-row forms of the rows' formulas: what a compiled fused kernel computes.
+
+A compiled backend (`lamina.backends.compiled`) turns a `lamina.fused` body into one loop over
+rows that computes the whole body for one element, or one row, at a time. It gets each op's
+arithmetic from its row's `OpInfo.scalar`: a form with a formula's signature, `form(sp, args,
+call)`, which the backend runs once on symbolic values to record what one element costs. `sp` is
+a *scalar namespace*:
+
+- the array-API functions and dtypes the formulas already use (`exp log tanh sqrt abs negative
+  add subtract multiply divide maximum minimum pow where astype trunc floor log2 isfinite
+  logical_* bitwise_* asarray reshape broadcast_to permute_dims`, `float32 float64 uint32 uint64
+  int32 int64 bool`), each applied to one element, with the formulas' operators and NumPy's type
+  rules (Python scalars are weak);
+- the row reductions `sum`, `mean`, `max` with the formulas' `axis` / `keepdims` arguments,
+  reducing over the dims a fused row holds (sums in NumPy's pairwise order, so a row's sum has the
+  interpreter's bits);
+- `element_index()`: the element's flat row-major index in the op's global result, uint64;
+- `require(cond)`: a row where `cond` (a per-row truth value) does not hold is recomputed by the
+  interpreter's own kernels, so a form may state a fast path that most rows take.
+
+Values are opaque; Python control flow may depend on attributes, never on values (use `where`).
+
+For most rows the form IS the formula, which is written in calls that hold element by element
+(every elementwise row, select, cast, broadcast_in_dim) or row by row (the reductions, softmax):
+those rows point `scalar` at their formula. The forms below are the ones that differ: dropout,
+whose formula builds the indices of a whole block, and the normalizations, whose formulas guard
+every row against overflowing squares with a rescaling that costs two more passes; here that
+guard is a `require`, as in `lamina.ir.numpy_kernels.layernorm`, and a row that needs it takes
+the formula. Each form computes the formula's bits on every row it accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lamina.ir import formulas as fm
+from lamina.ir.formulas import Args, Call
+
+Namespace = Any     # a scalar namespace (above)
+Value = Any         # one of its values
+
+
+def dropout(sp: Namespace, args: Args, call: Call) -> Value:
+    """The dropout formula on one element, its global index from the namespace."""
+    return fm.dropout_at(sp, args, call, sp.element_index)
+
+
+def _norm_axes(x: Value, call: Call) -> tuple[int, ...]:
+    rank = len(x.shape)
+    return tuple(range(call.attrs["axis"] % rank, rank))
+
+
+def layernorm(sp: Namespace, args: Args, call: Call) -> Value:
+    """The layernorm formula on one row whose squares do not overflow (a finite variance)."""
+    x, scale, bias = (list(args) + [None, None])[:3]
+    axes = _norm_axes(x, call)
+    mean = sp.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    var = sp.mean(centered * centered, axis=axes, keepdims=True)
+    sp.require(sp.isfinite(var))
+    y = centered / sp.sqrt(var + float(call.attrs["eps"]))
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def rmsnorm(sp: Namespace, args: Args, call: Call) -> Value:
+    """The rmsnorm formula on one row whose mean square is finite."""
+    x, scale = (list(args) + [None])[:2]
+    ms = sp.mean(x * x, axis=_norm_axes(x, call), keepdims=True)
+    sp.require(sp.isfinite(ms))
+    y = x / sp.sqrt(ms + float(call.attrs["eps"]))
+    if scale is not None:
+        y = y * scale
+    return y

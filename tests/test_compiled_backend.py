@@ -1,0 +1,407 @@
+"""The compiled backend: fused kernels compiled by numba agree with the NumPy interpreter.
+
+- each float32 transcendental of `libm` is within its stated ulp of NumPy over a dense sweep;
+- every sample passes `--check` on it, random programs (the fusion property test's generator)
+  match the interpreter within tolerance and give the same bits on 1 and 2 threads, and dropout
+  masks are the interpreter's bits (also for rows of a tensor past 2**32 elements);
+- a second process loads a kernel from the disk cache instead of compiling it, a body the
+  generator cannot compile runs on the interpreter with one explain line, and rows whose squares
+  overflow are recomputed by the interpreter.
+
+Kernels compile in seconds, so the shapes are small and the programs few; the disk cache
+(`LAMINA_CACHE_DIR`, else the user's cache) makes reruns fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lamina.backends.compiled.fused as compiled_exec
+import lamina.backends.numpy.fused as fused_exec
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from lamina.backends.compare import compare
+from lamina.backends.compiled.backend import CompiledBackend
+from lamina.backends.compiled.libm import (
+    ULP_BOUNDS,
+    ULP_BOUNDS_TRUE,
+    exp_f32,
+    log_f32,
+    tanh_f32,
+)
+from lamina.backends.interface import RunOptions, RunResult, find_entry
+from lamina.backends.numpy.runner import run_function
+from lamina.cli.run import main as run_main
+from lamina.ir import rng
+from lamina.ir.dtypes import tensor_dtype
+from lamina.ir.fused import FusedOp
+from lamina.ir.source import make_context, parse_text, verify
+from lamina.passes.pipeline import build_pipeline, run_pipeline
+from numba import njit
+from strategies import scaled
+from strategies.programs import programs, random_program
+from test_samples import ENTRIES
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILED = CompiledBackend.op_runners
+
+
+def fused(text: str):
+    ctx = make_context()
+    m = parse_text(text, "t.mlir", ctx)
+    verify(m)
+    run_pipeline(ctx, m, build_pipeline("fuse-elementwise"))
+    verify(m)
+    return m
+
+
+def run_both(m, inputs, options: RunOptions | None = None) -> tuple[RunResult, RunResult]:
+    """(the interpreter's run, the compiled run) of the same fused program."""
+    func = find_entry(m, None)
+    return (run_function(func, inputs, options=options),
+            run_function(func, inputs, options=options, runners=COMPILED))
+
+
+def assert_close(m, got: RunResult, want: RunResult) -> None:
+    func = find_entry(m, None)
+    for i, (a, b, t) in enumerate(zip(got.outputs, want.outputs, func.function_type.outputs.data,
+                                      strict=True)):
+        d = compare(f"out{i}", tensor_dtype(t), a, b)
+        assert d.ok, d.line() + "\n" + str(m)
+
+
+# ---- transcendentals: max ulp against NumPy over dense sweeps -------------------------------------
+
+def _ordered(a: np.ndarray) -> np.ndarray:
+    """float32 bits as integers in the order of the values (so ulp distance is a difference)."""
+    i = a.view(np.int32).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+
+def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    d = np.abs(_ordered(got) - _ordered(want))
+    d[np.isnan(got) & np.isnan(want)] = 0
+    return d
+
+
+@njit(error_model="numpy")
+def _apply(kind: int, x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.size):
+        v = x[i]
+        out[i] = exp_f32(v) if kind == 0 else (log_f32(v) if kind == 1 else tanh_f32(v))
+
+
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754944e-38,
+                     3.4028235e38, -3.4028235e38, 1.0, -1.0, 88.72283, 88.7229, -87.33655,
+                     -103.97208, -103.9721], dtype=np.float32)
+
+
+def _sweep(fn: np.ufunc) -> np.ndarray:
+    if fn is np.exp:          # every 2**-15 of [-104, 89]: overflow, subnormal results, 0
+        xs = np.arange(-104 * 2**15, 89 * 2**15, dtype=np.int64).astype(np.float32) / 2**15
+    elif fn is np.log:         # 4096 mantissas in every binade, subnormals included, and < 0
+        e = np.arange(-149, 128, dtype=np.float32)
+        m = np.linspace(1.0, 2.0, 4096, endpoint=False, dtype=np.float32)
+        xs = (np.exp2(e)[:, None] * m[None, :]).ravel()
+        xs = np.concatenate([xs, -xs[::97]])
+    else:                      # every 2**-17 of [-12, 12], and small values down to subnormal
+        xs = np.arange(-12 * 2**17, 12 * 2**17, dtype=np.int64).astype(np.float32) / 2**17
+        tiny = np.exp2(np.linspace(-149, -1, 20000, dtype=np.float32))
+        xs = np.concatenate([xs, tiny, -tiny])
+    return np.concatenate([xs.astype(np.float32), SPECIALS])
+
+
+LIBM = {np.exp: (0, exp_f32), np.log: (1, log_f32), np.tanh: (2, tanh_f32)}
+
+
+def test_every_stated_bound_is_tested() -> None:
+    assert set(ULP_BOUNDS) == set(ULP_BOUNDS_TRUE) == set(LIBM)
+
+
+@pytest.mark.parametrize("fn", list(LIBM), ids=[f.__name__ for f in LIBM])
+def test_transcendental_within_stated_ulps(fn: np.ufunc) -> None:
+    """`libm`'s float32 function over a dense sweep (subnormals, overflow and underflow
+    included): within its stated ulp of NumPy's and of the correctly rounded result (NumPy's
+    float64 function rounded), and exactly NumPy's results at 0, -0, infinities, NaN and
+    wherever NumPy's result is not finite."""
+    x = _sweep(fn)
+    out = np.empty_like(x)
+    _apply(LIBM[fn][0], x, out)
+    with np.errstate(all="ignore"):
+        want = fn(x)
+        rounded = fn(x.astype(np.float64)).astype(np.float32)
+    for ref, bound in ((want, ULP_BOUNDS[fn]), (rounded, ULP_BOUNDS_TRUE[fn])):
+        d = ulp_distance(out, ref)
+        worst = int(d.argmax())
+        assert d.max() <= bound, (fn.__name__, x[worst], out[worst], ref[worst], d.max())
+    special = ~np.isfinite(x) | (x == 0) | ~np.isfinite(want)
+    assert np.array_equal(out[special], want[special], equal_nan=True)
+    signed = special & ~np.isnan(want)
+    assert np.array_equal(np.signbit(out[signed]), np.signbit(want[signed]))
+
+
+# ---- samples and random programs -------------------------------------------------------------------
+
+def _placed(path: str) -> bool:
+    return "lamina.mesh" in Path(path).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path, entry", ENTRIES,
+                         ids=[f"{os.path.basename(p)}@{e}" for p, e in ENTRIES])
+def test_sample_checks_on_compiled_backend(path: str, entry: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`lamina-run SAMPLE --backend compiled -p fuse-elementwise --check --explain` exits 0 on
+    every sample function (placed ones propagated and given collectives first, as in
+    test_samples), and every fused kernel of an unplaced one was compiled (no explain line).
+    A placed program runs every device on the interpreter, its fused kernels included."""
+    pipeline = ("propagate-sharding,insert-collectives," if _placed(path) else "") + \
+        "fuse-elementwise"
+    rc = run_main([path, "--entry", entry, "-p", pipeline, "--backend", "compiled",
+                   "--check", "--explain", "--stats-json", "-"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "[backend compiled]" not in err, err
+    stats = json.loads(out[out.index("{"):])
+    if "fused_ops_executed" in stats and not _placed(path):   # each fused kernel compiled
+        c = stats["compiled"]
+        assert c["fallbacks"] == [] and c["rows_to_interpreter"] == 0
+        assert c["kernels_compiled"] + c["kernels_loaded"] + c["kernels_reused"] >= 1
+
+
+def _property(prog, threads: bool) -> None:
+    m = fused(prog.text)
+    want, got = run_both(m, prog.inputs)
+    assert_close(m, got, want)
+    # every kernel compiles, except a composite normalizing over only part of its group's row
+    # (softmax along axis 0 in a group whose row is the whole tensor): that one falls back, with
+    # its explain line, as the backend documents
+    assert all("a reduction over dims" in line for line in got.explain), got.explain
+    assert len(got.stats.get("compiled", {"fallbacks": []})["fallbacks"]) == len(got.explain)
+    if threads:   # more chunks than rows per chunk, on 2 threads: the same bits
+        old = fused_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS
+        fused_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = 1, 1
+        try:
+            two = run_function(find_entry(m, None), prog.inputs, runners=COMPILED,
+                               options=RunOptions(threads=2))
+        finally:
+            fused_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = old
+        for a, b in zip(two.outputs, got.outputs, strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+@settings(max_examples=scaled(0.08))
+@given(programs(min_ops=2, max_ops=14, dtypes=("f32", "f64", "f16", "bf16")))
+def test_random_programs_match_the_interpreter(prog) -> None:
+    """The fusion property test's programs (every op family, four float types): the compiled
+    run of the fused program matches the interpreter's within tolerance, on 1 and 2 threads."""
+    _property(prog, threads=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_larger_random_programs_match_the_interpreter(seed: int) -> None:
+    _property(random_program(seed + 65, 60), threads=False)
+
+
+# ---- dropout masks -------------------------------------------------------------------------------
+
+DROPOUT = """
+func.func @f(%x: tensor<{r}x{c}x{t}>, %s: tensor<i64>) -> (tensor<{r}x{c}x{t}>, tensor<{r}x{c}x{t}>) {{
+  %a = lamina.dropout %x {{rate = 0.3 : f64, seed = 7 : i64}} : tensor<{r}x{c}x{t}>
+  %b = lamina.dropout %x seed %s {{rate = 0.5 : f64}} : (tensor<{r}x{c}x{t}>, tensor<i64>) -> tensor<{r}x{c}x{t}>
+  %n = lamina.neg %b : tensor<{r}x{c}x{t}>
+  func.return %a, %n : tensor<{r}x{c}x{t}>, tensor<{r}x{c}x{t}>
+}}
+"""
+
+
+@pytest.mark.parametrize("r, c, t", [(37, 100, "f32"), (5, 64, "f16"), (16, 9, "f64")])
+def test_dropout_masks_are_the_interpreters_bits(r: int, c: int, t: str) -> None:
+    m = fused(DROPOUT.format(r=r, c=c, t=t))
+    x = np.ones((r, c), dtype=np.float16 if t == "f16" else np.float64 if t == "f64" else np.float32)
+    want, got = run_both(m, [x, np.array(-123456789012, dtype=np.int64)])
+    for a, b in zip(got.outputs, want.outputs, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert 0 < np.count_nonzero(got.outputs[0] == 0) < x.size
+
+
+BIASED_DROPOUT = """
+func.func @f(%x: tensor<4x256xf32>, %b: tensor<256xf32>) -> tensor<4x256xf32> {
+  %y = lamina.add %x, %b : (tensor<4x256xf32>, tensor<256xf32>) -> tensor<4x256xf32>
+  %d = lamina.dropout %y {rate = 0.3 : f64, seed = 7 : i64} : tensor<4x256xf32>
+  func.return %d : tensor<4x256xf32>
+}
+"""
+
+
+def test_dropout_rows_past_two_to_the_32() -> None:
+    """A kernel's rows placed at global index 2**32 - 300 (as rows of a huge tensor would be):
+    the masks of the rows below and above the boundary are `rng`'s, and the row that crosses
+    it is left to the interpreter (flagged)."""
+    m = fused(BIASED_DROPOUT)
+    fop = next(op for op in find_entry(m, None).walk() if isinstance(op, FusedOp))
+    x, b = np.ones((4, 256), dtype=np.float32), np.zeros(256, dtype=np.float32)
+    plan = fused_exec.plan_fused(fop, [x, b], min_rows=1)
+    assert plan.space.rows == 4
+    base = 2**32 - 300
+    flags = compiled_exec.prepare(plan).run(RunOptions(), base)
+    assert flags.tolist() == [0, 1, 0, 0]
+    keep = rng.keep_mask(7, 0.3, (2**33,), (base,), (4 * 256,)).reshape(4, 256)
+    got = plan.steps[-1].out2d
+    assert got is not None
+    for row in (0, 2, 3):
+        assert np.array_equal(got[row] != 0, keep[row]), row
+
+
+# ---- the cache, fallbacks and rescued rows --------------------------------------------------------
+
+def _run_cli(args: list[str], env: dict[str, str]) -> dict:
+    r = subprocess.run([sys.executable, "-m", "lamina.cli.run", *args, "--stats-json", "-"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout[r.stdout.index("{"):])
+
+
+def test_a_second_process_loads_the_kernel_from_disk(tmp_path: Path) -> None:
+    """Compile time is in --stats-json, and a second run of the same program compiles nothing:
+    numba loads the machine code cached next to the kernel's source."""
+    env = {**os.environ, "LAMINA_CACHE_DIR": str(tmp_path)}
+    args = ["samples/layernorm_gelu_dropout.mlir", "--entry", "ln_gelu_dropout_small",
+            "-p", "fuse-elementwise", "--backend", "compiled"]
+    first = _run_cli(args, env)["compiled"]
+    assert first["kernels_compiled"] == 1 and first["compile_seconds"] > 0
+    second = _run_cli(args, env)["compiled"]
+    assert second["kernels_compiled"] == 0 and second["kernels_loaded"] == 1
+    assert len(list(tmp_path.glob("kernels-*/k*.py"))) == 1
+
+
+SOFTMAX_MIDDLE = """
+func.func @f(%x: tensor<4x8x16xf32>) -> tensor<4x8x16xf32> {
+  %e = lamina.exp %x : tensor<4x8x16xf32>
+  %s = lamina.softmax %e {axis = 1 : i64} : tensor<4x8x16xf32>
+  func.return %s : tensor<4x8x16xf32>
+}
+"""
+
+
+def test_a_body_the_generator_cannot_compile_falls_back_with_one_line(tmp_path: Path) -> None:
+    """softmax over a middle dim reduces part of a row: the kernel runs on the NumPy tile loop,
+    one explain line names the op and the reason, and the outputs are the interpreter's."""
+    m = fused(SOFTMAX_MIDDLE)
+    x = np.random.default_rng(0).standard_normal((4, 8, 16)).astype(np.float32)
+    want, got = run_both(m, [x])
+    assert np.array_equal(got.outputs[0], want.outputs[0])
+    assert len(got.explain) == 1, got.explain
+    line = got.explain[0]
+    assert line.startswith("[backend compiled] t.mlir:3:3: lamina.fused not compiled: "
+                           "lamina.softmax: a reduction over dims [1]"), line
+    assert got.stats["compiled"]["fallbacks"] == [line.split("not compiled: ")[1].split(";")[0]]
+    path = tmp_path / "p.mlir"
+    path.write_text(SOFTMAX_MIDDLE, encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "lamina.cli.run", str(path), "-p",
+                        "fuse-elementwise", "--backend", "compiled", "--check", "--explain"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert [x for x in r.stderr.splitlines() if x.startswith("[backend")] == \
+        [line.replace("t.mlir", str(path))]
+
+
+LAYERNORM = """
+func.func @f(%x: tensor<6x32xf32>, %g: tensor<32xf32>) -> tensor<6x32xf32> {
+  %n = lamina.layernorm %x scale %g {axis = -1 : i64, eps = 1.0e-05 : f64} : (tensor<6x32xf32>, tensor<32xf32>) -> tensor<6x32xf32>
+  %y = lamina.gelu %n : tensor<6x32xf32>
+  func.return %y : tensor<6x32xf32>
+}
+"""
+
+
+def test_rows_whose_squares_overflow_go_to_the_interpreter() -> None:
+    m = fused(LAYERNORM)
+    gen = np.random.default_rng(1)
+    x = gen.standard_normal((6, 32)).astype(np.float32)
+    x[2, ::2] = 3e30
+    x[2, 1::2] = -3e30
+    want, got = run_both(m, [x, gen.standard_normal(32).astype(np.float32)])
+    assert got.stats["compiled"]["rows_to_interpreter"] == 1
+    assert np.isfinite(got.outputs[0]).all()
+    assert np.array_equal(got.outputs[0][2], want.outputs[0][2])
+    assert_close(m, got, want)
+
+
+# ---- rows of one element (found by the property test) -----------------------------------------
+
+ONE_ELEMENT_ROWS = {
+    "softmax over a size-1 dim": ("""
+func.func @f(%x: tensor<1x1x1xf32>) -> tensor<1x1x1xf32> {
+  %n = lamina.neg %x : tensor<1x1x1xf32>
+  %s = lamina.softmax %n {axis = 0 : i64} : tensor<1x1x1xf32>
+  func.return %s : tensor<1x1x1xf32>
+}
+""", (1, 1, 1)),
+    "a sum over one element": ("""
+func.func @f(%x: tensor<1xf32>) -> tensor<1xf32> {
+  %s = lamina.reduce_sum %x {axes = array<i64: -1>, keepdims = true} : tensor<1xf32>
+  %n = lamina.neg %s : tensor<1xf32>
+  func.return %n : tensor<1xf32>
+}
+""", (1,)),
+    "softmax over the size-1 dim of a tail [1, 3]": ("""
+func.func @f(%x: tensor<1x1x3xf32>) -> tensor<1x1x3xf32> {
+  %n = lamina.neg %x : tensor<1x1x3xf32>
+  %s = lamina.softmax %n {axis = 0 : i64} : tensor<1x1x3xf32>
+  %m = lamina.neg %s : tensor<1x1x3xf32>
+  func.return %m : tensor<1x1x3xf32>
+}
+""", (1, 1, 3)),
+    "a sum over the size-1 dim of a tail [3, 1]": ("""
+func.func @f(%x: tensor<2x3x1xf32>) -> tensor<2x3x1xf32> {
+  %e = lamina.exp %x : tensor<2x3x1xf32>
+  %s = lamina.softmax %e {axis = 2 : i64} : tensor<2x3x1xf32>
+  func.return %s : tensor<2x3x1xf32>
+}
+""", (2, 3, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_ELEMENT_ROWS))
+def test_rows_of_one_element_compile(name: str) -> None:
+    """A reduction whose dims hold one element is that element, one over size-1 dims and the
+    rest of a row reduces the row, and a row of one element has no inner loop: all compile and
+    match the interpreter."""
+    text, shape = ONE_ELEMENT_ROWS[name]
+    m = fused(text)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    want, got = run_both(m, [x])
+    assert got.stats["compiled"]["fallbacks"] == [], got.explain
+    assert_close(m, got, want)
+
+
+CHAIN = """
+func.func @f(%x: tensor<6x40x32xf32>, %y: tensor<6x40x32xf32>) -> tensor<6x40x32xf32> {
+  %a = lamina.mul %x, %y : tensor<6x40x32xf32>
+  %t = lamina.tanh %a : tensor<6x40x32xf32>
+  %d = lamina.dropout %t {rate = 0.3 : f64, seed = 7 : i64} : tensor<6x40x32xf32>
+  func.return %d : tensor<6x40x32xf32>
+}
+"""
+
+
+def test_an_elementwise_group_gets_long_rows() -> None:
+    """Inputs that span the whole domain give the interpreter rows of one element; the kernel
+    takes trailing dims as its row instead (40 x 32 = 1280 >= ROW_MIN elements), with the
+    interpreter's results and dropout bits."""
+    m = fused(CHAIN)
+    fop = next(op for op in find_entry(m, None).walk() if isinstance(op, FusedOp))
+    gen = np.random.default_rng(5)
+    x, y = (gen.standard_normal((6, 40, 32)).astype(np.float32) for _ in range(2))
+    plan = fused_exec.plan_fused(fop, [x, y], min_rows=1)
+    assert plan.space.tail == ()
+    call = compiled_exec.prepare(plan)
+    assert (call.rows, call.T, call.per_row) == (6, 1280, 1280)
+    want, got = run_both(m, [x, y])
+    assert_close(m, got, want)
+    assert np.array_equal(got.outputs[0] == 0, want.outputs[0] == 0)
