@@ -267,7 +267,7 @@ def test_opt_bad_pass_option(tmp_path: Path) -> None:
     assert res.stderr == (
         "error: unknown option 'max-group' for fuse-elementwise (did you mean "
         "'max-group-size'?); options: max-group-size (an integer, default 256), "
-        "reduction-fusion (true or false, default true), target (a string, default none), "
+        "reduction-fusion (true or false, default true), target (a string, default \"\"), "
         "explain (true or false, default false)\n")
     assert_error(res, "unknown option 'max-group'")
 

@@ -82,7 +82,7 @@ def test_unknown_option_exact_message() -> None:
     assert error_of("fuse-elementwise{max-group=8}") == (
         "unknown option 'max-group' for fuse-elementwise (did you mean 'max-group-size'?); "
         "options: max-group-size (an integer, default 256), reduction-fusion (true or false, "
-        "default true), target (a string, default none), explain (true or false, default false)")
+        "default true), target (a string, default \"\"), explain (true or false, default false)")
 
 
 @pytest.mark.parametrize("name", WITHOUT_OPTIONS)
