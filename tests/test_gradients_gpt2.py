@@ -32,7 +32,8 @@ def test_imported_gpt2_gradients_equal_autograd() -> None:
     loss.backward()
     params = dict(model.named_parameters())
     tied = {"lm_head.weight": "wte.weight"}   # one tensor, two names
-    names = [a.name_hint for a in grad_fn.body.block.args if a.name_hint not in ("idx", "targets")]
+    names = [a.name_hint or "" for a in grad_fn.body.block.args
+             if a.name_hint not in ("idx", "targets")]
     values = list(got.values())
     np.testing.assert_allclose(values[0], loss.item(), rtol=1e-6)
     assert len(values) - 1 == len(names) == len(params)
