@@ -12,9 +12,10 @@ import math
 from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
+from lamina.ir.formulas import Call
 from lamina.ir.fused import FusedOp, YieldOp, make_body
 from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp
+from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import Fusion
 from lamina.ir.placement import PlaceAttr
 from lamina.ir.sharding import Reduction
@@ -87,9 +88,12 @@ def body_ops(op: FusedOp) -> list[LaminaOp]:
 
 
 def fused_kind(members: Sequence[Operation]) -> str:
-    """"row_reduction" when a group holds a reduction, else "loop" (see `lamina.ir.fused`)."""
-    return "row_reduction" if any(isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION
-                                  for m in members) else "loop"
+    """"matmul" when a group has a row-tiled opaque root, else "row_reduction" when it holds a
+    reduction, else "loop" (see `lamina.ir.fused`)."""
+    fusions = {m.info.fusion for m in members if isinstance(m, LaminaOp)}
+    if Fusion.OPAQUE in fusions:
+        return "matmul"
+    return "row_reduction" if Fusion.REDUCTION in fusions else "loop"
 
 
 def intermediate_bytes(op: FusedOp) -> int:
@@ -172,6 +176,38 @@ def build_fused(members: Sequence[Operation]) -> FusedOp:
         old.replace_uses_with_if(new, lambda u: u.operation is not yield_op
                                  and u.operation not in mset)
     return fused
+
+
+Positions = tuple[int | None, ...]   # per domain dim of a kernel: its dim in a value, or None
+
+
+def view_positions(op: LaminaOp, operand_pos: Sequence[Positions]) -> Positions | None:
+    """Where a group's domain dims land in `op`'s result, given where they are in each operand;
+    None when the operands disagree (a concat of values whose rows lie differently)."""
+    rule = op.info.view
+    assert rule is not None
+    call = Call(op.attr_values(), op.operand_infos(), tensor_info(op.results[0].type))
+    out: Positions | None = None
+    for j, pos in enumerate(operand_pos):
+        m = rule.dims(call, j)
+        res = tuple(None if p is None else m[p] for p in pos)
+        if out is None:
+            out = res
+        elif out != res:
+            return None
+    return out
+
+
+def kept_prefix(pos: Positions, domain: Sequence[int]) -> int:
+    """How many leading domain dims an output view keeps one to one (a dim of extent 1 always
+    counts: a tile covers it whole)."""
+    k = 0
+    for p, d in zip(pos, domain, strict=True):
+        if p is None and d != 1:
+            break
+        k += 1
+    return k
+
 
 
 def placement_key(op: Operation) -> tuple[object, None] | tuple[None, str]:

@@ -79,7 +79,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.analysis.fusion import build_fused, least_tiles, placement_key, row_split
+from lamina.analysis.fusion import (
+    build_fused,
+    kept_prefix,
+    placement_key,
+    row_split,
+    view_positions,
+)
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import fmt_bytes
@@ -90,6 +96,7 @@ from lamina.ir.optable import Fusion
 from lamina.ir.target import load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, join_spaces
+from lamina.passes.fusion_views import least_tiles_kept, merge_problem, row_tiled_problem
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -139,9 +146,10 @@ def _classify(op: Operation, reduction_fusion: bool) -> tuple[str, str]:
             return "boundary", "is a reduction over non-trailing dims"
         return "fuse", ""
     if f == Fusion.OPAQUE:
-        return "boundary", "is opaque"
+        why = row_tiled_problem(op)
+        return ("fuse", "") if why is None else ("boundary", why)
     if f == Fusion.LAYOUT:
-        return "boundary", "is a layout op"
+        return ("fuse", "") if op.info.view is not None else ("boundary", "is a layout op")
     return "boundary", f"is {f.value}"
 
 
@@ -176,6 +184,8 @@ class _FuncFusion:
         self.groups = Groups(self.ops)
         self.name = Namer(func) if log is not None else None
         self.dropped: set[Operation] = set()   # frees that ended inside a kernel
+        # per output-view value, where its kernel's domain dims lie in it (rule 8)
+        self.rowpos: dict[SSAValue, tuple[int | None, ...]] = {}
 
     def run(self) -> None:
         for op in self.ops:
@@ -183,7 +193,9 @@ class _FuncFusion:
             if self.classify(op)[0] != "fuse":
                 continue
             assert isinstance(op, LaminaOp)
-            if self.start_group(op):
+            if op.info.fusion == Fusion.LAYOUT:
+                self.place_layout(op)
+            elif self.start_group(op):
                 self.merge_with_producers(op)
         self.build()
 
@@ -197,6 +209,10 @@ class _FuncFusion:
     def nm(self, op: Operation) -> str:
         return self.name.op(op) if self.name is not None else op.name
 
+    def short(self, op: Operation) -> str:
+        """An op's result name (`%q`), for reasons."""
+        return self.nm(op).split(" = ")[0]
+
     def start_group(self, op: LaminaOp) -> bool:
         """Give a fusible op its own group, unless its types mix placements (then it stays
         alone: False)."""
@@ -205,6 +221,10 @@ class _FuncFusion:
             self.explain(op, f"not fused: {self.nm(op)} {why}")
             return False
         self.groups.add(op, _own_space(op), key)
+        if op.info.fusion == Fusion.OPAQUE:
+            g = self.groups.of(op)
+            assert g is not None
+            g.matmul = True
         return True
 
     def merge_with_producers(self, op: LaminaOp) -> None:
@@ -238,6 +258,76 @@ class _FuncFusion:
             else:
                 self.explain(op, f"not fused with {self.nm(prod)}: {why}")
 
+    def place_layout(self, op: LaminaOp) -> None:
+        """Rule 8: a layout op joins the group whose tile values it reads as an output view,
+        else it starts a view-only group, an input view of the kernel that will read it."""
+        key, why = placement_key(op)
+        if why is not None:
+            self.explain(op, f"not fused: {self.nm(op)} {why}")
+            return
+        owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
+                  for v in op.operands]
+        g = owners[0]
+        self.groups.add(op, Space(_shape(op.results[0]), None), key)
+        mine = self.groups.of(op)
+        assert mine is not None
+        if g is not None and not g.view_only and all(o is g for o in owners):
+            why = self.try_output_view(op, mine, g)
+            if why is None:
+                self.explain(op, f"fused {self.nm(op)} into the kernel of "
+                             f"{self.short(g.members[0])} as an output view")
+                return
+            self.explain(op, f"not fused as an output view: {why}")
+        mine.view_only = True
+        mine.views_in.append(op)
+        for v, o in zip(op.operands, owners, strict=True):
+            mine = self.groups.of(op)
+            assert mine is not None
+            if o is None or not o.view_only or o.root == mine.root:
+                continue
+            assert isinstance(v.owner, Operation)
+            why = self.try_merge(op, mine, o)
+            if why is not None:
+                self.explain(op, f"not fused with {self.short(v.owner)}: {why}")
+
+    def try_output_view(self, op: LaminaOp, mine: Group, g: Group) -> str | None:
+        """Merge the layout op's own group `mine` into `g` as an output view, or say why not."""
+        if mine.key != g.key:
+            return "different meshes or memory tiers"
+        if mine.size + g.size > self.opts.max_group_size:
+            return f"group would exceed max-group-size={self.opts.max_group_size}"
+        full = g.space.full
+        pos: list[tuple[int | None, ...]] = []
+        for v in op.operands:
+            p = self.rowpos.get(v)
+            if p is None:
+                if v.owner in self.groups.hoisted:
+                    return f"{self.short(v.owner)} is computed once per kernel"  # type: ignore
+                if _shape(v) != full:
+                    return (f"{'x'.join(map(str, _shape(v))) or 'scalar'} is not the kernel's "
+                            f"whole domain ({g.space})")
+                p = tuple(range(len(full)))
+            pos.append(p)
+        res = view_positions(op, pos)
+        if res is None:
+            return "its operands' rows would land in different places"
+        kept = min(g.kept, kept_prefix(res, full))
+        inner = self.groups.inner_after(mine, g)
+        tile = -(-inner[0] // least_tiles_kept(g.space, kept))
+        if self.sram is not None and tile > self.sram[1]:
+            return (f"split here: the kernel's least tile would hold {fmt_bytes(tile)} "
+                    f"({tile} B) of intermediates, over the {fmt_bytes(self.sram[1])} sram of "
+                    f"target '{self.sram[0]}'")
+        through = self.groups.merge(mine, g, g.space, None, inner)
+        if through is not None:
+            return f"would create a cycle through {self.short(through)}"
+        merged = self.groups.of(op)
+        assert merged is not None
+        merged.kept = kept
+        merged.views_out.append(op)
+        self.rowpos[op.results[0]] = res
+        return None
+
     def try_merge(self, op: LaminaOp, mine: Group, other: Group) -> str | None:
         """Merge `other` (a producer's group) into `mine` (op's group), or say why not.
 
@@ -250,12 +340,25 @@ class _FuncFusion:
         in_other = [v for v in op.operands
                     if isinstance(v.owner, Operation) and v.owner in self.groups.members
                     and self.groups.root_of(v.owner) == other.root]
-        merged = self.merged_space(op, mine, other, in_other)
+        if op.info.fusion in (Fusion.OPAQUE, Fusion.LAYOUT):
+            # rule 9: a matmul root takes input views only; rule 8: a chain of input views
+            if not other.view_only:
+                return ("a matmul reads its operands whole, so an elementwise prologue stays "
+                        "its own kernel")
+            merged: tuple[Space, Group | None] | str = (mine.space, None)
+        else:
+            merged = self.merged_space(op, mine, other, in_other)
         if isinstance(merged, str):
             return merged
         space, hoist = merged
+        if hoist is not None and (hoist.views_in or hoist.views_out or hoist.matmul):
+            return ("a matmul's result is not broadcast inside a kernel" if hoist.matmul else
+                    "a layout op cannot be part of what a kernel computes once")
+        why = merge_problem(self.groups, mine, other, space, self.short)
+        if why is not None:
+            return why
         inner = self.groups.inner_after(mine, other)
-        tile = -(-inner[0] // least_tiles(space.lead, space.rows))
+        tile = -(-inner[0] // least_tiles_kept(space, min(mine.kept, other.kept)))
         if self.sram is not None and tile > self.sram[1]:
             return (f"split here: one row of the kernel would hold {fmt_bytes(tile)} "
                     f"({tile} B) of intermediates, over the {fmt_bytes(self.sram[1])} sram of "
@@ -291,7 +394,8 @@ class _FuncFusion:
     def build(self) -> None:
         """Replace every group of two or more ops by its `lamina.fused` op and re-order the block
         topologically (each fused op as one node), then drop constants nothing uses any more."""
-        fused_groups = {r: ms for r, ms in self.groups.members_by_root().items() if len(ms) > 1}
+        fused_groups = {r: ms for r, ms in self.groups.members_by_root().items()
+                        if len(ms) > 1 and not self.groups.by_root[r].view_only}
         if not fused_groups:
             return
         term = self.block.last_op

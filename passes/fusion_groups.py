@@ -92,6 +92,11 @@ class Group:
     members: list[Operation]
     inner: int = 0       # bytes of the kernel's intermediates (see `Groups.inner_after`)
     consts: set[Operation] = field(default_factory=set)   # constants it reads (cloned into it)
+    matmul: bool = False     # its root is a row-tiled opaque op (a matmul by a weight matrix)
+    view_only: bool = False  # only layout ops reading outside values: input views so far
+    views_in: list[Operation] = field(default_factory=list)   # layout ops it reads through
+    views_out: list[Operation] = field(default_factory=list)  # layout ops it writes through
+    kept: int = 1 << 30      # leading domain dims every output view keeps one to one
 
 
 class Groups:
@@ -170,6 +175,10 @@ class Groups:
         """The root of a member's group."""
         return self.dag.find(self.pos[op])
 
+    def in_group(self, op: Operation, g: Group) -> bool:
+        """Whether `op` is a member of the live group `g`."""
+        return op in self.members and self.dag.find(self.pos[op]) == g.root
+
     def of(self, op: Operation | None) -> Group | None:
         """The group `op` is in, or None when it is in none."""
         if op is None or op not in self.members:
@@ -197,6 +206,14 @@ class Groups:
         del self.by_root[drop.root]
         keep.space = space
         keep.size = mine.size + other.size
+        keep.matmul = mine.matmul or other.matmul
+        keep.view_only = mine.view_only and other.view_only
+        keep.kept = min(mine.kept, other.kept)
+        for attr in ("views_in", "views_out"):   # small into large: O(n log n) over a walk
+            a, b = getattr(mine, attr), getattr(other, attr)
+            big_l, small_l = (a, b) if len(a) >= len(b) else (b, a)
+            big_l.extend(small_l)
+            setattr(keep, attr, big_l)
         small, big = sorted((mine, other), key=lambda g: len(g.members))
         big.members.extend(small.members)
         keep.members = big.members
