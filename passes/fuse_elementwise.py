@@ -96,7 +96,12 @@ from lamina.ir.optable import Fusion
 from lamina.ir.target import load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, join_spaces
-from lamina.passes.fusion_views import least_tiles_kept, merge_problem, row_tiled_problem
+from lamina.passes.fusion_views import (
+    least_tiles_kept,
+    root_problem,
+    row_tiled_problem,
+    view_problem,
+)
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -340,6 +345,9 @@ class _FuncFusion:
         in_other = [v for v in op.operands
                     if isinstance(v.owner, Operation) and v.owner in self.groups.members
                     and self.groups.root_of(v.owner) == other.root]
+        why = view_problem(self.groups, mine, other, self.short)
+        if why is not None:
+            return why
         if op.info.fusion in (Fusion.OPAQUE, Fusion.LAYOUT):
             # rule 9: a matmul root takes input views only; rule 8: a chain of input views
             if not other.view_only:
@@ -354,7 +362,7 @@ class _FuncFusion:
         if hoist is not None and (hoist.views_in or hoist.views_out or hoist.matmul):
             return ("a matmul's result is not broadcast inside a kernel" if hoist.matmul else
                     "a layout op cannot be part of what a kernel computes once")
-        why = merge_problem(self.groups, mine, other, space, self.short)
+        why = root_problem(mine, other, space)
         if why is not None:
             return why
         inner = self.groups.inner_after(mine, other)

@@ -60,9 +60,9 @@ def least_tiles_kept(space: Space, kept: int) -> int:
     return max(1, n)
 
 
-def merge_problem(groups: Groups, mine: Group, other: Group, space: Space,
-                  name: Callable[[Operation], str]) -> str | None:
-    """Why the groups may not merge under rules 8 and 9, or None."""
+def root_problem(mine: Group, other: Group, space: Space) -> str | None:
+    """Why the groups' merge over `space` breaks rule 9 (one matmul root, whose result rows are
+    the kernel's rows), or None."""
     if mine.matmul and other.matmul:
         return "a kernel has one matmul at its root"
     if (mine.matmul or other.matmul) and space.rows:
@@ -70,6 +70,12 @@ def merge_problem(groups: Groups, mine: Group, other: Group, space: Space,
                  if isinstance(m, LaminaOp) and m.info.row_tiled]
         if roots and space.form(_shape(roots[0].results[0])) not in ("full", "rowscalar"):
             return "the matmul's result rows do not line up with the reduction's rows"
+    return None
+
+
+def view_problem(groups: Groups, mine: Group, other: Group,
+                 name: Callable[[Operation], str]) -> str | None:
+    """Why the groups may not merge under rule 8 (layout ops only at a kernel's edges), or None."""
     for a, b in ((mine, other), (other, mine)):
         for v in a.views_out:
             for u in v.results[0].uses:

@@ -147,6 +147,9 @@ def _trace_step(tr: Tracer, t: _Traced, plan: FusedPlan, st: Any, val: dict[Any,
 
 
 def _trace(plan: FusedPlan) -> _Traced:
+    if plan.paths:
+        raise CannotCompile("it writes outputs through layout ops (the generator has no index "
+                            "maps yet)")
     space = plan.space
     t = _Traced(kernel_domain(space), [], [], [])
     tr = Tracer(t.domain)
