@@ -31,27 +31,31 @@ Box = tuple[Any, tuple[int, ...]]   # (array block, its corner's global index pe
 
 def reshape_dims(src: Sequence[int], dst: Sequence[int]) -> list[int | None]:
     """For each dim of `src`, the dim of `dst` it is one to one with under a row-major reshape,
-    else None. Dims map one to one exactly where the prefix products of both shapes meet and the
-    next dims are equal; between such points, dims are merged or split."""
+    else None. Dims of extent 1 are left out first (a block always covers them whole, so they
+    map to None); the others map one to one exactly where the prefix products of both shapes
+    meet and the next dims are equal; between such points, dims are merged or split."""
     out: list[int | None] = [None] * len(src)
     if 0 in src or 0 in dst:
         return out
+    si = [i for i, n in enumerate(src) if n != 1]
+    di = [j for j, n in enumerate(dst) if n != 1]
+    a, b = [src[i] for i in si], [dst[j] for j in di]
     i = j = 0
-    while i < len(src) and j < len(dst):
-        if src[i] == dst[j]:
-            out[i] = j
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            out[si[i]] = di[j]
             i += 1
             j += 1
             continue
-        p, q = src[i], dst[j]
+        p, q = a[i], b[j]
         i += 1
         j += 1
-        while p != q and (i < len(src) or j < len(dst)):
-            if p < q and i < len(src):
-                p *= src[i]
+        while p != q and i <= len(a) and j <= len(b):
+            if p < q and i < len(a):
+                p *= a[i]
                 i += 1
-            elif j < len(dst):
-                q *= dst[j]
+            elif q < p and j < len(b):
+                q *= b[j]
                 j += 1
             else:
                 break

@@ -272,6 +272,11 @@ class _FuncFusion:
             return
         owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
                   for v in op.operands]
+        if len({id(o) for o in owners}) > 1 and all(o is not None and not o.view_only
+                                                    for o in owners):
+            self.join_siblings(op, [o for o in owners if o is not None])
+            owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
+                      for v in op.operands]
         g = owners[0]
         self.groups.add(op, Space(_shape(op.results[0]), None), key)
         mine = self.groups.of(op)
@@ -285,6 +290,7 @@ class _FuncFusion:
             self.explain(op, f"not fused as an output view: {why}")
         mine.view_only = True
         mine.views_in.append(op)
+        self.groups.input_views.add(op)
         for v, o in zip(op.operands, owners, strict=True):
             mine = self.groups.of(op)
             assert mine is not None
@@ -294,6 +300,33 @@ class _FuncFusion:
             why = self.try_merge(op, mine, o)
             if why is not None:
                 self.explain(op, f"not fused with {self.short(v.owner)}: {why}")
+
+    def join_siblings(self, op: LaminaOp, owners: list[Group]) -> None:
+        """Merge the groups whose values a concat joins into one, so that it can write them as
+        one multi-input output view: groups over the same space, checked like any merge."""
+        firsts = [o.members[0] for o in owners]   # groups merge as this goes: find them anew
+        for first in firsts[1:]:
+            base_now, g = self.groups.of(firsts[0]), self.groups.of(first)
+            assert base_now is not None and g is not None
+            if g.root == base_now.root:
+                continue
+            why = None
+            if g.key != base_now.key:
+                why = "different meshes or memory tiers"
+            elif g.size + base_now.size > self.opts.max_group_size:
+                why = f"group would exceed max-group-size={self.opts.max_group_size}"
+            elif g.space != base_now.space:
+                why = f"different iteration spaces ({g.space} vs {base_now.space})"
+            else:
+                why = view_problem(self.groups, base_now, g, self.short) or root_problem(
+                    base_now, g, base_now.space)
+            if why is None:
+                through = self.groups.merge(g, base_now, base_now.space, None, siblings=True)
+                if through is not None:
+                    why = f"would create a cycle through {self.short(through)}"
+            if why is not None:
+                self.explain(op, f"not joined for a multi-input write: {why}")
+                return
 
     def try_output_view(self, op: LaminaOp, mine: Group, g: Group) -> str | None:
         """Merge the layout op's own group `mine` into `g` as an output view, or say why not."""

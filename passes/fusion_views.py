@@ -84,7 +84,8 @@ def view_problem(groups: Groups, mine: Group, other: Group,
                             "through a layout op")
         for v in a.views_in:
             for x in v.operands:
-                if isinstance(x.owner, Operation) and groups.in_group(x.owner, b):
+                if isinstance(x.owner, Operation) and x.owner not in groups.input_views and \
+                        groups.in_group(x.owner, b):
                     return f"the kernel would read its own {name(x.owner)} through {name(v)}"
         if a.view_only:
             if b.view_only:

@@ -183,12 +183,19 @@ def test_placed_motifs_fuse_after_propagate_sharding(prog: GeneratedProgram, mes
 
 
 def _next_to(kernel: FusedOp, fusion: Fusion) -> tuple[bool, bool]:
-    """(an input comes from an op of class `fusion`, a result feeds one)."""
+    """(an input comes from an op of class `fusion` or the kernel reads through one, a result
+    feeds one or the kernel writes through one): a layout op or matmul the kernel absorbed
+    (rules 8 and 9 of fuse-elementwise) counts as the motif it came from."""
     def of(op: object) -> bool:
         return isinstance(op, LaminaOp) and op.info.fusion is fusion
 
-    return (any(of(v.owner) for v in kernel.operands),
-            any(of(u.operation) for r in kernel.results for u in r.uses))
+    body = kernel.body.block
+    inside = [o for o in body.ops if of(o)]
+    reads = any(any(isinstance(v.owner, type(body)) or v in body.args for v in o.operands)
+                for o in inside)
+    writes = any(v.owner in inside for v in kernel.yield_op.operands)
+    return (reads or any(of(v.owner) for v in kernel.operands),
+            writes or any(of(u.operation) for r in kernel.results for u in r.uses))
 
 
 @pytest.mark.parametrize(("families", "fusion", "reading", "feeding"), [

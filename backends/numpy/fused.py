@@ -82,11 +82,12 @@ from xdsl.ir import Operation, SSAValue
 # at aligned global indices (see `_dropout_fast`).
 ROW_TILE_BYTES = 512 * 1024
 LOOP_TILE_BYTES = 512 * 1024
-# A matmul kernel's tile is one BLAS call on a block of rows, which packs the whole weight matrix
-# again: blocks of a few hundred rows keep that repacking a small part of the call (measured on
-# the GPT-2 block's projections, benchmarks/bench_gpt2.py), at the price of epilogue tiles that
-# live in L3 rather than L2.
-MATMUL_TILE_BYTES = 8 * 1024 * 1024
+# A matmul kernel's tile is one BLAS call on a block of result rows, which packs the whole weight
+# matrix again: on the GPT-2 block's projections (f32 [2048, 1024] @ [1024, 3072], 2 cores)
+# blocks of 512 rows spent ~30% more time in BLAS than one call, so blocks are up to 32 MiB of
+# result (the whole result at those sizes; more rows make more blocks), at the price of epilogue
+# tiles that live in memory rather than in cache.
+MATMUL_TILE_BYTES = 32 * 1024 * 1024
 # Tiles are independent and NumPy drops the GIL inside its loops, so a fused kernel runs its tiles
 # on every core, as XLA:CPU's thread pool does (`thread_count`). Which thread runs a tile never
 # changes a result bit: each tile is computed the same way wherever it runs. Only kernels of at
