@@ -18,8 +18,11 @@ Legality rule (when op `c` may join the group G of a producer `p`)
 1. Fusible classes. ELEMENTWISE and BROADCAST ops always may; a REDUCTION may only with
    `reduction-fusion=true` and only if it is *row-wise*: it reduces a suffix of its input's dims
    (reduce_* whose `axes` are the trailing k dims; composites whose `axis` starts the trailing
-   dims, i.e. they need every dim from `axis` on whole). OPAQUE (matmul), LAYOUT (transpose,
-   reshape, slice, concat) and ops outside the op table are boundaries: never fused, never crossed.
+   dims, i.e. they need every dim from `axis` on whole). LAYOUT ops (transpose, reshape, slice,
+   concat) join only at a kernel's edges (rule 8); an OPAQUE op joins only as a kernel's root when
+   its row says it can be run by blocks of result rows (rule 9: a matmul by a weight matrix).
+   Other OPAQUE ops (a batched matmul, gather) and ops outside the op table are boundaries:
+   never fused, never crossed.
    SOURCE ops (constants) are not group members; each group that uses a constant gets its own copy
    inside its body (the only duplication the pass does; a constant costs no kernel), and the
    original is erased when nothing else uses it.
@@ -60,6 +63,26 @@ Legality rule (when op `c` may join the group G of a producer `p`)
    program that fits its target unfused still fits fused. A merge whose row would not fit is
    refused, so the group is split there, and `--explain` says so with the bytes. Checked
    before rule 5.
+
+8. Layout ops at the edges (`fusion_views`). A layout op whose operands are all values one group
+   computes per tile joins it as an *output view*: the kernel writes its result directly, each
+   tile carried through the op's index map (`lamina.ir.view_rules`), so the value before it is
+   never stored; the group then tiles only over the leading dims every output view keeps one
+   to one (a reshape merging two row dims makes the kernel's tiles cover both whole; the least
+   tile of rule 7 grows accordingly). Nothing in the kernel may read an output view. A concat of
+   values of several groups over one space first joins them (checked like any merge), then
+   writes them as one multi-input output view. A layout op reading outside values (or other
+   such layout ops) is an *input view*: the kernel that reads it takes it in when the view is
+   read by that kernel only, and a kernel never reads its own values through one. So GPT-2's
+   QKV bias add writes q, k^T and v through slice + reshape + transpose, and the head merge
+   (transpose + reshape) is the projection's input view.
+9. Matmul roots. A matmul whose right operand is a matrix (rank 2: each block of result rows
+   needs the same rows of the left operand only) roots a "matmul" kernel: elementwise ops on its
+   result and row reductions over its trailing dims (bias, GeLU, dropout, a residual add, the
+   next LayerNorm) join as its epilogue, run on each block of result rows. A kernel has one
+   root, is never computed once per kernel (rule 3) and takes no elementwise prologue: the
+   matmul reads its operands whole, by rows (input views of rule 8 are fine). A reduction over
+   the result's rows themselves (across the blocks) never joins: it is not row-wise (rule 1).
 
 A fused op is left out when its group has a single op (fusion would save nothing), so running the
 pass twice changes nothing: `lamina.fused` ops are boundaries for the second run.
