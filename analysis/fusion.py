@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
+from lamina.ir.attention import is_matmul
 from lamina.ir.fused import FusedOp, YieldOp, make_body
 from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp
@@ -70,8 +71,16 @@ def least_tiles(lead: tuple[int, ...], reduced: bool) -> int:
 
 
 def fused_least_tiles(op: FusedOp) -> int:
-    """`least_tiles` of a built fused op, from its members' iteration domains."""
+    """`least_tiles` of a built fused op, from its members' iteration domains.
+
+    An attention kernel's least tile is one query row against one key block: its online softmax
+    keeps a running max, sum and accumulator per row instead of the row's scores, so a row of
+    scores [..., Tq, Tk] splits into Tk tiles of one key each (the smallest block), not one
+    whole row as its softmax alone would need."""
     members = body_ops(op)
+    if op.fusion_kind == "attention":
+        scores = next(m for m in members if is_matmul(m)).results[0]
+        return max(1, math.prod(_shape(scores)))
     for m in members:
         k = row_split(m) if m.info.fusion == Fusion.REDUCTION else None
         if k is not None:
@@ -125,8 +134,9 @@ def _is_source(op: Operation) -> bool:
     return isinstance(op, LaminaOp) and op.info.fusion == Fusion.SOURCE
 
 
-def build_fused(members: Sequence[Operation]) -> FusedOp:
-    """One `lamina.fused` op computing `members` (in this order), not yet inserted anywhere.
+def build_fused(members: Sequence[Operation], kind: str | None = None) -> FusedOp:
+    """One `lamina.fused` op computing `members` (in this order), not yet inserted anywhere;
+    of `kind` when given (fuse-attention's "attention"), else the kind its members make.
 
     Its inputs are the values members read from outside the group (first use first); constants
     they read are cloned into the body (a constant costs no kernel); its results are the member
@@ -165,7 +175,7 @@ def build_fused(members: Sequence[Operation]) -> FusedOp:
         body.add_op(m)
     yield_op = YieldOp(outputs)
     body.add_op(yield_op)
-    fused = FusedOp(fused_kind(members), inputs, [r.type for r in outputs], region)
+    fused = FusedOp(kind or fused_kind(members), inputs, [r.type for r in outputs], region)
     fused.location = members[0].location
     for old, new in zip(outputs, fused.results, strict=True):
         new.name_hint = old.name_hint

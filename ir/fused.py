@@ -14,6 +14,8 @@ group's outputs, one per result. The kind string says how the group is executed:
 
     "loop"           only ELEMENTWISE / BROADCAST / SOURCE ops: blocks of elements
     "row_reduction"  may also hold REDUCTION ops that reduce the same trailing dims: row tiles
+    "attention"      softmax(f(q k^T)) v with linear ops on the probabilities, one online
+                     softmax over key blocks (its body's structure: `lamina.ir.attention`)
 
 This module depends only on the op table (not on the generated op classes), so `lamina.ir.lamina`
 can import it to register both ops in the `lamina` dialect without an import cycle; that is why the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lamina.ir.attention import NotAttention, attention_parts
 from lamina.ir.memory import FreeOp
 from lamina.ir.optable import Fusion, lookup
 from xdsl.dialects.builtin import AnyTensorType, StringAttr
@@ -46,6 +49,8 @@ FUSION_KINDS: dict[str, frozenset[Fusion]] = {
     "loop": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE}),
     "row_reduction": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE,
                                 Fusion.REDUCTION}),
+    "attention": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE,
+                            Fusion.REDUCTION, Fusion.OPAQUE}),
 }
 
 
@@ -114,6 +119,11 @@ class FusedOp(IRDLOperation):
             if info.fusion not in allowed:
                 raise VerifyException(f"lamina.fused \"{kind}\": {op.name} is "
                                       f"{info.fusion.value} and cannot be part of it")
+        if kind == "attention":
+            try:
+                attention_parts(block)
+            except NotAttention as e:
+                raise VerifyException(f"lamina.fused \"attention\": {e}") from None
 
     # -- syntax --
     def print(self, printer: Printer) -> None:
