@@ -96,7 +96,11 @@ def body_ops(op: FusedOp) -> list[LaminaOp]:
 
 
 def fused_kind(members: Sequence[Operation]) -> str:
-    """"row_reduction" when a group holds a reduction, else "loop" (see `lamina.ir.fused`)."""
+    """"attention" when a group holds a matmul (only fuse-attention makes such groups, and a
+    pass that rebuilds groups, such as propagate-sharding, must keep their kind), else
+    "row_reduction" when it holds a reduction, else "loop" (see `lamina.ir.fused`)."""
+    if any(is_matmul(m) for m in members):
+        return "attention"
     return "row_reduction" if any(isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION
                                   for m in members) else "loop"
 
@@ -134,9 +138,8 @@ def _is_source(op: Operation) -> bool:
     return isinstance(op, LaminaOp) and op.info.fusion == Fusion.SOURCE
 
 
-def build_fused(members: Sequence[Operation], kind: str | None = None) -> FusedOp:
-    """One `lamina.fused` op computing `members` (in this order), not yet inserted anywhere;
-    of `kind` when given (fuse-attention's "attention"), else the kind its members make.
+def build_fused(members: Sequence[Operation]) -> FusedOp:
+    """One `lamina.fused` op computing `members` (in this order), not yet inserted anywhere.
 
     Its inputs are the values members read from outside the group (first use first); constants
     they read are cloned into the body (a constant costs no kernel); its results are the member
@@ -175,7 +178,7 @@ def build_fused(members: Sequence[Operation], kind: str | None = None) -> FusedO
         body.add_op(m)
     yield_op = YieldOp(outputs)
     body.add_op(yield_op)
-    fused = FusedOp(kind or fused_kind(members), inputs, [r.type for r in outputs], region)
+    fused = FusedOp(fused_kind(members), inputs, [r.type for r in outputs], region)
     fused.location = members[0].location
     for old, new in zip(outputs, fused.results, strict=True):
         new.name_hint = old.name_hint

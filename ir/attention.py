@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lamina.ir import formulas as fm
-from lamina.ir.memory import value_label
+from lamina.ir.memory import FreeOp, value_label
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import Fusion
 from lamina.ir.sharding import Linearity
@@ -122,9 +122,10 @@ def score_op_problem(op: LaminaOp, chain: SSAValue, shape: tuple[int, ...]) -> s
 Namer = Callable[[SSAValue], str]
 
 
-def _chain_next(v: SSAValue, name: Namer) -> LaminaOp:
-    """The one op that uses chain value `v`; NotAttention when it has other uses."""
-    uses = list(v.uses)
+def _chain_next(v: SSAValue, name: Namer, frees: bool) -> LaminaOp:
+    """The one op that uses chain value `v`; NotAttention when it has other uses (a
+    `lamina.free` counts only with `frees`)."""
+    uses = [u for u in v.uses if frees or not isinstance(u.operation, FreeOp)]
     if len(uses) != 1:
         raise NotAttention(f"{name(v)} is used {len(uses)} times; every value of the chain must "
                            "be used once, by the next op")
@@ -147,30 +148,33 @@ def _side_problem(op: LaminaOp, chain: SSAValue, shape: tuple[int, ...], name: N
     return None
 
 
-def follow_chain(qk: LaminaOp, name: Namer = value_label
+def follow_chain(qk: LaminaOp, name: Namer = value_label, frees: bool = True
                  ) -> tuple[list[LaminaOp], LaminaOp, list[LaminaOp], LaminaOp]:
     """From the first matmul along the chain (score ops, softmax, prob ops) to the second matmul;
-    NotAttention naming the first rule broken. Every chain value must have exactly one use."""
+    NotAttention naming the first rule broken. Every chain value must have exactly one use; with
+    `frees=False` its `lamina.free` is not one (inside a fused body annotate-lifetimes frees the
+    intermediates, which ends their tile buffers; outside, a free is a use the kernel would
+    have to keep the value for)."""
     shape = shape_of(qk.results[0])
     if len(shape) < 2:
         raise NotAttention("the scores need a query and a key axis")
     chain: SSAValue = qk.results[0]
     scores: list[LaminaOp] = []
-    op = _chain_next(chain, name)
+    op = _chain_next(chain, name, frees)
     while not is_softmax(op):
         why = score_op_problem(op, chain, shape) or _side_problem(op, chain, shape, name)
         if why is not None:
             raise NotAttention(f"the scores flow into {name(op.results[0])} = {op.name}, which {why}")
         scores.append(op)
         chain = op.results[0]
-        op = _chain_next(chain, name)
+        op = _chain_next(chain, name, frees)
     sm = op
     if not softmax_over_last(sm):
         raise NotAttention(f"the softmax {name(sm.results[0])} normalizes over axis "
                            f"{sm.attr_values()['axis']}, not the last axis (the keys)")
     chain = sm.results[0]
     probs: list[LaminaOp] = []
-    op = _chain_next(chain, name)
+    op = _chain_next(chain, name, frees)
     while not is_matmul(op):
         why = linear_in_chain(op, chain)
         if why is None and (shape_of(op.results[0]) != shape or op.results[0].type != chain.type):
@@ -181,7 +185,7 @@ def follow_chain(qk: LaminaOp, name: Namer = value_label
                                f"which {why}")
         probs.append(op)
         chain = op.results[0]
-        op = _chain_next(chain, name)
+        op = _chain_next(chain, name, frees)
     if op.operands[0] is not chain:
         raise NotAttention("the probabilities must be the second matmul's left operand")
     if shape_of(op.results[0])[:-1] != shape[:-1]:
@@ -195,7 +199,7 @@ def attention_parts(block: Block) -> AttentionParts:
     qk = next((o for o in ops if is_matmul(o)), None)
     if qk is None:
         raise NotAttention("the body has no matmul")
-    scores, sm, probs, pv = follow_chain(qk)
+    scores, sm, probs, pv = follow_chain(qk, frees=False)
     args = set(block.args)
     if any(v not in args for v in (*qk.operands, pv.operands[1])):
         raise NotAttention("q, k^T and v must be block arguments")

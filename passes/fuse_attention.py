@@ -152,7 +152,7 @@ def _replace(members: list[Operation], block: Block) -> None:
     consts = {v.owner for m in members for v in m.operands
               if isinstance(v.owner, LaminaOp) and v.owner.info.fusion == Fusion.SOURCE}
     anchor = pv.next_op
-    fused = build_fused(members, kind="attention")
+    fused = build_fused(members)
     if anchor is not None:
         block.insert_op_before(fused, anchor)
     else:

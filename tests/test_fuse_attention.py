@@ -203,6 +203,21 @@ def test_fused_equals_unfused(lead, tq, tk, dh, causal, rate, post, tiles, seed)
         assert (want == 0).any()
 
 
+@settings(max_examples=scaled(0.2), deadline=None)
+@given(lead=st.sampled_from([(), (3,), (2, 2)]), tq=st.integers(1, 12), tk=st.integers(1, 12),
+       dh=st.integers(1, 6), dv=st.integers(1, 6), causal=st.booleans(),
+       rate=st.sampled_from([None, 0.25]), tiles=st.sampled_from([8, 32, 128, None]))
+def test_fused_equals_unfused_with_random_values(lead, tq, tk, dh, dv, causal, rate, tiles
+                                                 ) -> None:
+    text = attention_text(lead, tq, tk, dh, dv, causal, rate)
+    _, ref = parse(text)
+    m = fuse(text)
+    inputs = random_inputs(find_entry(ref, None), tq * 31 + tk)
+    want = run(ref, inputs).outputs[0]
+    got = run(m, inputs, RunOptions(tile_bytes=tiles)).outputs[0]
+    assert_close(got, want)
+
+
 def test_rows_masked_whole_are_uniform_as_unfused() -> None:
     """Tq > Tk with the causal offset negative: the first rows mask every key, which the
     unfused softmax makes uniform; the kernel must not skip those key blocks."""
@@ -225,6 +240,21 @@ def test_threads_do_not_change_a_bit(monkeypatch) -> None:
     one = run(m, inputs, RunOptions(tile_bytes=64, threads=1)).outputs[0]
     two = run(m, inputs, RunOptions(tile_bytes=64, threads=2)).outputs[0]
     assert np.array_equal(one, two)
+
+
+def test_later_passes_keep_the_kernel() -> None:
+    """propagate-sharding dissolves and rebuilds fused groups (the kind must survive), and
+    annotate-lifetimes frees the intermediates inside the body (a free is not a second use)."""
+    with open("samples/attention_heads.mlir", encoding="utf-8") as f:
+        m = fuse(f.read(), "propagate-sharding,fuse-attention,propagate-sharding")
+    assert len(attention_ops(m)) == 1
+    text = attention_text((2,), 8, 8, 4, 4, causal=True, rate=0.1)
+    _, ref = parse(text)
+    m = fuse(text, "fuse-attention,annotate-lifetimes")
+    (a,) = attention_ops(m)
+    assert "lamina.free %s" in str(a)
+    inputs = random_inputs(find_entry(ref, None), 0)
+    assert_close(run(m, inputs).outputs[0], run(ref, inputs).outputs[0])
 
 
 # ---- refusals, idempotence, round trip -----------------------------------------------------------
