@@ -242,6 +242,25 @@ def test_threads_do_not_change_a_bit(monkeypatch) -> None:
     assert np.array_equal(one, two)
 
 
+@pytest.mark.parametrize("dtype", ["f64", "f16", "bf16"])
+def test_other_float_types_match_within_their_tolerance(dtype: str) -> None:
+    """The online softmax computes in f32 (f64 for f64) and rounds the result once."""
+    text = attention_text((2,), 8, 12, 4, 4, causal=True, rate=0.2).replace("f32", dtype) \
+        .replace("-1.0e+09", "-3.0e+04")
+    _, ref = parse(text)
+    m = fuse(text)
+    assert len(attention_ops(m)) == 1
+    inputs = random_inputs(find_entry(ref, None), 0)
+    want = run(ref, inputs).outputs[0]
+    got = run(m, inputs, RunOptions(tile_bytes=32)).outputs[0]
+    d = compare("out", dtype, got, want)
+    assert d.ok, d.line()
+    if dtype == "bf16":   # stored in f32, rounded to bf16: the low 16 bits are zero
+        assert not (got.view(np.uint32) & 0xFFFF).any()
+    if dtype == "f64":
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_later_passes_keep_the_kernel() -> None:
     """propagate-sharding dissolves and rebuilds fused groups (the kind must survive), and
     annotate-lifetimes frees the intermediates inside the body (a free is not a second use)."""

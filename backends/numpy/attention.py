@@ -51,7 +51,7 @@ from lamina.backends.numpy.runner import (
     run_kernel,
 )
 from lamina.ir.attention import AttentionParts, attention_parts
-from lamina.ir.dtypes import STORAGE
+from lamina.ir.dtypes import STORAGE, to_storage
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp
 from lamina.ir.opbase import LaminaOp, tensor_info
@@ -77,6 +77,7 @@ class _Kernel:
     bq: int
     bk: int
     out: np.ndarray                      # lead + (Tq, Dv), written block by block
+    dtype: str                           # its element type
 
     @property
     def nl(self) -> int:
@@ -112,7 +113,7 @@ def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext) -> _Ke
     cdt = np.dtype(np.float64 if res.dtype == "f64" else np.float32)
     bq, bk = block_sizes(shape[-2], shape[-1], cdt.itemsize, ctx.options.tile_bytes)
     out = np.empty(res.shape, dtype=STORAGE[res.dtype])
-    return _Kernel(parts, env, shape, q, kt, v, cdt, bq, bk, out)
+    return _Kernel(parts, env, shape, q, kt, v, cdt, bq, bk, out, res.dtype)
 
 
 def _side_block(k: _Kernel, w: np.ndarray, idx: tuple[int, ...], rows: slice, keys: slice
@@ -179,7 +180,8 @@ def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> int:
         m = m_new
         held = max(held, s.nbytes + x.nbytes + xb.nbytes + e.nbytes + pe.nbytes
                    + ctx_part.nbytes + 3 * acc.nbytes + 4 * m.nbytes)
-    k.out[idx][rows] = acc / s_sum if tk else 0   # no keys: an empty contraction is 0
+    # no keys: an empty contraction is 0
+    k.out[idx][rows] = to_storage(acc / s_sum, k.dtype) if tk else 0
     return held
 
 
