@@ -110,6 +110,7 @@ def _side_ops(chain: list[LaminaOp], keys: set[object]) -> list[LaminaOp]:
     broadcast ops whose operands are constants or such ops), pulled in when every use of each
     is inside the kernel. Constants themselves are cloned into the body by `build_fused`."""
     cone: set[LaminaOp] = set()
+    seen: dict[Operation, bool] = {}   # each op decided once, so a shared subgraph costs once
 
     def constant_derived(v: SSAValue) -> bool:
         p = v.owner
@@ -117,15 +118,12 @@ def _side_ops(chain: list[LaminaOp], keys: set[object]) -> list[LaminaOp]:
             return False
         if p.info.fusion == Fusion.SOURCE:
             return True
-        if p in cone:
-            return True
-        if p.info.fusion not in (Fusion.ELEMENTWISE, Fusion.BROADCAST) or \
-                placement_key(p)[0] not in keys:
-            return False
-        if all(constant_derived(w) for w in p.operands):
-            cone.add(p)
-            return True
-        return False
+        if p not in seen:
+            seen[p] = p.info.fusion in (Fusion.ELEMENTWISE, Fusion.BROADCAST) and \
+                placement_key(p)[0] in keys and all(constant_derived(w) for w in p.operands)
+            if seen[p]:
+                cone.add(p)
+        return seen[p]
 
     chain_set = set(chain)
     for o in chain[1:-1]:

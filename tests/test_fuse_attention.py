@@ -172,6 +172,21 @@ def test_one_kernel_its_bytes_and_a_small_working_set() -> None:
     assert fused_least_tiles(a) == 2 * 3 * 32 * 48
 
 
+def test_a_mask_used_outside_stays_outside_as_an_input() -> None:
+    text = attention_text((2,), 4, 4, 3, 4, causal=True, rate=None)
+    text = text.replace("-> (tensor<2x4x4xf32>) {", "-> (tensor<2x4x4xf32>, tensor<4x4xi1>) {") \
+        .replace("func.return %o : tensor<2x4x4xf32>",
+                 "func.return %o, %mask : tensor<2x4x4xf32>, tensor<4x4xi1>")
+    _, ref = parse(text)
+    m = fuse(text)
+    (a,) = attention_ops(m)
+    assert len(a.inputs) == 4 and "lamina.ge" not in str(a)
+    inputs = random_inputs(find_entry(ref, None), 0)
+    got, want = run(m, inputs, RunOptions(tile_bytes=16)).outputs, run(ref, inputs).outputs
+    assert_close(got[0], want[0])
+    assert np.array_equal(got[1], want[1])
+
+
 def test_block_sizes_follow_tile_bytes() -> None:
     assert block_sizes(1024, 1024, 4, None) == (512, 256)
     assert block_sizes(16, 16, 4, 64) == (4, 4)
