@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from lamina.backends.numpy.fused import KIND_RUNNERS, run_workers, tile_threads
@@ -55,6 +56,7 @@ from lamina.ir.dtypes import STORAGE, to_storage
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp
 from lamina.ir.opbase import LaminaOp, tensor_info
+from lamina.ir.shapes import TensorInfo
 from xdsl.ir import Operation, SSAValue
 
 # Bytes of one block of scores. 512 KiB, the fused executor's tile size (measured there for L2/L3
@@ -64,10 +66,25 @@ ATTENTION_TILE_BYTES = 512 * 1024
 
 
 @dataclass
+class _Step:
+    """A score or prob op, ready to run on blocks: its kernel and call facts, and per operand
+    slot the running chain value (None), an absent operand ("none", None) or a side value
+    ("side", array) with the scores' rank, sliced per block."""
+
+    fn: Callable[[Sequence[np.ndarray | None], Call], np.ndarray]
+    attrs: dict[str, Any]
+    operands: list[TensorInfo | None]
+    result: TensorInfo
+    sources: list[tuple[str, np.ndarray | None]]
+
+
+@dataclass
 class _Kernel:
     """What every block needs, prepared once per call."""
 
     parts: AttentionParts
+    scores: list[_Step]
+    probs: list[_Step]
     env: dict[SSAValue, np.ndarray]      # block arguments and side values, whole
     shape: tuple[int, ...]               # the scores' shape: lead + (Tq, Tk)
     q: np.ndarray                        # lead + (Tq, Dh), broadcast over the lead dims
@@ -113,38 +130,50 @@ def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext) -> _Ke
     cdt = np.dtype(np.float64 if res.dtype == "f64" else np.float32)
     bq, bk = block_sizes(shape[-2], shape[-1], cdt.itemsize, ctx.options.tile_bytes)
     out = np.empty(res.shape, dtype=STORAGE[res.dtype])
-    return _Kernel(parts, env, shape, q, kt, v, cdt, bq, bk, out, res.dtype)
+    scores = _steps(parts.scores, parts.qk.results[0], env, len(shape))
+    probs = _steps(parts.probs, parts.softmax.results[0], env, len(shape))
+    return _Kernel(parts, scores, probs, env, shape, q, kt, v, cdt, bq, bk, out, res.dtype)
+
+
+def _steps(ops: list[LaminaOp], chain: SSAValue, env: dict[SSAValue, np.ndarray], rank: int
+           ) -> list[_Step]:
+    """The chain ops from `chain` on, each with where its operands come from."""
+    steps: list[_Step] = []
+    for o in ops:
+        sources: list[tuple[str, np.ndarray | None]] = []
+        for v in o.operand_slots():
+            if v is None:
+                sources.append(("none", None))
+            elif v is chain:
+                sources.append(("chain", None))
+            else:
+                w = env[v]
+                sources.append(("side", w.reshape((1,) * (rank - w.ndim) + w.shape)))
+        steps.append(_Step(kernel(o.info), o.attr_values(), o.operand_infos(),
+                           tensor_info(o.results[0].type), sources))
+        chain = o.results[0]
+    return steps
 
 
 def _side_block(k: _Kernel, w: np.ndarray, idx: tuple[int, ...], rows: slice, keys: slice
                 ) -> np.ndarray:
-    """Side value `w` (broadcastable to the scores) at this block, with the scores' rank: dims
-    where `w` has extent 1 stay 1, the others are sliced."""
-    r = len(k.shape)
-    w = w.reshape((1,) * (r - w.ndim) + w.shape)
-    sel = tuple(slice(i, i + 1) if n > 1 else slice(0, 1) for i, n in zip(idx, w.shape[:k.nl], strict=True))
-    sel += (rows if w.shape[-2] > 1 else slice(None), keys if w.shape[-1] > 1 else slice(None))
-    return w[sel]
+    """Side value `w` (the scores' rank, broadcastable to them) at this block: dims where `w`
+    has extent 1 stay 1, the others are sliced."""
+    sel = tuple(slice(i, i + 1) if n > 1 else slice(0, 1)
+                for i, n in zip(idx, w.shape[:k.nl], strict=True))
+    return w[(*sel, rows if w.shape[-2] > 1 else slice(None),
+              keys if w.shape[-1] > 1 else slice(None))]
 
 
-def _apply(k: _Kernel, ops: list[LaminaOp], x: np.ndarray, idx: tuple[int, ...], rows: slice,
+def _apply(k: _Kernel, steps: list[_Step], x: np.ndarray, idx: tuple[int, ...], rows: slice,
            keys: slice) -> np.ndarray:
-    """Run elementwise chain ops on block `x`, the chain operand replaced by the running value,
-    every other operand sliced to the block, position-dependent ops told where it sits."""
-    offsets = (*idx, rows.start, keys.start)
-    for o in ops:
-        chain_in = o.operand_slots()
-        xs: list[np.ndarray | None] = []
-        for v in chain_in:
-            if v is None:
-                xs.append(None)
-            elif v.owner in ops or v.owner in (k.parts.qk, k.parts.softmax):
-                xs.append(x)
-            else:
-                xs.append(_side_block(k, k.env[v], idx, rows, keys))
-        call = Call(o.attr_values(), o.operand_infos(), tensor_info(o.results[0].type),
-                    Block(k.shape, offsets))
-        x = kernel(o.info)(xs, call)
+    """Run chain ops on block `x` (the running value), every other operand sliced to the
+    block, position-dependent ops told where the block sits in the scores."""
+    where = Block(k.shape, (*idx, rows.start, keys.start))
+    for st in steps:
+        xs = [x if kind == "chain" else None if w is None else _side_block(k, w, idx, rows, keys)
+              for kind, w in st.sources]
+        x = st.fn(xs, Call(st.attrs, st.operands, st.result, where))
     return x
 
 
@@ -166,14 +195,14 @@ def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> int:
     for j0 in range(0, tk, k.bk):
         keys = slice(j0, min(tk, j0 + k.bk))
         s = kernel(p.qk.info)([q, k.kt[idx][:, keys]], qk_call)
-        x = _apply(k, p.scores, s.reshape(lead1 + s.shape), idx, rows, keys)
+        x = _apply(k, k.scores, s.reshape(lead1 + s.shape), idx, rows, keys)
         xb = x.reshape(s.shape).astype(k.cdt, copy=False)
         m_new = np.maximum(m, xb.max(axis=1, keepdims=True))
         safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(k.cdt)  # rows all -inf so far
         alpha = np.exp(m - safe)
         e = np.exp(xb - safe)
         s_sum = s_sum * alpha + e.sum(axis=1, keepdims=True)
-        pe = _apply(k, p.probs, e.reshape(lead1 + e.shape).astype(x.dtype, copy=False), idx,
+        pe = _apply(k, k.probs, e.reshape(lead1 + e.shape).astype(x.dtype, copy=False), idx,
                     rows, keys)
         ctx_part = kernel(p.pv.info)([pe.reshape(e.shape), k.v[idx][keys]], pv_call)
         acc = acc * alpha + ctx_part
