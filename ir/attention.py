@@ -11,7 +11,7 @@ none of them has to exist whole: an executor may compute them one block of keys 
 an online softmax (running max and sum, the accumulator of %o rescaled when the max grows). That
 is exact in real arithmetic only because every prob op g is homogeneous-linear in the chain,
 g(a * p) = a * g(p) for a scalar a per query row, so rescaling commutes with it: dropout, a
-multiplication by a mask or a constant, a division by one. Linearity is read from the op table
+multiplication by a mask or a constant, a division by a constant. Linearity is read from the op table
 (`Linearity`, `linear_operands`), never from op names.
 
 Every other op is a side op: it reads only block arguments, constants and other side values, never
@@ -52,11 +52,6 @@ class AttentionParts:
     @property
     def scores_shape(self) -> tuple[int, ...]:
         return shape_of(self.qk.results[0])
-
-    @property
-    def chain(self) -> list[LaminaOp]:
-        """The chain's ops from the first matmul to the second, in order."""
-        return [self.qk, *self.scores, self.softmax, *self.probs, self.pv]
 
 
 class NotAttention(Exception):
@@ -108,12 +103,11 @@ def linear_in_chain(op: LaminaOp, chain: SSAValue) -> str | None:
 
 
 def score_op_problem(op: LaminaOp, chain: SSAValue, shape: tuple[int, ...]) -> str | None:
-    """Why `op` cannot be a score op on `chain` (None when it can): it must be elementwise, read
-    the chain once and keep the scores' shape and element type."""
+    """Why `op` cannot be a score op on `chain` (None when it can): it must be elementwise and
+    keep the scores' shape and element type (that it reads the chain once, `follow_chain`
+    checks by counting the chain value's uses)."""
     if op.info.fusion != Fusion.ELEMENTWISE:
         return f"is {op.info.fusion.value}, not elementwise"
-    if len(chain_slots(op, chain)) != 1:
-        return "reads the scores more than once"
     if shape_of(op.results[0]) != shape or op.results[0].type != chain.type:
         return "changes the scores' shape or element type"
     return None
