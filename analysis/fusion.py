@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
 from lamina.ir.formulas import Call
+from lamina.ir.attention import is_matmul
 from lamina.ir.fused import FusedOp, YieldOp, make_body
 from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp, tensor_info
@@ -71,8 +72,16 @@ def least_tiles(lead: tuple[int, ...], reduced: bool) -> int:
 
 
 def fused_least_tiles(op: FusedOp) -> int:
-    """`least_tiles` of a built fused op, from its members' iteration domains."""
+    """`least_tiles` of a built fused op, from its members' iteration domains.
+
+    An attention kernel's least tile is one query row against one key block: its online softmax
+    keeps a running max, sum and accumulator per row instead of the row's scores, so a row of
+    scores [..., Tq, Tk] splits into Tk tiles of one key each (the smallest block), not one
+    whole row as its softmax alone would need."""
     members = body_ops(op)
+    if op.fusion_kind == "attention":
+        scores = next(m for m in members if is_matmul(m)).results[0]
+        return max(1, math.prod(_shape(scores)))
     for m in members:
         k = row_split(m) if m.info.fusion == Fusion.REDUCTION else None
         if k is not None:
@@ -88,8 +97,12 @@ def body_ops(op: FusedOp) -> list[LaminaOp]:
 
 
 def fused_kind(members: Sequence[Operation]) -> str:
-    """"matmul" when a group has a row-tiled opaque root, else "row_reduction" when it holds a
-    reduction, else "loop" (see `lamina.ir.fused`)."""
+    """"attention" when a group holds two matmuls (only fuse-attention makes such groups, and a
+    pass that rebuilds groups, such as propagate-sharding, must keep their kind), "matmul" when
+    it has one row-tiled opaque root (fuse-elementwise's rule 9), else "row_reduction" when it
+    holds a reduction, else "loop" (see `lamina.ir.fused`)."""
+    if sum(1 for m in members if is_matmul(m)) >= 2:
+        return "attention"
     fusions = {m.info.fusion for m in members if isinstance(m, LaminaOp)}
     if Fusion.OPAQUE in fusions:
         return "matmul"

@@ -14,6 +14,8 @@ group's outputs, one per result. The kind string says how the group is executed:
 
     "loop"           only ELEMENTWISE / BROADCAST / SOURCE ops: blocks of elements
     "row_reduction"  may also hold REDUCTION ops that reduce the same trailing dims: row tiles
+    "attention"      softmax(f(q k^T)) v with linear ops on the probabilities, one online
+                     softmax over key blocks (its body's structure: `lamina.ir.attention`)
     "matmul"         one row-tiled OPAQUE op (a matmul by a weight matrix) at its root and an
                      epilogue on its result (elementwise ops, row reductions over its trailing
                      dims): blocks of the result's rows
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lamina.ir.attention import NotAttention, attention_parts
 from lamina.ir.memory import FreeOp
 from lamina.ir.optable import Fusion, lookup
 from xdsl.dialects.builtin import AnyTensorType, StringAttr
@@ -55,6 +58,8 @@ FUSION_KINDS: dict[str, frozenset[Fusion]] = {
                                 Fusion.REDUCTION, Fusion.LAYOUT}),
     "matmul": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE, Fusion.LAYOUT,
                          Fusion.REDUCTION, Fusion.OPAQUE}),
+    "attention": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE,
+                            Fusion.REDUCTION, Fusion.OPAQUE}),
 }
 
 
@@ -132,6 +137,11 @@ class FusedOp(IRDLOperation):
             if len(roots) != 1:
                 raise VerifyException(f"lamina.fused \"matmul\": needs exactly one row-tiled "
                                       f"opaque op at its root, found {len(roots)}")
+        if kind == "attention":
+            try:
+                attention_parts(block)
+            except NotAttention as e:
+                raise VerifyException(f"lamina.fused \"attention\": {e}") from None
 
     # -- syntax --
     def print(self, printer: Printer) -> None:

@@ -314,12 +314,19 @@ def run_tiles(plan: FusedPlan, options: RunOptions, only_rows: Iterable[int] | N
         return _worker(job, itertools.chain(only_rows, [space.rows]), space.rows)
 
 
+# kinds with an executor of their own (`lamina.backends.numpy.attention` adds "attention")
+KIND_RUNNERS: dict[str, Callable[[Operation, list[np.ndarray | None], RunContext],
+                                 list[np.ndarray]]] = {}
+
+
 def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
     """Run a `lamina.fused` op as one kernel: plan its steps once, then run the tiles.
 
     Planning (iteration space, per-kernel vs per-tile ops, operand sources, tile buffers) costs
     O(body) and is done before any tile runs, so the tile loop only indexes prepared arrays."""
     assert isinstance(op, FusedOp)
+    if (own := KIND_RUNNERS.get(op.fusion_kind)) is not None:
+        return own(op, args, ctx)
     plan = plan_fused(op, args)
     tile_set = run_tiles(plan, ctx.options)
     outs = fused_results(plan)
