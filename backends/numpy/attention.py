@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from lamina.backends.numpy.blas import one_blas_thread
 from lamina.backends.numpy.fused import KIND_RUNNERS, run_workers, tile_threads
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import (
@@ -230,7 +231,8 @@ def _run_blocks(k: _Kernel, ctx: RunContext) -> int:
         return held
 
     n = tile_threads(ctx.options, math.prod(k.shape), len(tasks))
-    return run_workers(worker, n)
+    with one_blas_thread():   # the blocks' small matmuls run on the kernel's own threads
+        return run_workers(worker, n)
 
 
 def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext
