@@ -28,11 +28,14 @@ from hypothesis import given, settings
 from lamina.backends.compare import compare
 from lamina.backends.compiled.backend import CompiledBackend
 from lamina.backends.compiled.libm import (
+    GELU_TANH_BOUNDS,
     ULP_BOUNDS,
+    ULP_BOUNDS_F64,
     ULP_BOUNDS_TRUE,
     exp_f32,
     log_f32,
     tanh_f32,
+    tanh_f64,
 )
 from lamina.backends.interface import RunOptions, RunResult, find_entry
 from lamina.backends.numpy.runner import run_function
@@ -143,6 +146,71 @@ def test_transcendental_within_stated_ulps(fn: np.ufunc) -> None:
     assert np.array_equal(out[special], want[special], equal_nan=True)
     signed = special & ~np.isnan(want)
     assert np.array_equal(np.signbit(out[signed]), np.signbit(want[signed]))
+
+
+@njit(error_model="numpy")
+def _tanh64(x: np.ndarray, out: np.ndarray) -> None:
+    for i in range(x.size):
+        out[i] = tanh_f64(x[i])
+
+
+def _ulp64(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    def ordered(a: np.ndarray) -> np.ndarray:
+        i = a.view(np.int64)
+        return np.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
+    d = np.abs(ordered(got) - ordered(want))     # < 2**63: both are tanh values of one sign
+    d[np.isnan(got) & np.isnan(want)] = 0
+    return d
+
+
+def test_float64_tanh_within_stated_ulps() -> None:
+    """float64 tanh (branch-free, so tanh-GeLU vectorizes in float64 too) over a dense sweep:
+    within its stated ulp of NumPy's, and NumPy's results at 0, -0, infinities and NaN."""
+    tiny = np.exp2(np.linspace(-1074, -1, 20000))
+    x = np.concatenate([np.arange(-21 * 2**15, 21 * 2**15) / 2**15,
+                        np.linspace(-0.4, 0.4, 800_001), tiny, -tiny,
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 19.06, 19.07]])
+    out = np.empty_like(x)
+    _tanh64(x, out)
+    want = np.tanh(x)
+    d = _ulp64(out, want)
+    worst = int(d.argmax())
+    assert d.max() <= ULP_BOUNDS_F64[np.tanh], (x[worst], out[worst], want[worst], d.max())
+    special = ~np.isfinite(x) | (x == 0)
+    assert np.array_equal(out[special], want[special], equal_nan=True)
+    assert np.array_equal(np.signbit(out[special]), np.signbit(want[special]))
+
+
+GELU = """
+func.func @f(%x: tensor<{r}x4096xf32>) -> tensor<{r}x4096xf32> {{
+  %g = lamina.gelu %x {{approximate = "{approx}"}} : tensor<{r}x4096xf32>
+  %n = lamina.neg %g : tensor<{r}x4096xf32>
+  func.return %n : tensor<{r}x4096xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize("approx", ["tanh", "none"])
+def test_gelu_forms_within_stated_bounds(approx: str) -> None:
+    """Compiled GeLU (in a fused kernel) against the interpreter's over every 2**-14 of [-16, 16]
+    and the special values: tanh-GeLU within `GELU_TANH_BOUNDS` (absolute where 1 + tanh
+    cancels), erf-GeLU with NumPy's bits; NaN and infinities where NumPy has them."""
+    sweep = np.arange(-16 * 2**14, 16 * 2**14, dtype=np.int64).astype(np.float32) / 2**14
+    x = np.concatenate([sweep, np.resize(SPECIALS, 4096)]).reshape(-1, 4096)
+    m = fused(GELU.format(r=x.shape[0], approx=approx))
+    want, got = run_both(m, [x])
+    assert got.stats["compiled"]["fallbacks"] == []
+    a, b, xs = got.outputs[0].ravel(), want.outputs[0].ravel(), x.ravel()
+    finite = np.isfinite(b)
+    assert np.array_equal(a[~finite], b[~finite], equal_nan=True)
+    a, b, xs = a[finite], b[finite], xs[finite]
+    if approx == "none":
+        assert np.array_equal(a, b)
+        return
+    k, ulps, above = GELU_TANH_BOUNDS
+    err = np.abs(a.astype(np.float64) - b)
+    assert np.all(err <= k * 2.0**-24 * np.maximum(np.abs(xs), np.abs(b))), float(err.max())
+    assert ulp_distance(a[xs >= above], b[xs >= above]).max() <= ulps
 
 
 # ---- samples and random programs -------------------------------------------------------------------

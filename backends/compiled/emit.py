@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from lamina.backends.compiled.trace import CONST, ELEM, KERNEL, ROW, CannotCompile, Domain, Sym
 
-CODEGEN_VERSION = 2     # part of every kernel's source, so a generator change recompiles
+CODEGEN_VERSION = 3     # part of every kernel's source, so a generator change recompiles
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ _U32: dict[object, str] = {
     np.add: "u32_add", np.multiply: "u32_mul", np.bitwise_xor: "u32_xor", np.bitwise_and: "u32_and",
     np.bitwise_or: "u32_or", np.bitwise_right_shift: "u32_shr", np.bitwise_left_shift: "u32_shl"}
 _F32_CALLS: dict[object, str] = {np.exp: "exp_f32", np.log: "log_f32", np.tanh: "tanh_f32"}
-_F64_CALLS: dict[object, str] = {np.exp: "math.exp", np.log: "math.log", np.tanh: "math.tanh"}
+_F64_CALLS: dict[object, str] = {np.exp: "math.exp", np.log: "math.log", np.tanh: "tanh_f64"}
 _CALLS: dict[object, str] = {
     np.sqrt: "np.sqrt", np.floor: "np.floor", np.trunc: "np.trunc", np.isfinite: "np.isfinite",
     np.log2: "np.log2", np.maximum: "maximum", np.minimum: "minimum", np.pow: "math.pow",
@@ -389,7 +389,7 @@ class _Emitter:
                  "from lamina.backends.compiled.intrinsics import (pairwise_sum, row_max, u32_add, "
                  "u32_and, u32_mul,", "    u32_or, u32_shl, u32_shr, u32_xor)",
                  "from lamina.backends.compiled.libm import (exp_f32, f16_bits, f16_value, "
-                 "log_f32, maximum, minimum,", "    round_bf16, round_f16, tanh_f32)", ""]
+                 "log_f32, maximum, minimum,", "    round_bf16, round_f16, tanh_f32, tanh_f64)", ""]
         src = "\n".join(head + sums + consts + ["", ""] + self.w.lines) + "\n"
         return Generated(src, self.layouts, self.groups)
 

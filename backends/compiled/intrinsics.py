@@ -61,6 +61,15 @@ def bits_f32(typingctx: Any, i: Any) -> Any:
 
 
 @lowered
+def bits_f64(typingctx: Any, i: Any) -> Any:
+    """The float64 with the bits of int64 `i` (libm's float64 tanh builds 2**n with it)."""
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@lowered
 def fma(typingctx: Any, a: Any, b: Any, c: Any) -> Any:
     """a * b + c with one rounding (llvm.fma), for float32 or float64 operands of one type."""
     if not (isinstance(a, types.Float) and a == b == c):
