@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given, settings
 from lamina.backends.compare import compare
 from lamina.backends.compiled.backend import CompiledBackend
+from lamina.backends.compiled.intrinsics import SUM_LEAF, row_sum, sum_error_bound
 from lamina.backends.compiled.libm import (
     GELU_TANH_BOUNDS,
     ULP_BOUNDS,
@@ -213,6 +214,75 @@ def test_gelu_forms_within_stated_bounds(approx: str) -> None:
     assert ulp_distance(a[xs >= above], b[xs >= above]).max() <= ulps
 
 
+# ---- row sums: the stated order and its error bound -----------------------------------------------
+
+@njit(error_model="numpy")
+def _row_sums(x: np.ndarray, n: int, out: np.ndarray) -> None:
+    for r in range(x.shape[0]):
+        out[r] = row_sum(x[r], 0, n)
+
+
+def _documented_sum(x: np.ndarray) -> np.floating:
+    """`intrinsics.row_sum`'s order, written from its docstring in NumPy scalar steps."""
+    n = x.size
+    if n > SUM_LEAF:
+        subtrees: list[list] = []        # [sum, blocks]
+        for b0 in range(0, n, SUM_LEAF):
+            subtrees.append([_documented_sum(x[b0:b0 + SUM_LEAF]), 1])
+            while len(subtrees) >= 2 and subtrees[-2][1] == subtrees[-1][1]:
+                newer = subtrees.pop()
+                subtrees[-1] = [subtrees[-1][0] + newer[0], 2 * newer[1]]
+        res = subtrees[-1][0]
+        for older in reversed(subtrees[:-1]):
+            res = older[0] + res
+        return res
+    full = n - n % 64
+    if full == 0:
+        res = x[0]
+        for v in x[1:]:
+            res = res + v
+        return res
+    parts = x[:full].reshape(-1, 64)
+    acc = parts[0].copy()
+    for row in parts[1:]:
+        acc = acc + row                          # lane by lane, in increasing i
+    vec = (acc[0:16] + acc[16:32]) + (acc[32:48] + acc[48:64])
+    lanes = list(vec)
+    while len(lanes) > 1:
+        lanes = [lanes[k] + lanes[k + 1] for k in range(0, len(lanes), 2)]
+    res = lanes[0]
+    for v in x[full:]:
+        res = res + v
+    return res
+
+
+SUM_LENGTHS = [1, 2, 7, 63, 64, 65, 127, 128, 1000, 4095, 4096, 4097, 4160, 10000, 20481,
+               70001]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", SUM_LENGTHS)
+def test_row_sum_has_its_documented_order_and_bound(n: int, dtype: type) -> None:
+    """A row's sum is the documented order's bits (64 partial sums, split past SUM_LEAF), is
+    within k(n) u sum|x| of the exact sum, and differs from NumPy's pairwise sum (the
+    interpreter's) by no more than both orders' bounds; rows of mixed signs and magnitudes."""
+    gen = np.random.default_rng(n)
+    rows = 3
+    x = (gen.standard_normal((rows, n)) * np.exp2(gen.integers(-8, 9, (rows, n)))).astype(dtype)
+    x[1] = np.abs(x[1])        # a row without cancellation
+    out = np.empty(rows, dtype=dtype)
+    _row_sums(x, n, out)
+    u = float(np.finfo(dtype).eps) / 2
+    numpy_k = 23 + max(0, int(np.ceil(np.log2(max(n, 1) / 128))))
+    for r in range(rows):
+        want = _documented_sum(x[r])
+        assert out[r] == want, (r, out[r], want)
+        exact = np.sum(x[r].astype(np.longdouble))
+        scale = float(np.sum(np.abs(x[r].astype(np.float64))))
+        assert abs(float(out[r]) - float(exact)) <= sum_error_bound(n) * u * scale
+        assert abs(float(out[r]) - float(x[r].sum())) <= (sum_error_bound(n) + numpy_k) * u * scale
+
+
 # ---- samples and random programs -------------------------------------------------------------------
 
 def _placed(path: str) -> bool:
@@ -334,17 +404,33 @@ def _run_cli(args: list[str], env: dict[str, str]) -> dict:
     return json.loads(r.stdout[r.stdout.index("{"):])
 
 
-def test_a_second_process_loads_the_kernel_from_disk(tmp_path: Path) -> None:
+LONG_ROWS = """
+func.func @long_rows(%x: tensor<3x9000xf32>) -> tensor<3x9000xf32> {
+  %n = lamina.layernorm %x {axis = -1 : i64, eps = 1.0e-05 : f64} : tensor<3x9000xf32>
+  %y = lamina.gelu %n {approximate = "tanh"} : tensor<3x9000xf32>
+  func.return %y : tensor<3x9000xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("program", ["sample", "long rows"])
+def test_a_second_process_loads_the_kernel_from_disk(tmp_path: Path, program: str) -> None:
     """Compile time is in --stats-json, and a second run of the same program compiles nothing:
-    numba loads the machine code cached next to the kernel's source."""
-    env = {**os.environ, "LAMINA_CACHE_DIR": str(tmp_path)}
-    args = ["samples/layernorm_gelu_dropout.mlir", "--entry", "ln_gelu_dropout_small",
-            "-p", "fuse-elementwise", "--backend", "compiled"]
+    numba loads the machine code cached next to the kernel's source. Rows longer than
+    SUM_LEAF sum through a called (not inlined) function, which a loaded kernel must reach
+    (a recursive one crashed the second process)."""
+    env = {**os.environ, "LAMINA_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["samples/layernorm_gelu_dropout.mlir", "--entry", "ln_gelu_dropout_small"]
+    if program == "long rows":
+        path = tmp_path / "long.mlir"
+        path.write_text(LONG_ROWS, encoding="utf-8")
+        args = [str(path), "--check"]
+    args += ["-p", "fuse-elementwise", "--backend", "compiled"]
     first = _run_cli(args, env)["compiled"]
     assert first["kernels_compiled"] == 1 and first["compile_seconds"] > 0
     second = _run_cli(args, env)["compiled"]
     assert second["kernels_compiled"] == 0 and second["kernels_loaded"] == 1
-    assert len(list(tmp_path.glob("kernels-*/k*.py"))) == 1
+    assert len(list(tmp_path.glob("cache/kernels-*/k*.py"))) == 1
 
 
 SOFTMAX_MIDDLE = """
