@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,6 +213,35 @@ def test_gelu_forms_within_stated_bounds(approx: str) -> None:
     err = np.abs(a.astype(np.float64) - b)
     assert np.all(err <= k * 2.0**-24 * np.maximum(np.abs(xs), np.abs(b))), float(err.max())
     assert ulp_distance(a[xs >= above], b[xs >= above]).max() <= ulps
+
+
+VECTOR_BODY = """
+func.func @f(%x: tensor<4x256x{t}>) -> tensor<4x256x{t}> {{
+  %n = lamina.layernorm %x {{axis = -1 : i64, eps = 1.0e-05 : f64}} : tensor<4x256x{t}>
+  %g = lamina.gelu %n {{approximate = "tanh"}} : tensor<4x256x{t}>
+  %y = lamina.dropout %g {{rate = 0.25 : f64, seed = 5 : i64}} : tensor<4x256x{t}>
+  func.return %y : tensor<4x256x{t}>
+}}
+"""
+
+
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_tanh_gelu_kernels_vectorize(t: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LayerNorm + tanh-GeLU + dropout compiles to vector code: LLVM's optimized IR of the
+    kernel divides whole vectors (the normalization and tanh's rational) and calls no scalar
+    libm tanh, which would keep the element loop scalar (float64 tanh did, before it had a form
+    of its own). A fresh cache directory, since numba cannot show IR of code loaded from disk."""
+    monkeypatch.setenv("LAMINA_CACHE_DIR", str(tmp_path))
+    m = fused(VECTOR_BODY.format(t=t))
+    fop = next(op for op in find_entry(m, None).walk() if isinstance(op, FusedOp))
+    x = np.ones((4, 256), dtype=np.float32 if t == "f32" else np.float64)
+    call = compiled_exec.prepare(fused_exec.plan_fused(fop, [x], min_rows=1))
+    assert call.kernel.compiled
+    module = sys.modules["lamina_kernel_" + call.kernel.name.removeprefix("k")]
+    ir = "\n".join(module.kernel.inspect_llvm().values())
+    elem = "float" if t == "f32" else "double"
+    assert re.search(rf"fdiv [a-z ]*<\d+ x {elem}>", ir), "no vector division in the kernel"
+    assert not re.search(r"@tanhf?\b", ir), "a scalar libm tanh call"
 
 
 # ---- row sums: the stated order and its error bound -----------------------------------------------
