@@ -425,6 +425,26 @@ def test_dropout_rows_past_two_to_the_32() -> None:
         assert np.array_equal(got[row] != 0, keep[row]), row
 
 
+PER_ROW_DROPOUT = """
+func.func @f(%x: tensor<300x8xf32>) -> tensor<300xf32> {
+  %n = lamina.neg %x : tensor<300x8xf32>
+  %s = lamina.reduce_sum %n {axes = array<i64: -1>, keepdims = false} : (tensor<300x8xf32>) -> tensor<300xf32>
+  %d = lamina.dropout %s {rate = 0.3 : f64, seed = 7 : i64} : tensor<300xf32>
+  func.return %d : tensor<300xf32>
+}
+"""
+
+
+def test_dropout_of_a_per_row_value_compiles_with_the_interpreters_mask() -> None:
+    """Dropout after a row reduction in one group draws one mask bit per row, from the row's
+    own index (found by the property test: it used to fall back to the tile loop)."""
+    m = fused(PER_ROW_DROPOUT)
+    want, got = run_both(m, [np.ones((300, 8), dtype=np.float32)])   # sums exact in any order
+    assert got.explain == [] and got.stats["compiled"]["fallbacks"] == []
+    assert np.array_equal(got.outputs[0], want.outputs[0])
+    assert 0 < np.count_nonzero(got.outputs[0] == 0) < 300
+
+
 # ---- the cache, fallbacks and rescued rows --------------------------------------------------------
 
 def _run_cli(args: list[str], env: dict[str, str]) -> dict:

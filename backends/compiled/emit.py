@@ -244,8 +244,10 @@ class _Emitter:
         assert n.op == "fn", n.op
         fn = n.value
         if n.args and n.args[0].op == "index":   # the index's low word, in 32-bit lanes
-            if int(n.args[1].value) != 0xFFFFFFFF or n.args[0].value != "full":
+            if int(n.args[1].value) != 0xFFFFFFFF:
                 raise CannotCompile("the element index masked other than to its low word")
+            if n.args[0].value == "row":         # one value per row: the row's own index
+                return "np.uint64((ibase + r) & 4294967295)"
             return "np.uint64(u32_add(np.uint32(base & 4294967295), np.uint32(j)))"
         if fn in _U32 and n.dtype == np.uint32 and all(x.dtype == np.uint32 for x in n.args):
             return f"{_U32[fn]}({a[0]}, {a[1]})"
