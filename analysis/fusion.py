@@ -12,8 +12,8 @@ import math
 from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
-from lamina.ir.formulas import Call
 from lamina.ir.attention import is_matmul
+from lamina.ir.formulas import Call
 from lamina.ir.fused import FusedOp, YieldOp, make_body
 from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp, tensor_info
