@@ -15,6 +15,7 @@ from lamina.backends.interface import RunOptions, find_entry
 from lamina.backends.numpy.fused_views import box_tiling
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.formulas import Call
+from lamina.ir.fused import FusedOp
 from lamina.ir.optable import lookup
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.source import make_context, parse_text, verify
@@ -41,7 +42,7 @@ def _fuse(text: str, spec: str = "fuse-elementwise"):
     return m, log.lines
 
 
-def _same(text: str, exact: bool = True) -> tuple[list, object]:
+def _same(text: str, exact: bool = True) -> tuple[list[FusedOp], list[str]]:
     """Fused == unfused on random inputs at three tilings; returns the fused module's kernels."""
     ctx = make_context()
     ref = parse_text(text, "t.mlir", ctx)
@@ -253,6 +254,7 @@ def _layout_case(draw):
         info, call = _rule_call(kind, {"dim": dim}, [shape, other], out)
         shapes = [shape, other]
     j = draw(st.integers(0, len(shapes) - 1))
+    assert info.view is not None
     m = info.view.dims(call, j)
     box = []
     for d, n in enumerate(shapes[j]):
@@ -272,6 +274,7 @@ def test_box_carries_exactly_the_elements_the_op_moves(case) -> None:
     the carried block written into zeros (checked with distinct values, so any misplaced or
     missing element shows)."""
     info, call, shapes, j, box = case
+    assert info.view is not None
     arrays = [np.zeros(s, np.float32) for s in shapes]
     index = tuple(slice(a, b) for a, b in box)
     block = np.arange(1, 1 + math.prod(b - a for a, b in box), dtype=np.float32).reshape(

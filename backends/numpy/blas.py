@@ -17,6 +17,7 @@ import ctypes
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 _SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
             "openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
@@ -26,10 +27,10 @@ _GETTERS = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_",
 _LOCK = threading.Lock()
 _DEPTH = 0
 _SAVED = 0
-_API: tuple[ctypes._CFuncPtr, ctypes._CFuncPtr] | None | bool = False   # False: not looked up
+_API: tuple[Any, Any] | None | bool = False   # (set, get) ctypes functions; False: not looked up
 
 
-def _find() -> tuple[ctypes._CFuncPtr, ctypes._CFuncPtr] | None:
+def _find() -> tuple[Any, Any] | None:
     """(set, get) of the OpenBLAS mapped into this process, or None."""
     import numpy  # noqa: F401  (loads NumPy's BLAS if it is not loaded yet)
     try:
