@@ -12,9 +12,11 @@ import math
 from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
+from lamina.ir.attention import is_matmul
+from lamina.ir.formulas import Call
 from lamina.ir.fused import FusedOp, YieldOp, make_body
 from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp
+from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import Fusion
 from lamina.ir.placement import PlaceAttr
 from lamina.ir.sharding import Reduction
@@ -70,8 +72,16 @@ def least_tiles(lead: tuple[int, ...], reduced: bool) -> int:
 
 
 def fused_least_tiles(op: FusedOp) -> int:
-    """`least_tiles` of a built fused op, from its members' iteration domains."""
+    """`least_tiles` of a built fused op, from its members' iteration domains.
+
+    An attention kernel's least tile is one query row against one key block: its online softmax
+    keeps a running max, sum and accumulator per row instead of the row's scores, so a row of
+    scores [..., Tq, Tk] splits into Tk tiles of one key each (the smallest block), not one
+    whole row as its softmax alone would need."""
     members = body_ops(op)
+    if op.fusion_kind == "attention":
+        scores = next(m for m in members if is_matmul(m)).results[0]
+        return max(1, math.prod(_shape(scores)))
     for m in members:
         k = row_split(m) if m.info.fusion == Fusion.REDUCTION else None
         if k is not None:
@@ -87,9 +97,16 @@ def body_ops(op: FusedOp) -> list[LaminaOp]:
 
 
 def fused_kind(members: Sequence[Operation]) -> str:
-    """"row_reduction" when a group holds a reduction, else "loop" (see `lamina.ir.fused`)."""
-    return "row_reduction" if any(isinstance(m, LaminaOp) and m.info.fusion == Fusion.REDUCTION
-                                  for m in members) else "loop"
+    """"attention" when a group holds two matmuls (only fuse-attention makes such groups, and a
+    pass that rebuilds groups, such as propagate-sharding, must keep their kind), "matmul" when
+    it has one row-tiled opaque root (fuse-elementwise's rule 9), else "row_reduction" when it
+    holds a reduction, else "loop" (see `lamina.ir.fused`)."""
+    if sum(1 for m in members if is_matmul(m)) >= 2:
+        return "attention"
+    fusions = {m.info.fusion for m in members if isinstance(m, LaminaOp)}
+    if Fusion.OPAQUE in fusions:
+        return "matmul"
+    return "row_reduction" if Fusion.REDUCTION in fusions else "loop"
 
 
 def intermediate_bytes(op: FusedOp) -> int:
@@ -172,6 +189,38 @@ def build_fused(members: Sequence[Operation]) -> FusedOp:
         old.replace_uses_with_if(new, lambda u: u.operation is not yield_op
                                  and u.operation not in mset)
     return fused
+
+
+Positions = tuple[int | None, ...]   # per domain dim of a kernel: its dim in a value, or None
+
+
+def view_positions(op: LaminaOp, operand_pos: Sequence[Positions]) -> Positions | None:
+    """Where a group's domain dims land in `op`'s result, given where they are in each operand;
+    None when the operands disagree (a concat of values whose rows lie differently)."""
+    rule = op.info.view
+    assert rule is not None
+    call = Call(op.attr_values(), op.operand_infos(), tensor_info(op.results[0].type))
+    out: Positions | None = None
+    for j, pos in enumerate(operand_pos):
+        m = rule.dims(call, j)
+        res = tuple(None if p is None else m[p] for p in pos)
+        if out is None:
+            out = res
+        elif out != res:
+            return None
+    return out
+
+
+def kept_prefix(pos: Positions, domain: Sequence[int]) -> int:
+    """How many leading domain dims an output view keeps one to one (a dim of extent 1 always
+    counts: a tile covers it whole)."""
+    k = 0
+    for p, d in zip(pos, domain, strict=True):
+        if p is None and d != 1:
+            break
+        k += 1
+    return k
+
 
 
 def placement_key(op: Operation) -> tuple[object, None] | tuple[None, str]:

@@ -12,7 +12,8 @@ math, dropout included (the same counter-based hash, in uint32 jnp ops). Floor =
 256 MiB. Then the pass's own time on generated 10k / 50k-op programs next to xDSL's parse time.
 
 Each cell is the median of `--repeats` runs with their range (min-max) after it: the machine is
-shared, so the spread says how far one figure can be trusted. "fused" is the interpreter's
+shared, so the spread says how far one figure can be trusted. "fused" (after
+`fuse-attention,fuse-elementwise`: only the GPT-2 block has an attention) is the interpreter's
 default: the tile loop on one thread per core (`fused.thread_count()`), as jax.jit uses every
 core; "fused x1" is the same loop on one thread, "unfused" whole-array NumPy (one thread) and
 "compiled" the fused program on `--backend compiled` (every fused kernel one numba loop, on the
@@ -312,6 +313,10 @@ def _workloads(quick: bool) -> list[tuple[str, str, str, list[np.ndarray], str, 
     ]
 
 
+# the fusion pipeline of every "fused" column (fuse-attention changes only the GPT-2 block)
+FUSE = "fuse-attention,fuse-elementwise"
+
+
 def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], repeats: int,
                      nt: int) -> dict:
     """Time one workload unfused, fused (1 and nt threads) and compiled."""
@@ -320,7 +325,7 @@ def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], rep
     ref = parse_text(text, "bench.mlir", ctx)
     verify(ref)
     fm = ref.clone()
-    run_pipeline(ctx, fm, build_pipeline("fuse-elementwise"))
+    run_pipeline(ctx, fm, build_pipeline(FUSE))
     fref, ffused = find_entry(ref, None), find_entry(fm, None)
     one, all_ = RunOptions(threads=1), RunOptions(threads=nt)
     comp = CompiledBackend.op_runners

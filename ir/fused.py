@@ -14,6 +14,15 @@ group's outputs, one per result. The kind string says how the group is executed:
 
     "loop"           only ELEMENTWISE / BROADCAST / SOURCE ops: blocks of elements
     "row_reduction"  may also hold REDUCTION ops that reduce the same trailing dims: row tiles
+    "attention"      softmax(f(q k^T)) v with linear ops on the probabilities, one online
+                     softmax over key blocks (its body's structure: `lamina.ir.attention`)
+    "matmul"         one row-tiled OPAQUE op (a matmul by a weight matrix) at its root and an
+                     epilogue on its result (elementwise ops, row reductions over its trailing
+                     dims): blocks of the result's rows
+
+Any kind may hold LAYOUT ops (transpose, reshape, slice, concat) at its edges: a body reads an
+input through them (their operands are block arguments or such views) or writes an output through
+them (their results are yielded, never read inside the body); see `lamina.ir.view_rules`.
 
 This module depends only on the op table (not on the generated op classes), so `lamina.ir.lamina`
 can import it to register both ops in the `lamina` dialect without an import cycle; that is why the
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lamina.ir.attention import NotAttention, attention_parts
 from lamina.ir.memory import FreeOp
 from lamina.ir.optable import Fusion, lookup
 from xdsl.dialects.builtin import AnyTensorType, StringAttr
@@ -43,9 +53,13 @@ from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
 FUSION_KINDS: dict[str, frozenset[Fusion]] = {
-    "loop": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE}),
+    "loop": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE, Fusion.LAYOUT}),
     "row_reduction": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE,
-                                Fusion.REDUCTION}),
+                                Fusion.REDUCTION, Fusion.LAYOUT}),
+    "matmul": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE, Fusion.LAYOUT,
+                         Fusion.REDUCTION, Fusion.OPAQUE}),
+    "attention": frozenset({Fusion.ELEMENTWISE, Fusion.BROADCAST, Fusion.SOURCE,
+                            Fusion.REDUCTION, Fusion.OPAQUE}),
 }
 
 
@@ -114,6 +128,20 @@ class FusedOp(IRDLOperation):
             if info.fusion not in allowed:
                 raise VerifyException(f"lamina.fused \"{kind}\": {op.name} is "
                                       f"{info.fusion.value} and cannot be part of it")
+            if info.fusion == Fusion.OPAQUE and not info.row_tiled:
+                raise VerifyException(f"lamina.fused \"{kind}\": {op.name} cannot be run by "
+                                      "blocks of result rows")
+        if kind == "matmul":
+            roots = [o for o in block.ops if (i := lookup(o.name)) is not None
+                     and i.fusion == Fusion.OPAQUE]
+            if len(roots) != 1:
+                raise VerifyException(f"lamina.fused \"matmul\": needs exactly one row-tiled "
+                                      f"opaque op at its root, found {len(roots)}")
+        if kind == "attention":
+            try:
+                attention_parts(block)
+            except NotAttention as e:
+                raise VerifyException(f"lamina.fused \"attention\": {e}") from None
 
     # -- syntax --
     def print(self, printer: Printer) -> None:

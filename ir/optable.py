@@ -24,6 +24,7 @@ from lamina.ir import numpy_kernels as npk
 from lamina.ir import scalar_forms as sf
 from lamina.ir import shapes
 from lamina.ir import sharding as sh
+from lamina.ir import view_rules as vr
 from lamina.ir import vjp as vj
 from lamina.ir.intervals import IntervalRule
 from lamina.ir.shapes import TensorInfo
@@ -123,6 +124,14 @@ class OpInfo:
     # namespace of `lamina.ir.scalar_forms`: what a compiled fused kernel computes, mostly the
     # formula itself; None: no compiled kernel computes the op inside its loop
     scalar: fm.Formula | None = None
+    # LAYOUT rows: the op's index map (`lamina.ir.view_rules`), by which a fused kernel reads its
+    # inputs and writes its outputs through the op without materializing its operand
+    view: vr.ViewRule | None = None
+    # OPAQUE rows that a fused kernel may run block of result rows by block of result rows: each
+    # row of the result (all dims but the last) needs only the same row of operand 0 when the
+    # other operands have no batch dims of their own (rank 2: a matmul by a weight matrix), so
+    # elementwise ops on the result fuse after it as its epilogue (`fuse-elementwise`, rule 9)
+    row_tiled: bool = False
 
     @property
     def full_name(self) -> str:
@@ -325,15 +334,17 @@ def _structural_rows() -> list[OpInfo]:
                        interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax, scalar=fm.log_softmax))
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
-                       _matmul_flops, (0, 1), interval=iv.MATMUL, vjp=vj.matmul))
+                       _matmul_flops, (0, 1), interval=iv.MATMUL, vjp=vj.matmul,
+                       row_tiled=True))
     rows.append(OpInfo("transpose", "permute dimensions", X,
                        (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
                        fm.transpose, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Transpose(),
-                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.transpose))
+                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.transpose,
+                       view=vr.TransposeView()))
     rows.append(OpInfo("reshape", "same elements, new shape (row-major)", X, (), shapes.reshape,
                        fm.reshape, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Reshape(), per_output(0),
                        (0,), arith=False, launches_kernel=False, interval=iv.MOVE,
-                       declares_result=True, vjp=vj.reshape))
+                       declares_result=True, vjp=vj.reshape, view=vr.ReshapeView()))
     rows.append(OpInfo("broadcast_in_dim", "replicate along new or size-1 dims (operand dim i -> "
                        "result dim broadcast_dimensions[i])", X,
                        (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
@@ -346,11 +357,12 @@ def _structural_rows() -> list[OpInfo]:
                         AttrSpec("limit", AttrKind.INTS, required=True),
                         AttrSpec("strides", AttrKind.INTS)),
                        shapes.slice_, fm.slice_, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Slice(),
-                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.slice_))
+                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.slice_,
+                       view=vr.SliceView()))
     rows.append(OpInfo("concat", "join operands along dim", (OperandSpec("inputs", variadic=True),),
                        (AttrSpec("dim", AttrKind.INT, required=True),), shapes.concat, fm.concat,
                        Fusion.LAYOUT, Linearity.ADDITIVE, sh.Concat(), per_output(0),
-                       arith=False, interval=iv.MOVE, vjp=vj.concat))
+                       arith=False, interval=iv.MOVE, vjp=vj.concat, view=vr.ConcatView()))
     # a lookup: OPAQUE (which element it reads depends on data, so no fused loop absorbs it);
     # linear in the table; position-dependent because on a device's block of a split table it
     # must know which rows the block holds (`Block.operands`)

@@ -12,8 +12,8 @@ a *scalar namespace*:
   int32 int64 bool`), each applied to one element, with the formulas' operators and NumPy's type
   rules (Python scalars are weak);
 - the row reductions `sum`, `mean`, `max` with the formulas' `axis` / `keepdims` arguments,
-  reducing over the dims a fused row holds (sums in NumPy's pairwise order, so a row's sum has the
-  interpreter's bits);
+  reducing over the dims a fused row holds (a backend chooses the order of a sum and states it:
+  the compiled backend's is 64 vector partial sums, within rounding of the interpreter's);
 - `element_index()`: the element's flat row-major index in the op's global result, uint64;
 - `require(cond)`: a row where `cond` (a per-row truth value) does not hold is recomputed by the
   interpreter's own kernels, so a form may state a fast path that most rows take.

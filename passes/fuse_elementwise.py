@@ -18,8 +18,11 @@ Legality rule (when op `c` may join the group G of a producer `p`)
 1. Fusible classes. ELEMENTWISE and BROADCAST ops always may; a REDUCTION may only with
    `reduction-fusion=true` and only if it is *row-wise*: it reduces a suffix of its input's dims
    (reduce_* whose `axes` are the trailing k dims; composites whose `axis` starts the trailing
-   dims, i.e. they need every dim from `axis` on whole). OPAQUE (matmul), LAYOUT (transpose,
-   reshape, slice, concat) and ops outside the op table are boundaries: never fused, never crossed.
+   dims, i.e. they need every dim from `axis` on whole). LAYOUT ops (transpose, reshape, slice,
+   concat) join only at a kernel's edges (rule 8); an OPAQUE op joins only as a kernel's root when
+   its row says it can be run by blocks of result rows (rule 9: a matmul by a weight matrix).
+   Other OPAQUE ops (a batched matmul, gather) and ops outside the op table are boundaries:
+   never fused, never crossed.
    SOURCE ops (constants) are not group members; each group that uses a constant gets its own copy
    inside its body (the only duplication the pass does; a constant costs no kernel), and the
    original is erased when nothing else uses it.
@@ -61,6 +64,26 @@ Legality rule (when op `c` may join the group G of a producer `p`)
    refused, so the group is split there, and `--explain` says so with the bytes. Checked
    before rule 5.
 
+8. Layout ops at the edges (`fusion_views`). A layout op whose operands are all values one group
+   computes per tile joins it as an *output view*: the kernel writes its result directly, each
+   tile carried through the op's index map (`lamina.ir.view_rules`), so the value before it is
+   never stored; the group then tiles only over the leading dims every output view keeps one
+   to one (a reshape merging two row dims makes the kernel's tiles cover both whole; the least
+   tile of rule 7 grows accordingly). Nothing in the kernel may read an output view. A concat of
+   values of several groups over one space first joins them (checked like any merge), then
+   writes them as one multi-input output view. A layout op reading outside values (or other
+   such layout ops) is an *input view*: the kernel that reads it takes it in when the view is
+   read by that kernel only, and a kernel never reads its own values through one. So GPT-2's
+   QKV bias add writes q, k^T and v through slice + reshape + transpose, and the head merge
+   (transpose + reshape) is the projection's input view.
+9. Matmul roots. A matmul whose right operand is a matrix (rank 2: each block of result rows
+   needs the same rows of the left operand only) roots a "matmul" kernel: elementwise ops on its
+   result and row reductions over its trailing dims (bias, GeLU, dropout, a residual add, the
+   next LayerNorm) join as its epilogue, run on each block of result rows. A kernel has one
+   root, is never computed once per kernel (rule 3) and takes no elementwise prologue: the
+   matmul reads its operands whole, by rows (input views of rule 8 are fine). A reduction over
+   the result's rows themselves (across the blocks) never joins: it is not row-wise (rule 1).
+
 A fused op is left out when its group has a single op (fusion would save nothing), so running the
 pass twice changes nothing: `lamina.fused` ops are boundaries for the second run.
 
@@ -79,7 +102,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.analysis.fusion import build_fused, least_tiles, placement_key, row_split
+from lamina.analysis.fusion import (
+    build_fused,
+    kept_prefix,
+    placement_key,
+    row_split,
+    view_positions,
+)
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import fmt_bytes
@@ -90,6 +119,12 @@ from lamina.ir.optable import Fusion
 from lamina.ir.target import load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, join_spaces
+from lamina.passes.fusion_views import (
+    least_tiles_kept,
+    root_problem,
+    row_tiled_problem,
+    view_problem,
+)
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
@@ -139,9 +174,10 @@ def _classify(op: Operation, reduction_fusion: bool) -> tuple[str, str]:
             return "boundary", "is a reduction over non-trailing dims"
         return "fuse", ""
     if f == Fusion.OPAQUE:
-        return "boundary", "is opaque"
+        why = row_tiled_problem(op)
+        return ("fuse", "") if why is None else ("boundary", why)
     if f == Fusion.LAYOUT:
-        return "boundary", "is a layout op"
+        return ("fuse", "") if op.info.view is not None else ("boundary", "is a layout op")
     return "boundary", f"is {f.value}"
 
 
@@ -176,6 +212,8 @@ class _FuncFusion:
         self.groups = Groups(self.ops)
         self.name = Namer(func) if log is not None else None
         self.dropped: set[Operation] = set()   # frees that ended inside a kernel
+        # per output-view value, where its kernel's domain dims lie in it (rule 8)
+        self.rowpos: dict[SSAValue, tuple[int | None, ...]] = {}
 
     def run(self) -> None:
         for op in self.ops:
@@ -183,7 +221,9 @@ class _FuncFusion:
             if self.classify(op)[0] != "fuse":
                 continue
             assert isinstance(op, LaminaOp)
-            if self.start_group(op):
+            if op.info.fusion == Fusion.LAYOUT:
+                self.place_layout(op)
+            elif self.start_group(op):
                 self.merge_with_producers(op)
         self.build()
 
@@ -197,6 +237,10 @@ class _FuncFusion:
     def nm(self, op: Operation) -> str:
         return self.name.op(op) if self.name is not None else op.name
 
+    def short(self, op: Operation) -> str:
+        """An op's result name (`%q`), for reasons."""
+        return self.nm(op).split(" = ")[0]
+
     def start_group(self, op: LaminaOp) -> bool:
         """Give a fusible op its own group, unless its types mix placements (then it stays
         alone: False)."""
@@ -205,6 +249,10 @@ class _FuncFusion:
             self.explain(op, f"not fused: {self.nm(op)} {why}")
             return False
         self.groups.add(op, _own_space(op), key)
+        if op.info.fusion == Fusion.OPAQUE:
+            g = self.groups.of(op)
+            assert g is not None
+            g.matmul = True
         return True
 
     def merge_with_producers(self, op: LaminaOp) -> None:
@@ -238,6 +286,109 @@ class _FuncFusion:
             else:
                 self.explain(op, f"not fused with {self.nm(prod)}: {why}")
 
+    def place_layout(self, op: LaminaOp) -> None:
+        """Rule 8: a layout op joins the group whose tile values it reads as an output view,
+        else it starts a view-only group, an input view of the kernel that will read it."""
+        key, why = placement_key(op)
+        if why is not None:
+            self.explain(op, f"not fused: {self.nm(op)} {why}")
+            return
+        owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
+                  for v in op.operands]
+        if len({id(o) for o in owners}) > 1 and all(o is not None and not o.view_only
+                                                    for o in owners):
+            self.join_siblings(op, [o for o in owners if o is not None])
+            owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
+                      for v in op.operands]
+        g = owners[0]
+        self.groups.add(op, Space(_shape(op.results[0]), None), key)
+        mine = self.groups.of(op)
+        assert mine is not None
+        if g is not None and not g.view_only and all(o is g for o in owners):
+            why = self.try_output_view(op, mine, g)
+            if why is None:
+                self.explain(op, f"fused {self.nm(op)} into the kernel of "
+                             f"{self.short(g.members[0])} as an output view")
+                return
+            self.explain(op, f"not fused as an output view: {why}")
+        mine.view_only = True
+        mine.views_in.append(op)
+        self.groups.input_views.add(op)
+        for v, o in zip(op.operands, owners, strict=True):
+            mine = self.groups.of(op)
+            assert mine is not None
+            if o is None or not o.view_only or o.root == mine.root:
+                continue
+            assert isinstance(v.owner, Operation)
+            why = self.try_merge(op, mine, o)
+            if why is not None:
+                self.explain(op, f"not fused with {self.short(v.owner)}: {why}")
+
+    def join_siblings(self, op: LaminaOp, owners: list[Group]) -> None:
+        """Merge the groups whose values a concat joins into one, so that it can write them as
+        one multi-input output view: groups over the same space, checked like any merge."""
+        firsts = [o.members[0] for o in owners]   # groups merge as this goes: find them anew
+        for first in firsts[1:]:
+            base_now, g = self.groups.of(firsts[0]), self.groups.of(first)
+            assert base_now is not None and g is not None
+            if g.root == base_now.root:
+                continue
+            why = None
+            if g.key != base_now.key:
+                why = "different meshes or memory tiers"
+            elif g.size + base_now.size > self.opts.max_group_size:
+                why = f"group would exceed max-group-size={self.opts.max_group_size}"
+            elif g.space != base_now.space:
+                why = f"different iteration spaces ({g.space} vs {base_now.space})"
+            else:
+                why = view_problem(self.groups, base_now, g, self.short) or root_problem(
+                    base_now, g, base_now.space)
+            if why is None:
+                through = self.groups.merge(g, base_now, base_now.space, None, siblings=True)
+                if through is not None:
+                    why = f"would create a cycle through {self.short(through)}"
+            if why is not None:
+                self.explain(op, f"not joined for a multi-input write: {why}")
+                return
+
+    def try_output_view(self, op: LaminaOp, mine: Group, g: Group) -> str | None:
+        """Merge the layout op's own group `mine` into `g` as an output view, or say why not."""
+        if mine.key != g.key:
+            return "different meshes or memory tiers"
+        if mine.size + g.size > self.opts.max_group_size:
+            return f"group would exceed max-group-size={self.opts.max_group_size}"
+        full = g.space.full
+        pos: list[tuple[int | None, ...]] = []
+        for v in op.operands:
+            p = self.rowpos.get(v)
+            if p is None:
+                if v.owner in self.groups.hoisted:
+                    return f"{self.short(v.owner)} is computed once per kernel"  # type: ignore
+                if _shape(v) != full:
+                    return (f"{'x'.join(map(str, _shape(v))) or 'scalar'} is not the kernel's "
+                            f"whole domain ({g.space})")
+                p = tuple(range(len(full)))
+            pos.append(p)
+        res = view_positions(op, pos)
+        if res is None:
+            return "its operands' rows would land in different places"
+        kept = min(g.kept, kept_prefix(res, full))
+        inner = self.groups.inner_after(mine, g)
+        tile = -(-inner[0] // least_tiles_kept(g.space, kept))
+        if self.sram is not None and tile > self.sram[1]:
+            return (f"split here: the kernel's least tile would hold {fmt_bytes(tile)} "
+                    f"({tile} B) of intermediates, over the {fmt_bytes(self.sram[1])} sram of "
+                    f"target '{self.sram[0]}'")
+        through = self.groups.merge(mine, g, g.space, None, inner)
+        if through is not None:
+            return f"would create a cycle through {self.short(through)}"
+        merged = self.groups.of(op)
+        assert merged is not None
+        merged.kept = kept
+        merged.views_out.append(op)
+        self.rowpos[op.results[0]] = res
+        return None
+
     def try_merge(self, op: LaminaOp, mine: Group, other: Group) -> str | None:
         """Merge `other` (a producer's group) into `mine` (op's group), or say why not.
 
@@ -250,12 +401,28 @@ class _FuncFusion:
         in_other = [v for v in op.operands
                     if isinstance(v.owner, Operation) and v.owner in self.groups.members
                     and self.groups.root_of(v.owner) == other.root]
-        merged = self.merged_space(op, mine, other, in_other)
+        why = view_problem(self.groups, mine, other, self.short)
+        if why is not None:
+            return why
+        if op.info.fusion in (Fusion.OPAQUE, Fusion.LAYOUT):
+            # rule 9: a matmul root takes input views only; rule 8: a chain of input views
+            if not other.view_only:
+                return ("a matmul reads its operands whole, so an elementwise prologue stays "
+                        "its own kernel")
+            merged: tuple[Space, Group | None] | str = (mine.space, None)
+        else:
+            merged = self.merged_space(op, mine, other, in_other)
         if isinstance(merged, str):
             return merged
         space, hoist = merged
+        if hoist is not None and (hoist.views_in or hoist.views_out or hoist.matmul):
+            return ("a matmul's result is not broadcast inside a kernel" if hoist.matmul else
+                    "a layout op cannot be part of what a kernel computes once")
+        why = root_problem(mine, other, space)
+        if why is not None:
+            return why
         inner = self.groups.inner_after(mine, other)
-        tile = -(-inner[0] // least_tiles(space.lead, space.rows))
+        tile = -(-inner[0] // least_tiles_kept(space, min(mine.kept, other.kept)))
         if self.sram is not None and tile > self.sram[1]:
             return (f"split here: one row of the kernel would hold {fmt_bytes(tile)} "
                     f"({tile} B) of intermediates, over the {fmt_bytes(self.sram[1])} sram of "
@@ -291,7 +458,8 @@ class _FuncFusion:
     def build(self) -> None:
         """Replace every group of two or more ops by its `lamina.fused` op and re-order the block
         topologically (each fused op as one node), then drop constants nothing uses any more."""
-        fused_groups = {r: ms for r, ms in self.groups.members_by_root().items() if len(ms) > 1}
+        fused_groups = {r: ms for r, ms in self.groups.members_by_root().items()
+                        if len(ms) > 1 and not self.groups.by_root[r].view_only}
         if not fused_groups:
             return
         term = self.block.last_op

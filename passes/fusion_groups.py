@@ -92,6 +92,11 @@ class Group:
     members: list[Operation]
     inner: int = 0       # bytes of the kernel's intermediates (see `Groups.inner_after`)
     consts: set[Operation] = field(default_factory=set)   # constants it reads (cloned into it)
+    matmul: bool = False     # its root is a row-tiled opaque op (a matmul by a weight matrix)
+    view_only: bool = False  # only layout ops reading outside values: input views so far
+    views_in: list[Operation] = field(default_factory=list)   # layout ops it reads through
+    views_out: list[Operation] = field(default_factory=list)  # layout ops it writes through
+    kept: int = 1 << 30      # leading domain dims every output view keeps one to one
 
 
 class Groups:
@@ -108,6 +113,7 @@ class Groups:
         self.by_root: dict[int, Group] = {}
         self.members: set[Operation] = set()     # ops in some group (singletons included)
         self.hoisted: set[Operation] = set()     # members computed once per kernel, not per tile
+        self.input_views: set[Operation] = set()  # layout ops a kernel reads an input through
         # per member result, its uses by ops outside its group (a `lamina.free` not counted:
         # a free of a value used only inside a kernel moves into it)
         self.outside: dict[SSAValue, int] = {}
@@ -170,6 +176,10 @@ class Groups:
         """The root of a member's group."""
         return self.dag.find(self.pos[op])
 
+    def in_group(self, op: Operation, g: Group) -> bool:
+        """Whether `op` is a member of the live group `g`."""
+        return op in self.members and self.dag.find(self.pos[op]) == g.root
+
     def of(self, op: Operation | None) -> Group | None:
         """The group `op` is in, or None when it is in none."""
         if op is None or op not in self.members:
@@ -177,7 +187,8 @@ class Groups:
         return self.by_root.get(self.dag.find(self.pos[op]))
 
     def merge(self, mine: Group, other: Group, space: Space, hoist: Group | None,
-              inner: tuple[int, dict[SSAValue, int]] | None = None) -> Operation | None:
+              inner: tuple[int, dict[SSAValue, int]] | None = None,
+              siblings: bool = False) -> Operation | None:
         """Make one group over `space` of `mine` and `other` (the lower root stays the root);
         `hoist`, one of the two, becomes computed once per kernel; `inner` is `inner_after`'s
         answer when the caller has it. Unless that would close a
@@ -185,10 +196,11 @@ class Groups:
 
         `mine` holds the op being walked and `other` a group it reads, so a cycle can only run
         from `other` to a producer of `mine`'s members; the op named is the first such producer
-        (members in group order, operands in order), the same the pass always named."""
+        (members in group order, operands in order), the same the pass always named. Two
+        `siblings` (groups a concat joins, neither reading the other) may be linked either way."""
         keep, drop = (mine, other) if mine.root < other.root else (other, mine)
         if not self.dag.contract(keep.root, drop.root):
-            return self._through(mine, other)
+            return self._through(mine, other, either=siblings)
         if hoist is not None:
             self.hoisted.update(hoist.members)
         total, counts = inner if inner is not None else self.inner_after(mine, other)
@@ -197,6 +209,14 @@ class Groups:
         del self.by_root[drop.root]
         keep.space = space
         keep.size = mine.size + other.size
+        keep.matmul = mine.matmul or other.matmul
+        keep.view_only = mine.view_only and other.view_only
+        keep.kept = min(mine.kept, other.kept)
+        for attr in ("views_in", "views_out"):   # small into large: O(n log n) over a walk
+            a, b = getattr(mine, attr), getattr(other, attr)
+            big_l, small_l = (a, b) if len(a) >= len(b) else (b, a)
+            big_l.extend(small_l)
+            setattr(keep, attr, big_l)
         small, big = sorted((mine, other), key=lambda g: len(g.members))
         big.members.extend(small.members)
         keep.members = big.members
@@ -206,13 +226,16 @@ class Groups:
         keep.consts = big.consts
         return None
 
-    def _through(self, mine: Group, other: Group) -> Operation:
+    def _through(self, mine: Group, other: Group, either: bool = False) -> Operation:
         """The first producer of a member of `mine` (members in group order, operands in
-        order) that `other` reaches: the path other -> ... -> producer -> mine is the cycle."""
+        order) that `other` reaches: the path other -> ... -> producer -> mine is the cycle.
+        With `either`, a path the other way round is looked for too (sibling groups)."""
         pos = self.pos
         producers = [pos[v.owner] for m in mine.members for v in m.operands
                      if isinstance(v.owner, Operation) and v.owner in pos]
         item = self.dag.reaches(other.root, mine.root, producers)
+        if item is None and either:
+            return self._through(other, mine)
         assert item is not None, "a refused merge with no path between the groups"
         return self.ops[item]
 

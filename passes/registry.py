@@ -17,6 +17,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "cse": ("xdsl.transforms.common_subexpression_elimination", "CommonSubexpressionElimination"),
     "dce": ("xdsl.transforms.dead_code_elimination", "DeadCodeElimination"),
     "fuse-elementwise": ("lamina.passes.fuse_elementwise", "FuseElementwise"),
+    "fuse-attention": ("lamina.passes.fuse_attention", "FuseAttention"),
     "propagate-sharding": ("lamina.passes.propagate_sharding", "PropagateSharding"),
     "insert-collectives": ("lamina.passes.insert_collectives", "InsertCollectives"),
     "annotate-lifetimes": ("lamina.passes.annotate_lifetimes", "AnnotateLifetimes"),

@@ -10,6 +10,8 @@
 //   lamina-opt samples/attention.mlir
 //   lamina-run samples/attention.mlir --entry causal_attention --print-outputs
 //   lamina-run samples/attention.mlir --entry causal_attention --check -p cse,canonicalize
+//   lamina-run samples/attention.mlir --entry causal_attention --check -p fuse-attention --explain
+//     (q k^T through probs @ v as one flash-style kernel: the scores are never stored)
 
 func.func @causal_attention(%x: tensor<16x64xf32>, %wq: tensor<64x64xf32>, %wk: tensor<64x64xf32>, %wv: tensor<64x64xf32>, %wo: tensor<64x64xf32>) -> tensor<16x64xf32> {
   %q = lamina.matmul %x, %wq : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>

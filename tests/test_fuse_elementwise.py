@@ -36,13 +36,18 @@ func.func @f(%x: tensor<16x64xf32>, %gamma: tensor<64xf32>, %beta: tensor<64xf32
 """
 
 CYCLE = """
-func.func @f(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> tensor<8x8xf32> {
-  %a = lamina.exp %x : tensor<8x8xf32>
-  %m = lamina.matmul %a, %w : tensor<8x8xf32>
-  %b = lamina.add %a, %m : tensor<8x8xf32>
-  func.return %b : tensor<8x8xf32>
+func.func @f(%x: tensor<2x8x8xf32>, %w: tensor<2x8x8xf32>) -> tensor<2x8x8xf32> {
+  %a = lamina.exp %x : tensor<2x8x8xf32>
+  %m = lamina.matmul %a, %w : tensor<2x8x8xf32>
+  %b = lamina.add %a, %m : tensor<2x8x8xf32>
+  func.return %b : tensor<2x8x8xf32>
 }
 """
+
+# the same with a weight matrix: the matmul roots a kernel and the add is its epilogue
+EPILOGUE_CYCLE = CYCLE.replace("%w: tensor<2x8x8xf32>", "%w: tensor<8x8xf32>").replace(
+    "%m = lamina.matmul %a, %w : tensor<2x8x8xf32>",
+    "%m = lamina.matmul %a, %w : (tensor<2x8x8xf32>, tensor<8x8xf32>) -> tensor<2x8x8xf32>")
 
 MULTI = """
 func.func @f(%x: tensor<8x16xf32>, %y: tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<8x16xf32>) {
@@ -147,8 +152,24 @@ def test_no_cycle_through_matmul():
     verify(m)
     assert fused_ops(m) == []  # exp and add may not fuse: add uses exp both directly and via matmul
     assert any("would create a cycle through %m" in line for line in log.lines), log.lines
-    assert any("not fused: %m = lamina.matmul is opaque" in line for line in log.lines)
+    assert any("not fused: %m = lamina.matmul is opaque here (a batched matmul" in line
+               for line in log.lines), log.lines
     check_same(CYCLE)
+
+
+def test_matmul_epilogue_and_the_cycle_it_leaves():
+    """With a weight matrix the matmul roots a kernel: the add that reads it joins as its
+    epilogue, and exp (which the matmul reads whole) stays apart: fusing it would close the
+    cycle exp -> matmul -> add, and it is an elementwise prologue besides."""
+    ctx, m = parse(EPILOGUE_CYCLE)
+    log = ExplainLog("fuse-elementwise")
+    FuseElementwise().run(ctx, m, log)
+    verify(m)
+    (f,) = fused_ops(m)
+    assert f.fusion_kind == "matmul"
+    assert [o.name for o in f.body.block.ops][:-1] == ["lamina.matmul", "lamina.add"]
+    assert any("would create a cycle through %m" in line for line in log.lines), log.lines
+    check_same(EPILOGUE_CYCLE)
 
 
 def test_explain_lines_carry_locations():

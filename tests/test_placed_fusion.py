@@ -78,13 +78,16 @@ def test_bias_gelu_scale_on_a_placed_program_is_one_kernel() -> None:
 
 def test_megatron_sample_fuses_after_propagate_sharding() -> None:
     """The sample's bias add and GeLU, placed [[data], [model]] with the bias [[model]], are one
-    kernel after propagate-sharding, and the pending sum's reshard stays outside any kernel."""
+    kernel after propagate-sharding, the epilogue of the first matmul (each device's block of
+    the weight is a matrix), and the pending sum's reshard stays outside any kernel."""
     with open("samples/mlp_megatron.mlir") as f:
         text = f.read()
     log = ExplainLog("fuse-elementwise")
     module = _apply(text, "propagate-sharding", log)
     (fused,) = _fused(module)
-    assert [op.name for op in fused.body.block.ops] == ["lamina.add", "lamina.gelu", "lamina.yield"]
+    assert [op.name for op in fused.body.block.ops] == ["lamina.matmul", "lamina.add",
+                                                        "lamina.gelu", "lamina.yield"]
+    assert fused.fusion_kind == "matmul"
     assert not any(isinstance(op, (ReshardOp, PlacementOp)) for op in fused.body.block.walk())
     assert any("fused %g = lamina.gelu with %hb = lamina.add" in line for line in log.lines), log.lines
 

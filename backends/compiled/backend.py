@@ -6,9 +6,10 @@ fused-op runner replaced for whole-array runs (`NumpyBackend.op_runners`). A fus
 generated from its body's rows (`OpInfo.scalar`), compiled by numba once per body, shapes and
 dtypes and cached on disk (`lamina.backends.compiled.cache`), and computes each row whole in one
 parallel loop over rows (`lamina.backends.compiled.fused`). Its outputs match the interpreter's
-within `lamina.backends.compare`'s tolerances: sums have the interpreter's order and bits,
-dropout masks are the same bits, and the float32 exp, log and tanh differ from NumPy's by the
-few ulp that `lamina.backends.compiled.libm` states.
+within `lamina.backends.compare`'s tolerances: a row's sum is added in 64 vector partial sums,
+within the rounding bound `lamina.backends.compiled.intrinsics` states of the interpreter's
+pairwise sum (and the same bits on any thread count), dropout masks are the same bits, and exp,
+log and tanh differ from NumPy's by the few ulp that `lamina.backends.compiled.libm` states.
 """
 
 from __future__ import annotations

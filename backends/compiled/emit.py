@@ -11,8 +11,9 @@ depend on how rows are split between threads). Inside a row:
   the loop that produced its input, so a row has one loop per stage (LayerNorm + its epilogue:
   mean, then variance, then everything else: 3 passes over a row in L1, one over memory each way);
 - a value a later loop reads is stored in a row buffer (inputs are re-read instead), and so is the
-  input of a reduction, which then sums the buffer in NumPy's pairwise order
-  (`intrinsics.pairwise_sum`): a row's sum has the interpreter's bits;
+  input of a reduction, which then sums the buffer in 64 vector partial sums
+  (`intrinsics.row_sum`, whose order and error bound are stated there): a row's sum differs from
+  the interpreter's pairwise one by rounding, and its bits depend on the row's length alone;
 - a row whose `require` fails, or whose dropout indices cross a 2**32 boundary (a row of a
   16 GiB tensor), is flagged in `flags` for the interpreter and left.
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from lamina.backends.compiled.trace import CONST, ELEM, KERNEL, ROW, CannotCompile, Domain, Sym
 
-CODEGEN_VERSION = 2     # part of every kernel's source, so a generator change recompiles
+CODEGEN_VERSION = 4     # part of every kernel's source, so a generator change recompiles
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ _U32: dict[object, str] = {
     np.add: "u32_add", np.multiply: "u32_mul", np.bitwise_xor: "u32_xor", np.bitwise_and: "u32_and",
     np.bitwise_or: "u32_or", np.bitwise_right_shift: "u32_shr", np.bitwise_left_shift: "u32_shl"}
 _F32_CALLS: dict[object, str] = {np.exp: "exp_f32", np.log: "log_f32", np.tanh: "tanh_f32"}
-_F64_CALLS: dict[object, str] = {np.exp: "math.exp", np.log: "math.log", np.tanh: "math.tanh"}
+_F64_CALLS: dict[object, str] = {np.exp: "math.exp", np.log: "math.log", np.tanh: "tanh_f64"}
 _CALLS: dict[object, str] = {
     np.sqrt: "np.sqrt", np.floor: "np.floor", np.trunc: "np.trunc", np.isfinite: "np.isfinite",
     np.log2: "np.log2", np.maximum: "maximum", np.minimum: "minimum", np.pow: "math.pow",
@@ -243,8 +244,10 @@ class _Emitter:
         assert n.op == "fn", n.op
         fn = n.value
         if n.args and n.args[0].op == "index":   # the index's low word, in 32-bit lanes
-            if int(n.args[1].value) != 0xFFFFFFFF or n.args[0].value != "full":
+            if int(n.args[1].value) != 0xFFFFFFFF:
                 raise CannotCompile("the element index masked other than to its low word")
+            if n.args[0].value == "row":         # one value per row: the row's own index
+                return "np.uint64((ibase + r) & 4294967295)"
             return "np.uint64(u32_add(np.uint32(base & 4294967295), np.uint32(j)))"
         if fn in _U32 and n.dtype == np.uint32 and all(x.dtype == np.uint32 for x in n.args):
             return f"{_U32[fn]}({a[0]}, {a[1]})"
@@ -319,7 +322,7 @@ class _Emitter:
                 x = n.args[0]
                 src = f"a{plan.direct[n]}[r]" if n in plan.direct else f"b{x.id}"
                 if n.value == "sum":
-                    w(f"v{n.id} = pairwise_sum_{self.T}({src}, 0)")
+                    w(f"v{n.id} = row_sum({src}, 0, {self.T})")
                 else:
                     w(f"v{n.id} = row_max({src}, 0, {self.T})")
             else:
@@ -382,15 +385,14 @@ class _Emitter:
 
     def finish(self) -> Generated:
         consts = [f"{name} = {lit}" for (_, lit), name in self.consts.items()]
-        sums = [f"pairwise_sum_{self.T} = pairwise_sum({self.T})"]
         head = [f"# Lamina compiled fused kernel (codegen {CODEGEN_VERSION}), generated from:"]
         head += [f"#   {line}" for line in self.header.splitlines()]
         head += ["import math", "", "import numpy as np", "from numba import njit",
-                 "from lamina.backends.compiled.intrinsics import (pairwise_sum, row_max, u32_add, "
+                 "from lamina.backends.compiled.intrinsics import (row_max, row_sum, u32_add, "
                  "u32_and, u32_mul,", "    u32_or, u32_shl, u32_shr, u32_xor)",
                  "from lamina.backends.compiled.libm import (exp_f32, f16_bits, f16_value, "
-                 "log_f32, maximum, minimum,", "    round_bf16, round_f16, tanh_f32)", ""]
-        src = "\n".join(head + sums + consts + ["", ""] + self.w.lines) + "\n"
+                 "log_f32, maximum, minimum,", "    round_bf16, round_f16, tanh_f32, tanh_f64)", ""]
+        src = "\n".join(head + consts + ["", ""] + self.w.lines) + "\n"
         return Generated(src, self.layouts, self.groups)
 
 

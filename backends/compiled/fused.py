@@ -147,6 +147,9 @@ def _trace_step(tr: Tracer, t: _Traced, plan: FusedPlan, st: Any, val: dict[Any,
 
 
 def _trace(plan: FusedPlan) -> _Traced:
+    if plan.paths:
+        raise CannotCompile("it writes outputs through layout ops (the generator has no index "
+                            "maps yet)")
     space = plan.space
     t = _Traced(kernel_domain(space), [], [], [])
     tr = Tracer(t.domain)
@@ -344,6 +347,12 @@ def run_fused_compiled(op: Operation, args: list[np.ndarray | None],
                        ctx: RunContext) -> list[np.ndarray]:
     """The compiled backend's runner for `lamina.fused` (see the module docstring)."""
     assert isinstance(op, FusedOp)
+    if (own := tiles.KIND_RUNNERS.get(op.fusion_kind)) is not None:
+        reason = f"the \"{op.fusion_kind}\" kind has no row-loop form"
+        _stats(ctx)["fallbacks"].append(reason)
+        ctx.explain.append(f"[backend compiled] {op_loc(op) or op.name}: lamina.fused not "
+                           f"compiled: {reason}; it runs on the NumPy interpreter's own kernel")
+        return own(op, args, ctx)
     plan = plan_fused(op, args, min_rows=1)
     try:
         with np.errstate(all="ignore"):

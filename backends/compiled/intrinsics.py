@@ -7,30 +7,42 @@ intrinsics, inlined into the kernel, so LLVM vectorizes around them):
   need to build 2**n and to split off an exponent without leaving vector registers;
 - `fma`: a*b + c rounded once (the polynomials of `libm`);
 - `u32_add` ... `u32_shr`: uint32 arithmetic in 32-bit lanes (dropout's hash);
-- `pairwise_sum(n)`: the sum of n contiguous elements in NumPy's pairwise order. NumPy adds a
-  contiguous run with `pairwise_sum` (numpy/_core/src/umath/loops_utils.h.src): a run of at most
-  128 elements in 8 interleaved accumulators, combined ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)), then
-  its last n % 8 elements in order (a run shorter than 8 is summed in order from 0); a longer run
-  is split at n/2 rounded down to a multiple of 8 and the halves' sums added. The 8 accumulators
-  are one 8-lane vector here and the tree is unrolled for the row length (known when the kernel
-  is generated), so a row's sum has the interpreter's bits at vector speed; rows longer than
-  `UNROLL_MAX` recurse with a vector loop per leaf, in the same order;
+- `row_sum(row, off, n)`: the sum of n contiguous elements in 64 partial sums, so that it runs
+  at vector speed (NumPy's pairwise order is 8 partial sums per 128 elements, which the vector
+  units cannot keep busy). The order, which fixes every bit: a run of at most `SUM_LEAF`
+  elements is a leaf; in a leaf of m >= 64 elements, element i < m - m % 64 goes to partial sum
+  i % 64 (four 16-lane vectors, partial k in lane k % 16 of vector k // 16), each partial adds
+  its elements in increasing i starting from its first; the vectors are combined (v0+v1)+(v2+v3)
+  and the 16 lanes as a balanced tree ((l0+l1)+(l2+l3))+..., left to right; then the last m % 64
+  elements are added in order. A leaf shorter than 64 is summed in order from its first element.
+  A longer run is cut into blocks of SUM_LEAF elements (the last one shorter), each a leaf,
+  whose sums are combined as a binary counter does: after each block, the two latest subtrees
+  are added (older + newer) while they hold as many blocks; at the end the subtrees left are
+  added from the newest back, stack[k] + (stack[k+1] + ...). The order depends on n alone,
+  never on threads or on where a row lies. Error: every element passes through at most
+  k(n) = (min(n, SUM_LEAF) / 64 + 6 + 63) + 2 ceil(log2(n / SUM_LEAF)) roundings, so
+  |sum - exact| <= k(n) u sum(|x|) (u = 2**-24 for float32, 2**-53 for float64;
+  `sum_error_bound`); NumPy's own pairwise sum has k of about 23 + log2(n / 128), so the two
+  differ by rounding, within the sum of both bounds;
 - `row_max`: the maximum of n contiguous elements, NaN if any is NaN (NumPy's `max`), in 4 x 8
   lanes (the order of a maximum does not change its value).
 """
 
 from __future__ import annotations
 
-import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-UNROLL_MAX = 8192    # longest row whose pairwise tree is unrolled into straight-line code
-LANES = 8            # NumPy's accumulators per leaf
+SUM_LANES = 16       # lanes of one partial-sum vector
+SUM_VECTORS = 4      # partial-sum vectors: SUM_LANES * SUM_VECTORS partial sums in a leaf
+SUM_LEAF = 4096      # longest run summed as one leaf; longer rows are split in halves
+LANES = 8            # lanes of row_max's vectors
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -58,6 +70,15 @@ def bits_f32(typingctx: Any, i: Any) -> Any:
         return builder.bitcast(args[0], ir.FloatType())
 
     return types.float32(types.int32), codegen
+
+
+@lowered
+def bits_f64(typingctx: Any, i: Any) -> Any:
+    """The float64 with the bits of int64 `i` (libm's float64 tanh builds 2**n with it)."""
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
 
 
 @lowered
@@ -106,129 +127,128 @@ def _row_pointer(context: Any, builder: Any, aryty: Any, ary: Any, off: Any) -> 
     return builder.gep(data, [off]), fty, context.get_abi_sizeof(fty)
 
 
-def _tree(n: int, off: int = 0) -> tuple[Any, ...]:
-    """NumPy's pairwise tree of a run of n elements at `off`: ("leaf", off, n) or ("pair", a, b)."""
-    if n <= 128:
-        return ("leaf", off, n)
-    half = n // 2
-    half -= half % LANES
-    return ("pair", _tree(half, off), _tree(n - half, off + half))
-
-
-def _hsum(builder: Any, acc: Any) -> Any:
-    """((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)) of an 8-lane vector."""
-    r = [builder.extract_element(acc, ir.Constant(_I32, k)) for k in range(LANES)]
+def _hsum(builder: Any, acc: Any, lanes: int) -> Any:
+    """The lanes of a vector added as a balanced tree: ((r0+r1)+(r2+r3))+..., left to right."""
+    r = [builder.extract_element(acc, ir.Constant(_I32, k)) for k in range(lanes)]
     while len(r) > 1:
         r = [builder.fadd(r[k], r[k + 1]) for k in range(0, len(r), 2)]
     return r[0]
 
 
-def _unrolled_sum(n: int) -> Callable[..., Any]:
-    tree = _tree(n)
-
-    def gen(typingctx: Any, arr: Any, off: Any) -> Any:
-        if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Float)):
-            return None
-
-        def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-            base, fty, size = _row_pointer(context, builder, sig.args[0], args[0], args[1])
-            vty = ir.VectorType(fty, LANES)
-
-            def at(k: int) -> Any:
-                return builder.gep(base, [ir.Constant(_I64, k)])
-
-            def emit(node: tuple[Any, ...]) -> Any:
-                if node[0] == "pair":
-                    return builder.fadd(emit(node[1]), emit(node[2]))
-                _, o, m = node
-                if m < LANES:
-                    res = ir.Constant(fty, 0.0)
-                    for k in range(o, o + m):
-                        res = builder.fadd(res, builder.load(at(k), align=size))
-                    return res
-                full = m - m % LANES
-                acc = None
-                for k in range(o, o + full, LANES):
-                    v = builder.load(builder.bitcast(at(k), vty.as_pointer()), align=size)
-                    acc = v if acc is None else builder.fadd(acc, v)
-                res = _hsum(builder, acc)
-                for k in range(o + full, o + m):
-                    res = builder.fadd(res, builder.load(at(k), align=size))
-                return res
-
-            return emit(tree)
-
-        return arr.dtype(arr, types.intp), codegen
-
-    gen.__name__ = f"pairwise_sum_{n}"
-    return intrinsic(gen)
+def _counted_loop(builder: Any, start: Any, stop: Any, step: int, carried: list[Any],
+                  body: Callable[[Any, list[Any]], list[Any]], name: str) -> list[Any]:
+    """for i in range(start, stop, step): carried = body(i, carried); the carried values after.
+    (`stop - start` is a multiple of `step`, or the loop runs while i < stop.)"""
+    ity = start.type
+    entry = builder.basic_block
+    head = builder.append_basic_block(f"{name}.head")
+    loop = builder.append_basic_block(f"{name}.body")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(head)
+    builder.position_at_end(head)
+    i = builder.phi(ity)
+    phis = [builder.phi(v.type) for v in carried]
+    i.add_incoming(start, entry)
+    for ph, v in zip(phis, carried, strict=True):
+        ph.add_incoming(v, entry)
+    builder.cbranch(builder.icmp_signed("<", i, stop), loop, done)
+    builder.position_at_end(loop)
+    nxt = body(i, list(phis))
+    end = builder.basic_block
+    i.add_incoming(builder.add(i, ir.Constant(ity, step)), end)
+    for ph, v in zip(phis, nxt, strict=True):
+        ph.add_incoming(v, end)
+    builder.branch(head)
+    builder.position_at_end(done)
+    return list(phis)
 
 
 @lowered
-def _leaf_vector_sum(typingctx: Any, arr: Any, off: Any, m: Any) -> Any:
-    """The 8-accumulator part of a leaf of m (a multiple of 8, >= 8) elements, combined."""
+def _lanes_leaf(typingctx: Any, arr: Any, off: Any, m: Any) -> Any:
+    """The sum of row[off:off+m], m >= 1, in the order of `row_sum` (module docstring)."""
+    if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Float)):
+        return None
+
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
         base, fty, size = _row_pointer(context, builder, sig.args[0], args[0], args[1])
-        vty = ir.VectorType(fty, LANES)
         m_v = args[2]
+        ity = m_v.type
+        vty = ir.VectorType(fty, SUM_LANES)
 
-        def vload(i: Any) -> Any:
-            return builder.load(builder.bitcast(builder.gep(base, [i]), vty.as_pointer()),
+        def load(i: Any, ty: Any) -> Any:
+            ptr = builder.gep(base, [i])
+            return builder.load(builder.bitcast(ptr, ty.as_pointer()) if ty is vty else ptr,
                                 align=size)
 
-        first = vload(ir.Constant(m_v.type, 0))
+        def const(k: int) -> Any:
+            return ir.Constant(ity, k)
+
+        width = SUM_LANES * SUM_VECTORS
+        full = builder.sub(m_v, builder.srem(m_v, const(width)))
+        wide = builder.icmp_signed(">=", full, const(width))
+        x0 = load(const(0), fty)
         entry = builder.basic_block
-        head = builder.append_basic_block("leaf.head")
-        body = builder.append_basic_block("leaf.body")
-        done = builder.append_basic_block("leaf.done")
-        builder.branch(head)
-        builder.position_at_end(head)
-        i = builder.phi(m_v.type)
-        acc = builder.phi(vty)
-        i.add_incoming(ir.Constant(m_v.type, LANES), entry)
-        acc.add_incoming(first, entry)
-        builder.cbranch(builder.icmp_signed("<", i, m_v), body, done)
-        builder.position_at_end(body)
-        acc_next = builder.fadd(acc, vload(i))
-        i.add_incoming(builder.add(i, ir.Constant(m_v.type, LANES)), body)
-        acc.add_incoming(acc_next, body)
-        builder.branch(head)
-        builder.position_at_end(done)
-        return _hsum(builder, acc)
+        vec_bb = builder.append_basic_block("sum.vectors")
+        join = builder.append_basic_block("sum.join")
+        builder.cbranch(wide, vec_bb, join)
+        builder.position_at_end(vec_bb)
+        first = [load(const(k * SUM_LANES), vty) for k in range(SUM_VECTORS)]
+
+        def step(i: Any, accs: list[Any]) -> list[Any]:
+            return [builder.fadd(acc, load(builder.add(i, const(k * SUM_LANES)), vty))
+                    for k, acc in enumerate(accs)]
+
+        accs = _counted_loop(builder, const(width), full, width, first, step, "sum.v")
+        while len(accs) > 1:
+            accs = [builder.fadd(accs[k], accs[k + 1]) for k in range(0, len(accs), 2)]
+        tree = _hsum(builder, accs[0], SUM_LANES)
+        vec_end = builder.basic_block
+        builder.branch(join)
+        builder.position_at_end(join)
+        start = builder.phi(fty)            # the vectors' sum, or the first element
+        start.add_incoming(tree, vec_end)
+        start.add_incoming(x0, entry)
+        i0 = builder.phi(ity)
+        i0.add_incoming(full, vec_end)
+        i0.add_incoming(const(1), entry)
+        res = _counted_loop(builder, i0, m_v, 1, [start],
+                            lambda i, c: [builder.fadd(c[0], load(i, fty))], "sum.tail")
+        return res[0]
 
     return arr.dtype(arr, types.intp, types.intp), codegen
 
 
 @njit(error_model="numpy")
-def _pairwise_rec(a: Any, off: int, n: int) -> Any:
-    if n < 8:
-        res = a.dtype.type(0)
-        for k in range(off, off + n):
-            res += a[k]
-        return res
-    if n <= 128:
-        full = n - n % 8
-        res = _leaf_vector_sum(a, off, full)
-        for k in range(off + full, off + n):
-            res += a[k]
-        return res
-    half = n // 2
-    half -= half % 8
-    return _pairwise_rec(a, off, half) + _pairwise_rec(a, off + half, n - half)
+def _blocks_sum(a: Any, off: int, n: int) -> Any:
+    """A run longer than SUM_LEAF: its blocks' sums as a binary counter combines them (not
+    recursive: numba cannot load a cached kernel that calls a recursive function)."""
+    stack = np.empty(64, a.dtype)       # subtree sums, oldest first; 2**64 blocks never come
+    sizes = np.empty(64, np.int64)      # blocks in each
+    top = 0
+    for b0 in range(off, off + n, SUM_LEAF):
+        stack[top] = _lanes_leaf(a, b0, min(SUM_LEAF, off + n - b0))
+        sizes[top] = 1
+        top += 1
+        while top >= 2 and sizes[top - 2] == sizes[top - 1]:
+            stack[top - 2] = stack[top - 2] + stack[top - 1]
+            sizes[top - 2] *= 2
+            top -= 1
+    res = stack[top - 1]
+    for k in range(top - 2, -1, -1):
+        res = stack[k] + res
+    return res
 
 
-@functools.cache
-def pairwise_sum(n: int) -> Callable[..., Any]:
-    """`f(row, off)`: the sum of row[off:off+n] in NumPy's pairwise order (module docstring)."""
-    if n <= UNROLL_MAX:
-        return _unrolled_sum(n)
-    count = n
+def sum_error_bound(n: int) -> int:
+    """k(n) of the module docstring: |row_sum - exact sum| <= k(n) * u * sum(|x|)."""
+    k = min(n, SUM_LEAF) // (SUM_LANES * SUM_VECTORS) + 6 + SUM_LANES * SUM_VECTORS - 1
+    return k + 2 * math.ceil(math.log2(n / SUM_LEAF)) if n > SUM_LEAF else k
 
-    @njit(error_model="numpy", inline="always")
-    def long_sum(a: Any, off: int) -> Any:
-        return _pairwise_rec(a, off, count)
 
-    return long_sum
+@njit(error_model="numpy", inline="always")
+def row_sum(a: Any, off: int, n: int) -> Any:
+    """The sum of row[off:off+n], n >= 1, in the order the module docstring states."""
+    return _lanes_leaf(a, off, n) if n <= SUM_LEAF else _blocks_sum(a, off, n)
 
 
 @lowered

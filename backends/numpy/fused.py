@@ -42,6 +42,14 @@ from typing import Any
 import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
 from lamina.backends.interface import RunOptions
+from lamina.backends.numpy.fused_views import (
+    BoxTiling,
+    ViewPath,
+    box_tiling,
+    output_paths,
+    static_kept,
+    write_paths,
+)
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import (
     RunContext,
@@ -74,6 +82,12 @@ from xdsl.ir import Operation, SSAValue
 # at aligned global indices (see `_dropout_fast`).
 ROW_TILE_BYTES = 512 * 1024
 LOOP_TILE_BYTES = 512 * 1024
+# A matmul kernel's tile is one BLAS call on a block of result rows, which packs the whole weight
+# matrix again: on the GPT-2 block's projections (f32 [2048, 1024] @ [1024, 3072], 2 cores)
+# blocks of 512 rows spent ~30% more time in BLAS than one call, so blocks are up to 32 MiB of
+# result (the whole result at those sizes; more rows make more blocks), at the price of epilogue
+# tiles that live in memory rather than in cache.
+MATMUL_TILE_BYTES = 32 * 1024 * 1024
 # Tiles are independent and NumPy drops the GIL inside its loops, so a fused kernel runs its tiles
 # on every core, as XLA:CPU's thread pool does (`thread_count`). Which thread runs a tile never
 # changes a result bit: each tile is computed the same way wherever it runs. Only kernels of at
@@ -236,6 +250,13 @@ class FusedPlan:
     slot_of: dict[SSAValue, int]
     env: dict[SSAValue, np.ndarray]
     results: list[SSAValue]
+    paths: list[ViewPath] = field(default_factory=list)   # outputs written through layout ops
+    written: dict[SSAValue, np.ndarray] = field(default_factory=dict)   # ... and their arrays
+
+
+class _Whole(Exception):
+    """A body the tile loop cannot run by tiles (an op reads a value the kernel writes through a
+    layout op, which `fuse-elementwise` never forms): it runs op by op on whole arrays."""
 
 
 def plan_fused(op: FusedOp, args: Sequence[np.ndarray | None], min_rows: int = 2) -> FusedPlan:
@@ -254,12 +275,18 @@ def plan_fused(op: FusedOp, args: Sequence[np.ndarray | None], min_rows: int = 2
     space = _iteration_space(body, block.args)
     results = list(op.yield_op.values)
     with np.errstate(all="ignore"):
-        steps, slot_of = _plan_steps(body, env, space, min_rows)
+        given = dict(env)
+        try:
+            steps, slot_of, views = _plan_steps(body, env, space, min_rows)
+        except _Whole:
+            env = given
+            steps, slot_of, views = _plan_steps(body, env, space, 1 << 62)
     leaving = set(results)
     for st in steps:
         if st.op.results[0] in leaving:
             st.out2d = np.empty((space.rows,) + st.tail, dtype=STORAGE[st.call.result.dtype])
-    return FusedPlan(op, body, space, steps, slot_of, env, results)
+    paths, written = output_paths(results, views, slot_of)
+    return FusedPlan(op, body, space, steps, slot_of, env, results, paths, written)
 
 
 def run_tiles(plan: FusedPlan, options: RunOptions, only_rows: Iterable[int] | None = None) -> int:
@@ -272,13 +299,24 @@ def run_tiles(plan: FusedPlan, options: RunOptions, only_rows: Iterable[int] | N
     with np.errstate(all="ignore"):
         tile_rows = 1 if only_rows is not None else _choose_rows(
             space.rows, steps, space.row_group, options.tile_bytes)
-        buffers = _assign_buffers(steps, plan.slot_of, set(plan.results), tile_rows)
+        tiling = None
+        if plan.paths:
+            tiling = box_tiling(space.lead, min(p.kept for p in plan.paths), tile_rows)
+            tile_rows = tiling.rows
+        buffers = _assign_buffers(steps, plan.slot_of, set(plan.results), tile_rows,
+                                  {p.source for p in plan.paths})
         for st in steps:
             st.sources = _operand_sources(st.op, plan.env, plan.slot_of, space, tile_rows)
+        job = _Job(steps, buffers, tile_rows, space.rows, space.nl, plan.paths, tiling)
         if only_rows is None:
-            return _tile_loop(steps, buffers, space, tile_rows, options)
-        tiles = itertools.chain(only_rows, [space.rows])
-        return _worker(steps, buffers, tiles, space.rows, 1, space.rows, space.nl)
+            return _tile_loop(job, space, options)
+        assert not plan.paths, "one-row tiles of a kernel writing through layout ops"
+        return _worker(job, itertools.chain(only_rows, [space.rows]), space.rows)
+
+
+# kinds with an executor of their own (`lamina.backends.numpy.attention` adds "attention")
+KIND_RUNNERS: dict[str, Callable[[Operation, list[np.ndarray | None], RunContext],
+                                 list[np.ndarray]]] = {}
 
 
 def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
@@ -287,6 +325,8 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
     Planning (iteration space, per-kernel vs per-tile ops, operand sources, tile buffers) costs
     O(body) and is done before any tile runs, so the tile loop only indexes prepared arrays."""
     assert isinstance(op, FusedOp)
+    if (own := KIND_RUNNERS.get(op.fusion_kind)) is not None:
+        return own(op, args, ctx)
     plan = plan_fused(op, args)
     tile_set = run_tiles(plan, ctx.options)
     outs = fused_results(plan)
@@ -326,14 +366,22 @@ def _iteration_space(body: list[Operation], args: Sequence[SSAValue]) -> Space:
         k = row_split(reductions[0])
         assert k is not None, "a fused reduction is row-wise (fuse-elementwise's rule)"
         return Space(d[: len(d) - k], d[len(d) - k:], True)
+    compute = [o for o in body if isinstance(o, LaminaOp) and o.info.fusion != Fusion.LAYOUT]
+    roots = [o for o in compute if o.info.fusion == Fusion.OPAQUE]
+    if roots:   # a matmul root: blocks of its result rows
+        d = _shape(roots[0].results[0])
+        return Space(d[:-1], d[-1:], False)
     try:
-        d = tuple(np.broadcast_shapes(*(_shape(o.results[0]) for o in body)))
+        d = tuple(np.broadcast_shapes(*(_shape(o.results[0]) for o in compute)))
     except ValueError:   # e.g. [3] -> broadcast_in_dim -> [3, 2]: no common loop; run whole
         d = ()
     n = len(d)
-    shapes = [_shape(a) for a in args]
+    # what the loop reads: block arguments and input views (layout ops read whole, per kernel)
+    made = {r for o in compute for r in o.results}
+    shapes = [_shape(v) for o in compute for v in o.operands if v not in made]
     k = next((c for c in range(n + 1) if all(_rows_fit(s, d, n - c) for s in shapes)), n)
-    return Space(d[: n - k], d[n - k:], False)
+    nl = min(n - k, static_kept(body))   # tiles must stay boxes the output views keep
+    return Space(d[:nl], d[nl:], False)
 
 
 def _rows_fit(shape: tuple[int, ...], d: tuple[int, ...], nl: int) -> bool:
@@ -346,26 +394,37 @@ def _rows_fit(shape: tuple[int, ...], d: tuple[int, ...], nl: int) -> bool:
     return all(x == 1 for x in rows) or rows == d[:nl]
 
 
-def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
-                space: Space, min_rows: int) -> tuple[list[Step], dict[SSAValue, int]]:
+def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray], space: Space,
+                min_rows: int) -> tuple[list[Step], dict[SSAValue, int], dict[SSAValue, LaminaOp]]:
     """Split the body into per-tile steps and per-kernel ops, running the per-kernel ones now.
 
     An op runs per tile when its domain lines up with the rows and it must: a reduction, an op
     reading a per-tile value, or a full-domain elementwise op. Everything else (broadcasts of
     inputs, masks built from constants, ...) does not vary along the rows and runs once, on
-    whole arrays, into `env`, where the steps read it from. Returns the steps in body order and
-    each per-tile value's slot (its step's index) in a worker's per-tile values."""
+    whole arrays, into `env`, where the steps read it from. A layout op reading a per-tile value
+    writes an output (`views`, see `fused_views`); one reading whole arrays runs once. Returns the
+    steps in body order, each per-tile value's slot (its step's index) in a worker's per-tile
+    values, and the output views by result."""
     steps: list[Step] = []
     slot_of: dict[SSAValue, int] = {}
+    views: dict[SSAValue, LaminaOp] = {}
     for o in body:
         assert isinstance(o, LaminaOp)
         slots = o.operand_slots()
+        if any(v in views for v in slots if v is not None):
+            if o.info.fusion != Fusion.LAYOUT:
+                raise _Whole()
+            views[o.results[0]] = o
+            continue
         any_tiled = any(v is not None and v in slot_of for v in slots)
+        if o.info.fusion == Fusion.LAYOUT and any_tiled:
+            views[o.results[0]] = o
+            continue
         form = space.form(iteration_domain(o))
         is_red = o.info.fusion == Fusion.REDUCTION
         res = o.results[0]
         if space.rows >= min_rows and form is not None and (is_red or any_tiled or (
-                form == "full" and o.info.fusion == Fusion.ELEMENTWISE)):
+                form == "full" and o.info.fusion in (Fusion.ELEMENTWISE, Fusion.OPAQUE))):
             attrs = _reduction_attrs(o, len(space.tail)) if is_red else o.attr_values()
             slot_of[res] = len(steps)
             steps.append(Step(o, _shape(res)[space.nl:],
@@ -373,11 +432,12 @@ def _plan_steps(body: list[Operation], env: dict[SSAValue, np.ndarray],
         else:
             env[res] = run_kernel(o.info, [None if v is None else env[v] for v in slots],
                                   make_call(o))
-    return steps, slot_of
+    return steps, slot_of, views
 
 
 def _assign_buffers(steps: list[Step], slot_of: dict[SSAValue, int], leaving: set[SSAValue],
-                    tile_rows: int) -> list[tuple[tuple[int, ...], np.dtype]]:
+                    tile_rows: int, pinned: set[SSAValue] | None = None
+                    ) -> list[tuple[tuple[int, ...], np.dtype]]:
     """Give every step's result a tile buffer, reusing a buffer once its value is last read.
 
     The few live tile buffers are what keeps a tile's working set in cache, so a buffer whose
@@ -386,12 +446,15 @@ def _assign_buffers(steps: list[Step], slot_of: dict[SSAValue, int], leaving: se
     operand element before writing the same element, or computes its whole result before
     storing). A value that leaves the group is written straight into its global result instead
     (`out2d`, allocated by `plan_fused`). Sets each other step's `buffer`; returns the buffers'
-    (shape, dtype) by id, which every worker thread allocates for itself."""
+    (shape, dtype) by id, which every worker thread allocates for itself. A `pinned` value (one
+    an output view carries into a result after the tile's last step) keeps its buffer."""
     last_use: dict[SSAValue, int] = {}
     for i, st in enumerate(steps):
         for v in st.op.operand_slots():
             if v is not None and v in slot_of:
                 last_use[v] = i
+    for v in pinned or ():
+        last_use[v] = len(steps)
     specs: list[tuple[tuple[int, ...], np.dtype]] = []
     buf_of: dict[SSAValue, int] = {}       # per-tile value -> buffer id (not for out2d values)
     free: dict[tuple[tuple[int, ...], np.dtype], list[int]] = {}
@@ -435,6 +498,10 @@ def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict
             srcs.append(("tile", slot_of[v]))
             continue
         w = env[v]
+        if o.info.fusion == Fusion.OPAQUE:   # the matmul root: its left operand by rows
+            srcs.append(("rows", w.reshape((space.rows,) + w.shape[nl:])) if j == 0
+                        else ("whole", w))
+            continue
         if o.info.fusion == Fusion.BROADCAST or w.ndim == 0:
             srcs.append(("whole", w))
             continue
@@ -459,8 +526,20 @@ def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict
     return srcs
 
 
-def _tile_loop(steps: list[Step], buffers: list[tuple[tuple[int, ...], np.dtype]], space: Space,
-               tile_rows: int, options: RunOptions) -> int:
+@dataclass
+class _Job:
+    """What every worker of one kernel's tile loop shares (read only)."""
+
+    steps: list[Step]
+    buffers: list[tuple[tuple[int, ...], np.dtype]]
+    tile_rows: int
+    rows: int
+    nl: int
+    paths: list[ViewPath]
+    tiling: BoxTiling | None
+
+
+def _tile_loop(job: _Job, space: Space, options: RunOptions) -> int:
     """Run every tile, on one thread or on the shared pool; the largest worker's tile working
     set (bytes).
 
@@ -471,11 +550,12 @@ def _tile_loop(steps: list[Step], buffers: list[tuple[tuple[int, ...], np.dtype]
     (next() on it is atomic under the GIL): a thread slowed by the OS or a noisy neighbour simply
     takes fewer tiles, where a fixed split would leave the other core idle at the end."""
     rows = space.rows
-    n_tiles = -(-rows // tile_rows)
+    n_tiles = -(-rows // job.tile_rows)
     nthreads = tile_threads(options, rows * max(1, _prod(space.tail)), n_tiles)
+    if any(st.op.info.fusion == Fusion.OPAQUE for st in job.steps):
+        nthreads = 1   # the matmul's BLAS call already runs on every core
     tiles = itertools.count()
-    return run_workers(lambda: _worker(steps, buffers, tiles, n_tiles, tile_rows, rows, space.nl),
-                       nthreads)
+    return run_workers(lambda: _worker(job, tiles, n_tiles), nthreads)
 
 
 def tile_threads(options: RunOptions, elements: int, n_tiles: int) -> int:
@@ -497,15 +577,17 @@ def run_workers(worker: Callable[[], int | None], nthreads: int) -> int:
     return max((f.result() or 0) for f in [ex.submit(worker) for _ in range(nthreads)])
 
 
-def _worker(steps: list[Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
-            tiles: Iterator[int], n_tiles: int, tile_rows: int, rows: int, nl: int) -> int:
+def _worker(job: _Job, tiles: Iterator[int], n_tiles: int) -> int:
     """Take tiles from `tiles` until none are left and run every step on each.
 
     Each worker owns its tile buffers and its fast-path scratch, and tiles write disjoint rows of
     the results, so workers share nothing mutable but the counter; a tile is computed the same
     way on any worker, which keeps results independent of the thread count. This loop is the hot
-    path: everything it needs is resolved into `plan` before the first tile."""
-    bufs = [np.empty(shape, dtype=dt) for shape, dt in buffers]
+    path: everything it needs is resolved into `plan` before the first tile. A tile of a kernel
+    writing outputs through layout ops is a box (`job.tiling`), carried into them last."""
+    steps, tile_rows, rows, nl, paths, tiling = (job.steps, job.tile_rows, job.rows, job.nl,
+                                                 job.paths, job.tiling)
+    bufs = [np.empty(shape, dtype=dt) for shape, dt in job.buffers]
     scratch = _Scratch()
     plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch), st.sources,
              st.out2d, None if st.buffer is None else bufs[st.buffer], i)
@@ -539,6 +621,8 @@ def _worker(steps: list[Step], buffers: list[tuple[tuple[int, ...], np.dtype]],
                 else:
                     out[...] = _generic(o, st, xs, r0, tr, rows, nl)
                 vals[slot] = out
+            if tiling is not None:
+                write_paths(paths, vals, *tiling.box(r0))
     return sum(b.nbytes for b in bufs) + scratch.nbytes()
 
 
@@ -547,7 +631,9 @@ def fused_results(plan: FusedPlan) -> list[np.ndarray]:
     out2d: dict[SSAValue, np.ndarray | None] = {st.op.results[0]: st.out2d for st in plan.steps}
     outs: list[np.ndarray] = []
     for v in plan.results:
-        if v in out2d:
+        if v in plan.written:
+            outs.append(plan.written[v])
+        elif v in out2d:
             a = out2d[v]
             assert a is not None
             outs.append(a.reshape(_shape(v)))
@@ -578,8 +664,9 @@ def _choose_rows(rows: int, steps: list[Step], row_group: bool, tile_bytes: int 
     widest = max((_prod(st.op.results[0].type.get_shape()) // max(rows, 1)  # type: ignore
                   for st in steps), default=1)
     per_row = max(1, widest) * 4
-    target = tile_bytes if tile_bytes is not None else (ROW_TILE_BYTES if row_group
-                                                        else LOOP_TILE_BYTES)
+    target = tile_bytes if tile_bytes is not None else (
+        MATMUL_TILE_BYTES if any(st.op.info.fusion == Fusion.OPAQUE for st in steps)
+        else ROW_TILE_BYTES if row_group else LOOP_TILE_BYTES)
     n = max(1, min(rows, target // per_row))
     return n if n >= rows else 1 << (n.bit_length() - 1)   # a power of two (aligned tiles)
 

@@ -53,6 +53,13 @@ What the programs look like
     indexing     the lookup row (a `Gather` rule) on indices from the index-source row (a source
                  whose type is declared: iota), some past the input's end (they look up 0),
                  and the index source alone as a float value
+  Opt-in motifs (`MOTIF_FAMILIES`, not in `ALL_FAMILIES`, built by `strategies.motifs`):
+    layout_between  elementwise ops with a transpose / reshape / slice / concat between them
+                    (x -> unary -> transpose -> binary; GPT-2's QKV split: bias add -> slices ->
+                    reshape into heads -> transposes -> elementwise; concat of two elementwise
+                    results)
+    epilogue        a matmul by a rank-2 weight followed by a bias add, gelu, a 0/1 mask
+                    multiply and a residual add (1..4 of them)
   Helper ops outside the chosen families may appear where an op needs them (abs + constant or
   exp(tanh(x)) to make an operand positive; tanh to bound one). Without "constant" no constant
   op is emitted except dropout seeds.
@@ -65,7 +72,8 @@ What the programs look like
   values (arguments, constants, and values derived from them by rows whose rule is `exact`), so
   fusing or reassociating float math cannot flip a branch.
 - Results: 1..max_outputs distinct op results, always including the last op's result.
-- Shapes: ranks 0..max_rank, dims 1..max_dim (concat may reach 2 * max_dim); no empty tensors.
+- Shapes: ranks 0..max_rank, dims 1..max_dim (concat may reach 2 * max_dim, the QKV motif's input
+  3 * max_dim); no empty tensors.
 """
 
 from __future__ import annotations
@@ -88,6 +96,9 @@ from lamina.ir.sharding_gather import Gather
 
 ALL_FAMILIES = ("elementwise", "broadcast", "reduction", "composite", "matmul", "layout",
                 "dropout", "constant", "select", "indexing")
+# opt-in motifs (`strategies.motifs`): only where `families=` names them, never by default
+MOTIF_FAMILIES = ("layout_between", "epilogue")
+KNOWN_FAMILIES = ALL_FAMILIES + MOTIF_FAMILIES
 FLOATS = ("f16", "bf16", "f32", "f64")
 CAP = 2000.0            # |value| bound every generated value must respect
 ARG_BOUND = 4.0         # assumed |argument| bound (inputs are drawn in [-3, 3])
@@ -338,9 +349,9 @@ class _Gen:
         self.fdtypes = [d for d in dtypes if d in FLOATS]
         if not self.fdtypes:
             raise ValueError(f"programs need at least one float dtype, got {list(dtypes)}")
-        unknown = set(families) - set(ALL_FAMILIES)
+        unknown = set(families) - set(KNOWN_FAMILIES)
         if unknown or not families:
-            raise ValueError(f"unknown or no families: {sorted(unknown)} (known: {ALL_FAMILIES})")
+            raise ValueError(f"unknown or no families: {sorted(unknown)} (known: {KNOWN_FAMILIES})")
         self.families = list(families)
         self.max_rank, self.max_dim = max(0, max_rank), max(1, max_dim)
         self.max_outputs = max(1, max_outputs)
@@ -874,6 +885,10 @@ class _Gen:
                 self.select()
             case "indexing":
                 self.indexing()
+            case "layout_between" | "epilogue":
+                from strategies import motifs  # late: motifs builds on this module's names
+
+                getattr(motifs, fam)(self)      # the builder is named as its family
 
     def fallback(self) -> None:
         """One op that always fits: a unary row defined everywhere that keeps values in CAP."""
@@ -900,8 +915,10 @@ class _Gen:
                     break
                 except _Reject:
                     # ops emitted before the rejection stay (they are valid); only the
-                    # rejected op itself is not emitted
-                    pass
+                    # rejected op itself is not emitted; a motif cut short may have spent
+                    # the whole budget
+                    if self.left() <= 0:
+                        break
             if not ok and self.n_ops == before[0]:
                 self.fallback()
         # results: the last value plus up to max_outputs - 1 other op results

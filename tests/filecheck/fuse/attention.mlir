@@ -1,4 +1,7 @@
 // RUN: lamina-opt %s -p fuse-elementwise | filecheck %s
+// RUN: lamina-opt %s -p fuse-attention | filecheck %s --check-prefix=ATTN
+// RUN: lamina-opt %s -p fuse-attention --print-op-generic | lamina-opt | filecheck %s --check-prefix=ATTN
+// RUN: lamina-opt %s -p fuse-attention,fuse-elementwise --explain 2>&1 | filecheck %s --check-prefix=EXPLAIN
 
 // Attention scores: the scale, the causal mask (built from constants, computed once per kernel) and
 // the select fuse with the softmax over the last axis; the matmuls stay outside.
@@ -31,3 +34,38 @@ func.func @attn(%q: tensor<4x16x16xf32>, %kt: tensor<4x16x16xf32>, %v: tensor<4x
 // CHECK-NEXT:    }
 // CHECK-NEXT:    %ctx = lamina.matmul %probs, %v
 // CHECK-NEXT:    func.return %ctx
+
+// fuse-attention takes the whole of @attn, both matmuls included, as one kernel whose body is the
+// ops themselves (the mask's compare with it); the scores never leave it.
+// ATTN-LABEL: func.func @attn
+// ATTN-NEXT:    %ctx = lamina.fused "attention" (%q_1 = %q, %kt_1 = %kt, %v_1 = %v) : (tensor<4x16x16xf32>, tensor<4x16x16xf32>, tensor<4x16x16xf32>) -> tensor<4x16x16xf32> {
+// ATTN-NEXT:      %scale = lamina.constant dense<2.500000e-01> : tensor<f32>
+// ATTN-NEXT:      %cols = lamina.constant
+// ATTN-NEXT:      %rows = lamina.constant
+// ATTN-NEXT:      %neg = lamina.constant dense<-1.000000e+09> : tensor<f32>
+// ATTN-NEXT:      %scores = lamina.matmul %q_1, %kt_1 : tensor<4x16x16xf32>
+// ATTN-NEXT:      %scaled = lamina.mul %scores, %scale
+// ATTN-NEXT:      %mask = lamina.le %cols, %rows
+// ATTN-NEXT:      %masked = lamina.select %mask, %scaled, %neg
+// ATTN-NEXT:      %probs = lamina.softmax %masked {axis = -1 : i64}
+// ATTN-NEXT:      %ctx_1 = lamina.matmul %probs, %v_1 : tensor<4x16x16xf32>
+// ATTN-NEXT:      lamina.yield %ctx_1 : tensor<4x16x16xf32>
+// ATTN-NEXT:    }
+// ATTN-NEXT:    func.return %ctx
+
+// A softmax over the queries (axis 1) is not one an online softmax over key blocks computes:
+// refused, with the reason, and left for fuse-elementwise.
+// ATTN-LABEL: func.func @over_queries
+// ATTN-NEXT:    %s = lamina.matmul %q, %kt
+// ATTN-NEXT:    %p = lamina.softmax %s {axis = 1 : i64}
+// ATTN-NEXT:    %o = lamina.matmul %p, %v
+func.func @over_queries(%q: tensor<2x8x4xf32>, %kt: tensor<2x4x8xf32>, %v: tensor<2x8x4xf32>) -> tensor<2x8x4xf32> {
+  %s = lamina.matmul %q, %kt : (tensor<2x8x4xf32>, tensor<2x4x8xf32>) -> tensor<2x8x8xf32>
+  %p = lamina.softmax %s {axis = 1 : i64} : tensor<2x8x8xf32>
+  %o = lamina.matmul %p, %v : (tensor<2x8x8xf32>, tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+  func.return %o : tensor<2x8x4xf32>
+}
+
+// EXPLAIN:      [fuse-attention] {{.*}}attention.mlir:9:3: attention: %scores = lamina.matmul ... %ctx = lamina.matmul -> lamina.fused "attention" (6 ops, 1 of them building side operands; the 4x16x16 scores are never stored)
+// EXPLAIN-NEXT: [fuse-attention] {{.*}}attention.mlir:[[L:[0-9]+]]:3: not fused as attention: the softmax %p normalizes over axis 1, not the last axis (the keys)
+// EXPLAIN-NEXT: [fuse-attention] {{.*}}attention.mlir:{{[0-9]+}}:3: not fused as attention: %o is used by func.return, not by an op-table op

@@ -1,28 +1,34 @@
 // RUN: lamina-opt %s -p fuse-elementwise --split-input-file | filecheck %s
 // RUN: lamina-opt %s -p fuse-elementwise --split-input-file --explain 2>&1 >/dev/null | filecheck %s --check-prefix=WHY
 
-// Matmul is opaque: exp and add are not fused across it, and fusing them directly would make a
+// A batched matmul is opaque (a block of its result rows needs more than the same rows of its
+// left operand): exp and add are not fused across it, and fusing them directly would make a
 // cycle (%b uses %a directly and through the matmul).
 // CHECK-LABEL: func.func @cycle
 // CHECK-NOT:   lamina.fused
 // CHECK:       func.return
-// WHY: boundaries.mlir:14:3: not fused with %a = lamina.exp: would create a cycle through %m
-// WHY-NEXT: boundaries.mlir:14:3: not fused: %m = lamina.matmul is opaque
-func.func @cycle(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> tensor<8x8xf32> {
-  %a = lamina.exp %x : tensor<8x8xf32>
-  %m = lamina.matmul %a, %w : tensor<8x8xf32>
-  %b = lamina.add %a, %m : tensor<8x8xf32>
-  func.return %b : tensor<8x8xf32>
+// WHY: boundaries.mlir:15:3: not fused with %a = lamina.exp: would create a cycle through %m
+// WHY-NEXT: boundaries.mlir:15:3: not fused: %m = lamina.matmul is opaque here (a batched matmul
+func.func @cycle(%x: tensor<2x8x8xf32>, %w: tensor<2x8x8xf32>) -> tensor<2x8x8xf32> {
+  %a = lamina.exp %x : tensor<2x8x8xf32>
+  %m = lamina.matmul %a, %w : tensor<2x8x8xf32>
+  %b = lamina.add %a, %m : tensor<2x8x8xf32>
+  func.return %b : tensor<2x8x8xf32>
 }
 
 // -----
 
-// Layout ops are boundaries.
+// A layout op joins a kernel at its edges only: the transpose is written by exp's kernel (an
+// output view), so neg, which would read it inside that kernel, stays apart.
 // CHECK-LABEL: func.func @layout
-// CHECK-NEXT:    %a = lamina.exp %x
-// CHECK-NEXT:    %t = lamina.transpose %a
+// CHECK-NEXT:    %t = lamina.fused "loop" (%x_1 = %x)
+// CHECK-NEXT:      %a = lamina.exp %x_1
+// CHECK-NEXT:      %t_1 = lamina.transpose %a
+// CHECK-NEXT:      lamina.yield %t_1
+// CHECK-NEXT:    }
 // CHECK-NEXT:    %b = lamina.neg %t
-// WHY: not fused: %t = lamina.transpose is a layout op
+// WHY: fused %t = lamina.transpose into the kernel of %a as an output view
+// WHY: not fused with %t = lamina.transpose: %b reads %t, which the kernel writes through a layout op
 func.func @layout(%x: tensor<4x8xf32>) -> tensor<8x4xf32> {
   %a = lamina.exp %x : tensor<4x8xf32>
   %t = lamina.transpose %a {permutation = array<i64: 1, 0>} : (tensor<4x8xf32>) -> tensor<8x4xf32>

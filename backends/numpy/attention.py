@@ -1,0 +1,270 @@
+"""Running `lamina.fused "attention"` as a flash-style kernel: the scores never exist whole.
+
+The body's parts (`lamina.ir.attention.attention_parts`): q k^T, score ops, softmax over the keys,
+prob ops homogeneous-linear in the probabilities, @ v. Per leading (batch, head) index and block
+of query rows, the kernel walks the keys in blocks with an online softmax:
+
+    s  = q[rows] @ kt[:, keys]               one block of scores
+    x  = score ops on s                      their other operands sliced to the block
+    m' = max(m, rowmax(x));  a = exp(m - m');  e = exp(x - m')
+    l  = a * l + rowsum(e)
+    acc = a * acc + (prob ops on e) @ v[keys]
+    out[rows] = acc / l                      after the last key block
+
+This equals softmax-then-matmul because every prob op g satisfies g(c * p) = c * g(p) for the
+per-row factors c (a, 1 / l): the rescaling may be applied to the accumulator instead of the
+probabilities. In floating point the sums are grouped differently, so results match the unfused
+program within float tolerance, not bit for bit.
+
+Position-dependent ops (dropout) get the block's place in the global scores (`Call.block`), so
+their masks are the global ones bit for bit, whatever the block sizes. Side values (constants, a
+causal mask) are computed once per kernel on whole arrays and sliced per block.
+
+No key block is skipped, even where a causal mask removes it whole: the usual masks write a large
+negative number (-1e9) rather than -inf, and a row whose keys are all masked is a uniform
+distribution over all its keys in the unfused program; skipping blocks would drop those keys,
+so it is not exact for the programs this kernel must match.
+
+Block sizes: one block of scores holds about `RunOptions.tile_bytes` bytes (ATTENTION_TILE_BYTES
+without it); tests use tiny tiles to force many blocks. Blocks (leading index, query rows) run on
+the fused executor's thread pool, each computed the same way on any thread.
+
+Statistics: one kernel; its bytes are its distinct inputs and its result; the working set it
+reports is one worker's block buffers plus the side values it computed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from lamina.backends.numpy.blas import one_blas_thread
+from lamina.backends.numpy.fused import KIND_RUNNERS, run_workers, tile_threads
+from lamina.backends.numpy.kernels import kernel
+from lamina.backends.numpy.runner import (
+    RunContext,
+    device_nbytes,
+    distinct_nbytes,
+    make_call,
+    run_kernel,
+)
+from lamina.ir.attention import AttentionParts, attention_parts
+from lamina.ir.dtypes import STORAGE, to_storage
+from lamina.ir.formulas import Block, Call
+from lamina.ir.fused import FusedOp
+from lamina.ir.opbase import LaminaOp, tensor_info
+from lamina.ir.shapes import TensorInfo
+from xdsl.ir import Operation, SSAValue
+
+# Bytes of one block of scores. 512 KiB, the fused executor's tile size (measured there for L2/L3
+# residency), gives blocks of 512 query rows x 256 keys in f32: few enough NumPy calls per block
+# that the per-call cost is spread, small enough that a block's few buffers stay in cache.
+ATTENTION_TILE_BYTES = 512 * 1024
+
+
+@dataclass
+class _Step:
+    """A score or prob op, ready to run on blocks: its kernel and call facts, and per operand
+    slot the running chain value (None), an absent operand ("none", None) or a side value
+    ("side", array) with the scores' rank, sliced per block."""
+
+    fn: Callable[[Sequence[np.ndarray | None], Call], np.ndarray]
+    attrs: dict[str, Any]
+    operands: list[TensorInfo | None]
+    result: TensorInfo
+    sources: list[tuple[str, np.ndarray | None]]
+
+
+@dataclass
+class _Kernel:
+    """What every block needs, prepared once per call."""
+
+    parts: AttentionParts
+    scores: list[_Step]
+    probs: list[_Step]
+    env: dict[SSAValue, np.ndarray]      # block arguments and side values, whole
+    shape: tuple[int, ...]               # the scores' shape: lead + (Tq, Tk)
+    q: np.ndarray                        # lead + (Tq, Dh), broadcast over the lead dims
+    kt: np.ndarray                       # lead + (Dh, Tk)
+    v: np.ndarray                        # lead + (Tk, Dv)
+    cdt: np.dtype                        # the online softmax's compute type
+    bq: int
+    bk: int
+    out: np.ndarray                      # lead + (Tq, Dv), written block by block
+    dtype: str                           # its element type
+
+    @property
+    def nl(self) -> int:
+        return len(self.shape) - 2
+
+
+def block_sizes(tq: int, tk: int, itemsize: int, tile_bytes: int | None) -> tuple[int, int]:
+    """(query rows, keys) of one block of about `tile_bytes` of scores: keys a power of two
+    near the square root of the block, the rows what is left."""
+    n = max(1, (tile_bytes if tile_bytes is not None else ATTENTION_TILE_BYTES) // itemsize)
+    bk = max(1, min(tk, 1 << (math.isqrt(n).bit_length() - 1)))
+    return max(1, min(tq, n // bk)), bk
+
+
+def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext) -> _Kernel:
+    block = op.body.block
+    parts = attention_parts(block)
+    env: dict[SSAValue, np.ndarray] = {}
+    for a, x in zip(block.args, args, strict=True):
+        assert x is not None
+        env[a] = x
+    for o in parts.side:
+        env[o.results[0]] = run_kernel(o.info, [None if v is None else env[v]
+                                                for v in o.operand_slots()], make_call(o))
+    shape = tuple(parts.scores_shape)
+    lead = shape[:-2]
+    q, kt = (env[v] for v in parts.qk.operands)
+    v = env[parts.pv.operands[1]]
+    q = np.broadcast_to(q, lead + q.shape[-2:])
+    kt = np.broadcast_to(kt, lead + kt.shape[-2:])
+    v = np.broadcast_to(v, lead + v.shape[-2:])
+    res = tensor_info(parts.pv.results[0].type)
+    cdt = np.dtype(np.float64 if res.dtype == "f64" else np.float32)
+    bq, bk = block_sizes(shape[-2], shape[-1], cdt.itemsize, ctx.options.tile_bytes)
+    out = np.empty(res.shape, dtype=STORAGE[res.dtype])
+    scores = _steps(parts.scores, parts.qk.results[0], env, len(shape))
+    probs = _steps(parts.probs, parts.softmax.results[0], env, len(shape))
+    return _Kernel(parts, scores, probs, env, shape, q, kt, v, cdt, bq, bk, out, res.dtype)
+
+
+def _steps(ops: list[LaminaOp], chain: SSAValue, env: dict[SSAValue, np.ndarray], rank: int
+           ) -> list[_Step]:
+    """The chain ops from `chain` on, each with where its operands come from."""
+    steps: list[_Step] = []
+    for o in ops:
+        sources: list[tuple[str, np.ndarray | None]] = []
+        for v in o.operand_slots():
+            if v is None:
+                sources.append(("none", None))
+            elif v is chain:
+                sources.append(("chain", None))
+            else:
+                w = env[v]
+                sources.append(("side", w.reshape((1,) * (rank - w.ndim) + w.shape)))
+        steps.append(_Step(kernel(o.info), o.attr_values(), o.operand_infos(),
+                           tensor_info(o.results[0].type), sources))
+        chain = o.results[0]
+    return steps
+
+
+def _side_block(k: _Kernel, w: np.ndarray, idx: tuple[int, ...], rows: slice, keys: slice
+                ) -> np.ndarray:
+    """Side value `w` (the scores' rank, broadcastable to them) at this block: dims where `w`
+    has extent 1 stay 1, the others are sliced."""
+    sel = tuple(slice(i, i + 1) if n > 1 else slice(0, 1)
+                for i, n in zip(idx, w.shape[:k.nl], strict=True))
+    return w[(*sel, rows if w.shape[-2] > 1 else slice(None),
+              keys if w.shape[-1] > 1 else slice(None))]
+
+
+def _apply(k: _Kernel, steps: list[_Step], x: np.ndarray, idx: tuple[int, ...], rows: slice,
+           keys: slice) -> np.ndarray:
+    """Run chain ops on block `x` (the running value), every other operand sliced to the
+    block, position-dependent ops told where the block sits in the scores."""
+    where = Block(k.shape, (*idx, rows.start, keys.start))
+    for st in steps:
+        xs = [x if kind == "chain" else None if w is None else _side_block(k, w, idx, rows, keys)
+              for kind, w in st.sources]
+        x = st.fn(xs, Call(st.attrs, st.operands, st.result, where))
+    return x
+
+
+def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> int:
+    """One block of query rows of one leading index, over every key block; the bytes of the
+    block buffers it held at most."""
+    p = k.parts
+    tq, tk = k.shape[-2:]
+    rows = slice(i0, min(tq, i0 + k.bq))
+    bi = rows.stop - rows.start
+    q = k.q[idx][rows]
+    dv = k.v.shape[-1]
+    m = np.full((bi, 1), -np.inf, dtype=k.cdt)
+    s_sum = np.zeros((bi, 1), dtype=k.cdt)
+    acc = np.zeros((bi, dv), dtype=k.cdt)
+    qk_call, pv_call = make_call(p.qk), make_call(p.pv)
+    lead1 = (1,) * k.nl
+    held = 0
+    for j0 in range(0, tk, k.bk):
+        keys = slice(j0, min(tk, j0 + k.bk))
+        s = kernel(p.qk.info)([q, k.kt[idx][:, keys]], qk_call)
+        x = _apply(k, k.scores, s.reshape(lead1 + s.shape), idx, rows, keys)
+        xb = x.reshape(s.shape).astype(k.cdt, copy=False)
+        m_new = np.maximum(m, xb.max(axis=1, keepdims=True))
+        safe = np.where(np.isneginf(m_new), 0.0, m_new).astype(k.cdt)  # rows all -inf so far
+        alpha = np.exp(m - safe)
+        e = np.exp(xb - safe)
+        s_sum = s_sum * alpha + e.sum(axis=1, keepdims=True)
+        pe = _apply(k, k.probs, e.reshape(lead1 + e.shape).astype(x.dtype, copy=False), idx,
+                    rows, keys)
+        ctx_part = kernel(p.pv.info)([pe.reshape(e.shape), k.v[idx][keys]], pv_call)
+        acc = acc * alpha + ctx_part
+        m = m_new
+        held = max(held, s.nbytes + x.nbytes + xb.nbytes + e.nbytes + pe.nbytes
+                   + ctx_part.nbytes + 3 * acc.nbytes + 4 * m.nbytes)
+    # no keys: an empty contraction is 0
+    k.out[idx][rows] = to_storage(acc / s_sum, k.dtype) if tk else 0
+    return held
+
+
+def _run_blocks(k: _Kernel, ctx: RunContext) -> int:
+    """Every (leading index, query block) on the pool; the largest worker's block buffers."""
+    tq = k.shape[-2]
+    tasks = [(idx, i0) for idx in np.ndindex(*k.shape[:-2]) for i0 in range(0, tq, k.bq)]
+    if not tasks or tq == 0:
+        return 0
+    counter: Iterator[int] = itertools.count()
+
+    def worker() -> int:
+        held = 0
+        with np.errstate(all="ignore"):
+            while (t := next(counter)) < len(tasks):
+                held = max(held, _query_block(k, *tasks[t]))
+        return held
+
+    n = tile_threads(ctx.options, math.prod(k.shape), len(tasks))
+    with one_blas_thread():   # the blocks' small matmuls run on the kernel's own threads
+        return run_workers(worker, n)
+
+
+def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext
+                  ) -> list[np.ndarray]:
+    """The NumPy interpreter's runner for `lamina.fused "attention"` (module docstring)."""
+    assert isinstance(op, FusedOp)
+    with np.errstate(all="ignore"):
+        k = _prepare(op, args, ctx)
+    held = _run_blocks(k, ctx)
+    outs = [k.out]
+    _record_stats(op, args, outs, ctx)
+    if ctx.observer is not None:
+        side = sum(int(a.nbytes) for o in k.parts.side if (a := k.env[o.results[0]]).flags.owndata)
+        ctx.observer.on_working_set(op, held + side)
+    return outs
+
+
+def _record_stats(op: FusedOp, args: list[np.ndarray | None], outs: list[np.ndarray],
+                  ctx: RunContext) -> None:
+    """One kernel whose traffic is its inputs and its result (the scores stay in the block)."""
+    stats = ctx.stats
+    stats.kernels += 1
+    stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
+                                for a, v in zip(args, op.inputs, strict=True) if a is not None)
+    stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
+                                for a, v in zip(outs, op.outputs, strict=True))
+    stats.bytes_moved += distinct_nbytes(op.inputs, args) + distinct_nbytes(op.outputs, outs)
+    body = [o for o in op.body.block.ops if isinstance(o, LaminaOp)]
+    for o in body:
+        stats.flops += o.info.flops(o.operand_infos(), tensor_info(o.results[0].type),
+                                    o.attr_values())
+    stats.extra["fused_ops_executed"] = stats.extra.get("fused_ops_executed", 0) + len(body)
+
+
+KIND_RUNNERS["attention"] = run_attention
