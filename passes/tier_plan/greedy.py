@@ -25,8 +25,11 @@ Start with everything in HBM (arguments declared in host prefetched as early as 
 
 Recompute (a gap's option RECOMPUTE, see `problem`) is one more kind of victim in the sweep: the
 gap leaves HBM from a+1 to b-1 and costs the recompute's time. It is offered when the value's
-inputs are in HBM at b now; those inputs are then pinned there (no later change may take them out
-of HBM at b, `_pin_ok`) until the recompute is undone. A value that is never moved has only
+inputs are in HBM at b now and its transient bytes fit in the moment before b next to the values
+b reads (else the sweep, which fixes steps in order, took a recompute at an earlier step that no
+later choice could fit at b, and reported an overflow there that keeping the value avoids);
+the inputs are then pinned there (no later change may take them out of HBM at b, `_pin_ok`)
+until the recompute is undone. A value that is never moved has only
 recompute victims. The local search also tries recomputing an offloaded gap instead (3a).
 
 Cost: a sweep is O(K + sum over overflowing steps of the gaps live there, log); a local-search try
@@ -79,6 +82,11 @@ class _State:
         # per step, the recomputes' transient bytes and the bytes defined there (see `load`)
         self.extra = [0.0] * (K + 1)
         self.defined = defined_bytes(prob)
+        # per step, the bytes in HBM in the moment before it under any plan: the values it reads
+        self.floor = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
+        for v in prob.values:
+            for k in v.needs:
+                self.floor[k] += v.size
         self.off = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.tiers()}
         self.reasons: dict[tuple[int, int], str] = {}
         # per value, the steps where a recompute reads it (step -> how many): it must be in HBM
@@ -220,7 +228,8 @@ class _State:
 
     def _pin_ok(self, vi: int, gi: int, p: int | None) -> bool:
         """Whether gap gi may take prefetch point p: no recompute reads the value at a step of the
-        gap it would leave HBM at, and a recompute finds its inputs in HBM."""
+        gap it would leave HBM at, and a recompute finds its inputs in HBM and room for its
+        transients before its step (next to what that step reads)."""
         g = self.gaps[vi][gi]
         start = hbm_start(g, p)
         if any(g.a < s <= g.b and s < start for s in self.pins[vi] if self.pins[vi][s] > 0):
@@ -229,6 +238,8 @@ class _State:
             return True
         if not can_recompute(self.prob, g):
             return False
+        if self.floor[g.b] + self.extra[g.b] + self.prob.values[vi].extra > self.cap + 1e-9:
+            return False  # its transients cannot fit before g.b whatever else leaves HBM there
         return all(self.in_hbm(u, g.b) for u in self.prob.values[vi].inputs)
 
     def in_hbm(self, ui: int, k: int) -> bool:
