@@ -9,6 +9,8 @@ that reads one rebuilds its whole chain instead of asking it to stay live.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from lamina.ir.collectives import PlacementOp
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import MoveOp
@@ -35,13 +37,16 @@ def constant_chains(steps: list[Operation]) -> dict[SSAValue, int]:
     return chains
 
 
-def chain_of(v: SSAValue, chains: dict[SSAValue, int]) -> list[SSAValue]:
+def chain_of(v: SSAValue, chains: dict[SSAValue, int],
+             operands: Mapping[SSAValue, Sequence[SSAValue]] | None = None) -> list[SSAValue]:
     """The constant-derived values a recompute of `v` rebuilds (its operands' chains), in
-    definition order, without `v` itself."""
+    definition order, without `v` itself. `operands` gives each value's operands as they were
+    before a rewrite rerouted uses to copies (a rerouted operand is no longer in `chains`);
+    without it, the defining ops' operands now."""
     out: list[SSAValue] = []
-    for x in defining_op(v).operands:
+    for x in operands[v] if operands is not None else defining_op(v).operands:
         if x in chains and x not in out:
-            out.extend(y for y in chain_of(x, chains) if y not in out)
+            out.extend(y for y in chain_of(x, chains, operands) if y not in out)
             out.append(x)
     return out
 

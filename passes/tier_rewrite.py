@@ -76,6 +76,11 @@ class _Rewrite:
         self.rc_ops: dict[int, list[Operation]] = {}   # before step k: recomputes, in order
         self.moves = 0
         self.recomputes = 0
+        # each planned value's operands before any use is rerouted: a recompute and the chain it
+        # rebuilds read these (a value rewritten earlier may have had its uses rerouted to a
+        # recompute's clone, which is neither a planned value nor in a chain)
+        self.operands: dict[SSAValue, list[SSAValue]] = {
+            v: list(v.owner.operands) for v in fm.values if isinstance(v.owner, Operation)}
 
     def value(self, vi: int) -> None:
         """One value's copy out, prefetches, uses rerouted to the copy live at each, and frees."""
@@ -199,15 +204,15 @@ class _Rewrite:
             ops: list[Operation] = []
             for _d, vi, again in sorted(group, key=lambda x: (x[0], x[1])):
                 built: dict[SSAValue, SSAValue] = {}
-                chain = chain_of(fm.values[vi], fm.chains)
+                chain = chain_of(fm.values[vi], fm.chains, self.operands)
                 for x in chain:
                     c = defining_op(x).clone()
-                    c.operands = [built[y] for y in c.operands]
+                    c.operands = [built[y] for y in self.operands[x]]
                     built[x] = c.results[0]
                     ops.append(c)
                 again.operands = [built[x] if x in built else
                                   self._copy_at(index[_origin(x, index)], k)
-                                  for x in again.operands]
+                                  for x in self.operands[fm.values[vi]]]
                 ops.append(again)
                 ops.extend(FreeOp(built[x]) for x in chain)
             self.rc_ops[k] = ops

@@ -25,8 +25,11 @@ Start with everything in HBM (arguments declared in host prefetched as early as 
 
 Recompute (a gap's option RECOMPUTE, see `problem`) is one more kind of victim in the sweep: the
 gap leaves HBM from a+1 to b-1 and costs the recompute's time. It is offered when the value's
-inputs are in HBM at b now; those inputs are then pinned there (no later change may take them out
-of HBM at b, `_pin_ok`) until the recompute is undone. A value that is never moved has only
+inputs are in HBM at b now and its transient bytes fit in the moment before b next to the values
+b reads (else the sweep, which fixes steps in order, took a recompute at an earlier step that no
+later choice could fit at b, and reported an overflow there that keeping the value avoids);
+the inputs are then pinned there (no later change may take them out of HBM at b, `_pin_ok`)
+until the recompute is undone. A value that is never moved has only
 recompute victims. The local search also tries recomputing an offloaded gap instead (3a).
 
 Cost: a sweep is O(K + sum over overflowing steps of the gaps live there, log); a local-search try
@@ -45,7 +48,9 @@ from lamina.passes.tier_plan.problem import (
     Plan,
     Problem,
     can_recompute,
+    defined_bytes,
     gaps_of,
+    hbm_peak,
     hbm_start,
     live_at,
     offload_cost,
@@ -74,6 +79,14 @@ class _State:
         self.pre: list[list[int | None]] = [[None] * len(g) for g in self.gaps]
         self.tier: list[str | None] = [None] * len(prob.values)
         self.hbm = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
+        # per step, the recomputes' transient bytes and the bytes defined there (see `load`)
+        self.extra = [0.0] * (K + 1)
+        self.defined = defined_bytes(prob)
+        # per step, the bytes in HBM in the moment before it under any plan: the values it reads
+        self.floor = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
+        for v in prob.values:
+            for k in v.needs:
+                self.floor[k] += v.size
         self.off = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.tiers()}
         self.reasons: dict[tuple[int, int], str] = {}
         # per value, the steps where a recompute reads it (step -> how many): it must be in HBM
@@ -148,7 +161,7 @@ class _State:
                 self.hbm[k] += n
         for q, sign in ((self.pre[vi][gi], -1), (p, 1)):
             if q == RECOMPUTE:
-                self.hbm[g.b] += sign * v.extra
+                self.extra[g.b] += sign * v.extra
                 for u in v.inputs:
                     pins = self.pins[u]
                     pins[g.b] = pins.get(g.b, 0) + sign
@@ -170,6 +183,10 @@ class _State:
             self._occupy(vi, t, 1)
         self.tier[vi] = t
         self._recost(vi)
+
+    def load(self, k: int) -> float:
+        """The HBM bytes step k must fit (`problem.hbm_peak`)."""
+        return hbm_peak(self.hbm[k], self.extra[k], self.defined[k])
 
     # -- trial changes: a local-search try runs between begin() and commit() or rollback() --
     def begin(self) -> None:
@@ -211,7 +228,8 @@ class _State:
 
     def _pin_ok(self, vi: int, gi: int, p: int | None) -> bool:
         """Whether gap gi may take prefetch point p: no recompute reads the value at a step of the
-        gap it would leave HBM at, and a recompute finds its inputs in HBM."""
+        gap it would leave HBM at, and a recompute finds its inputs in HBM and room for its
+        transients before its step (next to what that step reads)."""
         g = self.gaps[vi][gi]
         start = hbm_start(g, p)
         if any(g.a < s <= g.b and s < start for s in self.pins[vi] if self.pins[vi][s] > 0):
@@ -220,6 +238,8 @@ class _State:
             return True
         if not can_recompute(self.prob, g):
             return False
+        if self.floor[g.b] + self.extra[g.b] + self.prob.values[vi].extra > self.cap + 1e-9:
+            return False  # its transients cannot fit before g.b whatever else leaves HBM there
         return all(self.in_hbm(u, g.b) for u in self.prob.values[vi].inputs)
 
     def in_hbm(self, ui: int, k: int) -> bool:
@@ -260,17 +280,17 @@ class _State:
         need it there, best first by `rule`, until k fits. Raises Infeasible."""
         cap = self.cap
         for k in range(max(lo, 0), min(hi, self.K) + 1):
-            if self.hbm[k] <= cap + 1e-9:
+            if self.load(k) <= cap + 1e-9:
                 continue
             for _key, vi, gi, q, _n, _d in self._victims(k, rule, banned):
-                if self.hbm[k] <= cap + 1e-9:
+                if self.load(k) <= cap + 1e-9:
                     break
                 if hbm_start(self.gaps[vi][gi], self.pre[vi][gi]) > k:
                     continue  # taken out of HBM at k by the other option of the same gap
                 if self.change(vi, gi, q):
                     self.reasons[(vi, gi)] = f"step {k}"
-            if self.hbm[k] > cap + 1e-9:
-                raise Infeasible(k, "hbm", self.hbm[k], cap, live_at(self.prob, self.plan(), k))
+            if self.load(k) > cap + 1e-9:
+                raise Infeasible(k, "hbm", self.load(k), cap, live_at(self.prob, self.plan(), k))
 
     def _victims(self, k: int, rule: str, banned: tuple[int, int] | None) -> list[_Candidate]:
         """The gaps that could leave HBM at step k (all but `banned`), best first by `rule`; one
@@ -303,7 +323,7 @@ class _State:
                     key = (per_byte / max(1, min(g.b, self.K + 1) - k), -g.b, -v.size)
                 cands.append((key, vi, gi, q, v.size, delta))
         cands.sort()
-        excess = self.hbm[k] - self.cap
+        excess = self.load(k) - self.cap
         fill = got = 0.0
         for c in cands:
             if got >= excess:
@@ -326,7 +346,7 @@ class _State:
             return False
         j = min(hbm_start(g, p), self.K + 1)
         lo = g.a + 1
-        while j > lo and self.hbm[j - 1] + v.size <= self.cap + 1e-9:
+        while j > lo and self.load(j - 1) + v.size <= self.cap + 1e-9:
             j -= 1
         if j == lo and (v.home is None or gi > 0):
             if self.value_cost(vi, (gi, None)) <= self.vcost[vi] + 1e-15:
@@ -342,7 +362,7 @@ class _State:
 
     def fits(self) -> bool:
         """Every step fits in HBM and in every offload tier."""
-        return all(y <= self.cap + 1e-9 for y in self.hbm) and all(
+        return all(self.load(k) <= self.cap + 1e-9 for k in range(self.K + 1)) and all(
             y <= self.prob.capacity[t] + 1e-9 for t, ys in self.off.items() for y in ys)
 
     def plan(self) -> Plan:

@@ -18,11 +18,13 @@ The program, per value v (all variables 0-1):
   An argument's first gap (a = -1) charges nothing, so its first[t] there requires that gap
   offloaded to t (the argument starts in t); without that row the optimum "started" an argument
   in HBM and copied it out for free later.
-- RECOMPUTE per gap that `can_recompute` allows: HBM on b only (plus the value's transient
-  `extra`), costing the recompute's time; each input u must be in HBM at b: the variable is at
-  most the sum of u's options that hold u in HBM at b. A value that is never moved has no tier
-  variables and no offload options.
-Capacity rows: per step, HBM and each offload tier (less the fixed bytes there) must fit.
+- RECOMPUTE per gap that `can_recompute` allows: HBM on b only, costing the recompute's time
+  (its transient `extra` counts in the moment before b, see the capacity rows); each input u
+  must be in HBM at b: the variable is at most the sum of u's options that hold u in HBM at b.
+  A value that is never moved has no tier variables and no offload options.
+Capacity rows: per step, HBM and each offload tier (less the fixed bytes there) must fit; at a
+step where a recompute with transient bytes may run, HBM fits a second time in the moment before
+it: the step's row less its own results (a constant) plus those transients.
 A value whose copy the optimum makes but never uses decodes as kept (that only frees room).
 
 A run stopped at its time limit without a feasible point is "no solution within the time limit"
@@ -37,6 +39,7 @@ import time
 from typing import Any, cast
 
 from lamina.ir.diagnostics import LaminaError
+from lamina.passes.tier_plan.greedy import solve_greedy
 from lamina.passes.tier_plan.problem import (
     RECOMPUTE,
     Gap,
@@ -45,6 +48,7 @@ from lamina.passes.tier_plan.problem import (
     Problem,
     Value,
     can_recompute,
+    defined_bytes,
     gaps_of,
     hbm_start,
     plan_cost,
@@ -99,6 +103,8 @@ class _Model:
         self.m = _Milp()
         self.tiers = prob.tiers()
         self.hbm_rows: list[list[_Entry]] = [[] for _ in range(K + 1)]
+        # per step, the transient bytes of the recomputes that may run before it
+        self.extra_rows: list[list[_Entry]] = [[] for _ in range(K + 1)]
         self.off_rows: dict[str, list[list[_Entry]]] = {t: [[] for _ in range(K + 1)]
                                                         for t in self.tiers}
         self.hbm_fixed = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
@@ -156,7 +162,9 @@ class _Model:
             assert v.recompute is not None
             r = m.var(v.recompute)
             opts.append((r, None, RECOMPUTE))
-            self.hbm_rows[g.b].append((r, v.size + v.extra))
+            self.hbm_rows[g.b].append((r, v.size))
+            if v.extra:
+                self.extra_rows[g.b].append((r, v.extra))
             self._rc.append((r, v, g.b))
         for t in tiers:
             if v.home is not None and t != v.home:
@@ -188,10 +196,14 @@ class _Model:
         overflow HBM at a step no variable touches."""
         prob = self.prob
         K, hbm_cap = prob.steps, prob.capacity["hbm"]
+        defined = defined_bytes(prob)
         for k in range(K + 1):
             if self.hbm_rows[k]:
                 self.m.cap_row(self.hbm_rows[k], hbm_cap - self.hbm_fixed[k], hbm_cap)
-            elif self.hbm_fixed[k] > hbm_cap:
+            if self.extra_rows[k]:
+                self.m.cap_row(self.hbm_rows[k] + self.extra_rows[k],
+                               hbm_cap - (self.hbm_fixed[k] - defined[k]), hbm_cap)
+            if not self.hbm_rows[k] and self.hbm_fixed[k] > hbm_cap:
                 raise Infeasible(k, "hbm", self.hbm_fixed[k], hbm_cap, [])
             for t in self.tiers:
                 if self.off_rows[t][k]:
@@ -244,8 +256,7 @@ def solve_ilp(prob: Problem, time_limit: float = 120.0) -> Plan:
                               f"limit of {time_limit:g} s ({prob.steps} program points, "
                               f"{len(prob.values)} values, {n} variables); use solver=greedy or "
                               f"a larger limit")
-        k = max(range(prob.steps + 1), key=lambda j: model.hbm_fixed[j])
-        raise Infeasible(k, "hbm", model.hbm_fixed[k], prob.capacity["hbm"], [])
+        raise _where_infeasible(prob)
     plan = model.plan(res.x)
     plan.cost = plan_cost(prob, plan)
     plan.solve_seconds = time.perf_counter() - t0
@@ -257,3 +268,17 @@ def solve_ilp(prob: Problem, time_limit: float = 120.0) -> Plan:
     else:
         plan.gap = 0.0 if plan.optimal else None
     return plan
+
+
+def _where_infeasible(prob: Problem) -> Exception:
+    """What to raise when HiGHS proves that no plan fits. It does not say where, so the greedy
+    solver's first overflow names a step that is over the capacity and the values live there
+    (naming the step with the most forced bytes, as this once did, gave a need under the
+    capacity: "8 bytes per device needed, capacity 20"). Should the greedy find a plan after
+    all, only HiGHS's tolerances can disagree with it, and that is said as such."""
+    try:
+        solve_greedy(prob)
+    except Infeasible as e:
+        return e
+    return LaminaError("assign-memory-tiers{solver=ilp}: HiGHS finds the model infeasible but "
+                       "the greedy solver plans it (a numerical tolerance); use solver=greedy")

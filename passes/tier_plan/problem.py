@@ -43,8 +43,14 @@ Recompute
 ---------
 A gap (a, b] (not a tail, unless it runs to the return) may also be RECOMPUTE (the prefetch point
 `RECOMPUTE`): the HBM copy is freed after step a and the value's defining op runs again right
-before step b, so the value is in HBM at b only (like a prefetch issued at b), plus `Value.extra`
-transient bytes there (the constants its recompute rebuilds on the way). It costs
+before step b, so the value is in HBM at b only (like a prefetch issued at b). On the way it
+needs `Value.extra` transient bytes (the constants its recompute rebuilds), freed before step b
+runs: they share HBM with what is live just before b (everything in HBM at b but b's own
+results), not with b's results. So HBM at b must fit twice: the step itself, and the moment
+before it, which is the step less the bytes of the values defined at b (`defined_bytes`) plus the
+extras of the recomputes for b (summed: a conservative bound on the rewrite, which rebuilds one
+chain at a time). Counting the extras on top of b's results, as the model once did, refused
+plans that run within the capacity. It costs
 `Value.recompute` seconds of compute (the op's modeled time), counted as fully exposed: a
 recompute runs on the compute stream, and the time it adds is not credited to the windows that
 hide transfers (a conservative simplification). Its inputs (`Value.inputs`) must be in HBM at b
@@ -202,11 +208,29 @@ class Infeasible(Exception):
         self.step, self.tier, self.need, self.capacity, self.live = step, tier, need, capacity, live
 
 
+def defined_bytes(prob: Problem) -> list[int]:
+    """Per step (0..K), the bytes of the planned values defined there: what HBM holds at the
+    step but not yet in the moment before it, where recomputes for the step run."""
+    out = [0] * (prob.steps + 1)
+    for v in prob.values:
+        if not v.is_arg:
+            out[v.define] += v.size
+    return out
+
+
+def hbm_peak(step: float, extra: float, defined: float) -> float:
+    """The HBM bytes step k must fit: the larger of the step (`step` bytes) and the moment
+    before it (less its `defined` results, plus the recomputes' `extra` transients)."""
+    return step + max(0.0, extra - defined)
+
+
 def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
-    """Bytes per tier per step (0..K) under `plan`."""
+    """Bytes per tier per step (0..K) under `plan`; HBM's is the peak around the step
+    (`hbm_peak`: the step, or the moment before it when recomputes run there)."""
     K = prob.steps
     occ = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.capacity}
     occ.setdefault("hbm", [0.0] * (K + 1))
+    extra = [0.0] * (K + 1)
     for vi, v in enumerate(prob.values):
         if not v.is_arg:
             occ["hbm"][v.define] += v.size
@@ -215,12 +239,14 @@ def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
             for k in range(lo, min(g.b, K) + 1):
                 occ["hbm"][k] += v.size
             if p == RECOMPUTE:
-                occ["hbm"][g.b] += v.extra
+                extra[g.b] += v.extra
         t = plan.tier[vi]
         if t is not None:
             lo = 0 if v.is_arg else v.define + 1
             for k in range(lo, min(v.end, K) + 1):
                 occ[t][k] += v.size
+    defined = defined_bytes(prob)
+    occ["hbm"] = [hbm_peak(y, extra[k], defined[k]) for k, y in enumerate(occ["hbm"])]
     return occ
 
 
