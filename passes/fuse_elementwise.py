@@ -238,6 +238,9 @@ class _FuncFusion(LayoutPlacement):
     def nm(self, op: Operation) -> str:
         return self.name.op(op) if self.name is not None else op.name
 
+    def group_limit(self) -> int:
+        return self.opts.max_group_size
+
     def short(self, op: Operation) -> str:
         """An op's result name (`%q`), for reasons."""
         return self.nm(op).split(" = ")[0]

@@ -26,7 +26,6 @@ elementwise prologue.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 from lamina.analysis.fusion import Positions, kept_prefix, placement_key, view_positions
 from lamina.analysis.sizes import fmt_bytes
@@ -102,10 +101,6 @@ def view_problem(groups: Groups, mine: Group, other: Group,
     return None
 
 
-class _Options(Protocol):
-    max_group_size: int
-
-
 class LayoutPlacement:
     """Rule 8's walk step, mixed into fuse-elementwise's per-function walk: where a layout op
     goes (an output view of the group it reads, a view-only group of input views, or a concat
@@ -113,12 +108,15 @@ class LayoutPlacement:
     and its `try_merge` (declared here, defined by the walk)."""
 
     groups: Groups
-    opts: _Options
     sram: tuple[str, int] | None
     rowpos: dict[SSAValue, Positions]
     log: ExplainLog | None
 
     def explain(self, op: Operation, msg: str) -> None:
+        raise NotImplementedError
+
+    def group_limit(self) -> int:
+        """The pass's max-group-size."""
         raise NotImplementedError
 
     def nm(self, op: Operation) -> str:
@@ -180,8 +178,8 @@ class LayoutPlacement:
             why = None
             if g.key != base_now.key:
                 why = "different meshes or memory tiers"
-            elif g.size + base_now.size > self.opts.max_group_size:
-                why = f"group would exceed max-group-size={self.opts.max_group_size}"
+            elif g.size + base_now.size > self.group_limit():
+                why = f"group would exceed max-group-size={self.group_limit()}"
             elif g.space != base_now.space:
                 why = f"different iteration spaces ({g.space} vs {base_now.space})"
             else:
@@ -199,8 +197,8 @@ class LayoutPlacement:
         """Merge the layout op's own group `mine` into `g` as an output view, or say why not."""
         if mine.key != g.key:
             return "different meshes or memory tiers"
-        if mine.size + g.size > self.opts.max_group_size:
-            return f"group would exceed max-group-size={self.opts.max_group_size}"
+        if mine.size + g.size > self.group_limit():
+            return f"group would exceed max-group-size={self.group_limit()}"
         full = g.space.full
         pos: list[tuple[int | None, ...]] = []
         for v in op.operands:
