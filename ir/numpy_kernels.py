@@ -63,6 +63,20 @@ _S15, _S16 = np.uint32(15), np.uint32(16)
 _PRE_MAX = 1 << 24    # largest tile (elements) that takes the precomputed-word path
 
 
+def matmul_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | None:
+    """A block of result rows of a matmul by a matrix, written straight into the tile: the
+    formula's `matmul` with `out=`, the same BLAS call on the same operands (same bits) without
+    a fresh result array per tile to allocate, fault in and copy."""
+    rhs = call.operands[1] if len(call.operands) > 1 else None
+    if rhs is None or len(rhs.shape) != 2:
+        return None
+
+    def run(xs: list[Any], out: np.ndarray, r0: int, tr: int) -> None:
+        np.matmul(xs[0], xs[1], out=out)
+
+    return run
+
+
 def dropout_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | None:
     """`rng`'s mask for the tile, in a few in-place uint32 passes on shared scratch buffers.
 

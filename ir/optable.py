@@ -335,7 +335,7 @@ def _structural_rows() -> list[OpInfo]:
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
                        _matmul_flops, (0, 1), interval=iv.MATMUL, vjp=vj.matmul,
-                       row_tiled=True))
+                       row_tiled=True, tile=npk.matmul_tile))
     rows.append(OpInfo("transpose", "permute dimensions", X,
                        (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
                        fm.transpose, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Transpose(),

@@ -233,3 +233,28 @@ def test_layernorm_forms_on_rows_that_overflow(dtype: str) -> None:
         out = np.empty_like(x)
         run([x], out, 0, x.shape[0])
     assert _same_bits(out, want)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_matmul_tile_is_the_formula(dtype: str) -> None:
+    """A block of result rows of a matmul by a matrix, written in place by the row's tile form,
+    has the formula's bits on that block; a right operand with batch dims is declined (a block
+    of rows would need more than one matrix)."""
+    info = OPS["matmul"]
+    assert info.tile is not None
+    npdt = STORAGE[dtype]
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 48)).astype(npdt)
+    w = rng.standard_normal((48, 40)).astype(npdt)
+    r0, tr = 16, 24
+    call = Call({}, [TensorInfo((tr, 48), dtype), TensorInfo((48, 40), dtype)],
+                TensorInfo((tr, 40), dtype))
+    run = info.tile(call, np.dtype(npdt), _Scratch())
+    assert run is not None
+    out = np.full((tr, 40), np.nan, dtype=npdt)
+    run([a[r0:r0 + tr], w], out, r0, tr)
+    want = np.asarray(info.formula(np, [a[r0:r0 + tr], w], call))
+    assert _same_bits(out, want)
+    batched = Call({}, [TensorInfo((2, tr, 48), dtype), TensorInfo((2, 48, 40), dtype)],
+                   TensorInfo((2, tr, 40), dtype))
+    assert info.tile(batched, np.dtype(npdt), _Scratch()) is None
