@@ -110,30 +110,15 @@ func.func @main(%x: {X}, %w1: {W1}, %b1: {B1}, %w2: {W2}, %b2: {B2}) -> {Y} {{
 }}"""
 
 
-def gpt2_program(b: int, n: int, d: int, h: int, f: int) -> str:
-    """The pre-LN GPT-2 block of `samples/gpt2_block.mlir` at any size, with the residual
-    dropouts as 0/1 masks (inputs %m1, %m2) and no attention dropout, as in the anchor."""
+def attention_text(b: int, n: int, d: int, h: int) -> str:
+    """The block's attention from the head split (%q4, %k4, %v4 [B, T, H, Dh]) to the merged
+    heads (%merged [B, T, D]): the part the one-device and the placed GPT-2 blocks share."""
     dh = d // h
-    X, V, D3, DD, FF = t((b, n, d)), t((d,)), t((3 * d,)), t((d, d)), t((f,))
-    QKV, S, HD = t((b, n, 3 * d)), t((b, h, n, n)), t((b, h, n, dh))
-    X4, KT, H4 = t((b, n, h, dh)), t((b, h, dh, n)), t((b, n, f))
+    X, X4, HD = t((b, n, d)), t((b, n, h, dh)), t((b, h, n, dh))
+    KT, S = t((b, h, dh, n)), t((b, h, n, n))
     rows = ", ".join(f"[{i}]" for i in range(n))
     cols = ", ".join(str(i) for i in range(n))
-    eps = "{axis = -1 : i64, eps = 1.0e-05 : f64}"
-
-    def sl(name: str, k: int) -> str:
-        return (f"  %{name} = lamina.slice %qkv {{start = array<i64: 0, 0, {k * d}>, limit = "
-                f"array<i64: {b}, {n}, {(k + 1) * d}>}} : ({QKV}) -> {X}\n"
-                f"  %{name}4 = lamina.reshape %{name} : ({X}) -> {X4}\n")
-
-    return f"""
-func.func @main(%x: {X}, %ln1_g: {V}, %ln1_b: {V}, %w_attn: {t((d, 3 * d))}, %b_attn: {D3},
-                %w_proj: {DD}, %b_proj: {V}, %ln2_g: {V}, %ln2_b: {V}, %w_fc: {t((d, f))},
-                %b_fc: {FF}, %w_out: {t((f, d))}, %b_out: {V}, %m1: {X}, %m2: {X}) -> {X} {{
-  %a = lamina.layernorm %x scale %ln1_g bias %ln1_b {eps} : ({X}, {V}, {V}) -> {X}
-  %qkv0 = lamina.matmul %a, %w_attn : ({X}, {t((d, 3 * d))}) -> {QKV}
-  %qkv = lamina.add %qkv0, %b_attn : ({QKV}, {D3}) -> {QKV}
-{sl("q", 0)}{sl("k", 1)}{sl("v", 2)}\
+    return f"""\
   %qh = lamina.transpose %q4 {{permutation = array<i64: 0, 2, 1, 3>}} : ({X4}) -> {HD}
   %kt = lamina.transpose %k4 {{permutation = array<i64: 0, 2, 3, 1>}} : ({X4}) -> {KT}
   %vh = lamina.transpose %v4 {{permutation = array<i64: 0, 2, 1, 3>}} : ({X4}) -> {HD}
@@ -149,7 +134,31 @@ func.func @main(%x: {X}, %ln1_g: {V}, %ln1_b: {V}, %w_attn: {t((d, 3 * d))}, %b_
   %ctx = lamina.matmul %probs, %vh : ({S}, {HD}) -> {HD}
   %ctx_t = lamina.transpose %ctx {{permutation = array<i64: 0, 2, 1, 3>}} : ({HD}) -> {X4}
   %merged = lamina.reshape %ctx_t : ({X4}) -> {X}
-  %proj0 = lamina.matmul %merged, %w_proj : ({X}, {DD}) -> {X}
+"""
+
+
+def gpt2_program(b: int, n: int, d: int, h: int, f: int) -> str:
+    """The pre-LN GPT-2 block of `samples/gpt2_block.mlir` at any size, with the residual
+    dropouts as 0/1 masks (inputs %m1, %m2) and no attention dropout, as in the anchor."""
+    dh = d // h
+    X, V, D3, DD, FF = t((b, n, d)), t((d,)), t((3 * d,)), t((d, d)), t((f,))
+    QKV, X4, H4 = t((b, n, 3 * d)), t((b, n, h, dh)), t((b, n, f))
+    eps = "{axis = -1 : i64, eps = 1.0e-05 : f64}"
+
+    def sl(name: str, k: int) -> str:
+        return (f"  %{name} = lamina.slice %qkv {{start = array<i64: 0, 0, {k * d}>, limit = "
+                f"array<i64: {b}, {n}, {(k + 1) * d}>}} : ({QKV}) -> {X}\n"
+                f"  %{name}4 = lamina.reshape %{name} : ({X}) -> {X4}\n")
+
+    return f"""
+func.func @main(%x: {X}, %ln1_g: {V}, %ln1_b: {V}, %w_attn: {t((d, 3 * d))}, %b_attn: {D3},
+                %w_proj: {DD}, %b_proj: {V}, %ln2_g: {V}, %ln2_b: {V}, %w_fc: {t((d, f))},
+                %b_fc: {FF}, %w_out: {t((f, d))}, %b_out: {V}, %m1: {X}, %m2: {X}) -> {X} {{
+  %a = lamina.layernorm %x scale %ln1_g bias %ln1_b {eps} : ({X}, {V}, {V}) -> {X}
+  %qkv0 = lamina.matmul %a, %w_attn : ({X}, {t((d, 3 * d))}) -> {QKV}
+  %qkv = lamina.add %qkv0, %b_attn : ({QKV}, {D3}) -> {QKV}
+{sl("q", 0)}{sl("k", 1)}{sl("v", 2)}\
+{attention_text(b, n, d, h)}  %proj0 = lamina.matmul %merged, %w_proj : ({X}, {DD}) -> {X}
   %proj = lamina.add %proj0, %b_proj : ({X}, {V}) -> {X}
   %keep = lamina.constant dense<{1 / 0.9:e}> : tensor<f32>
   %proj_m = lamina.mul %proj, %m1 : {X}

@@ -54,7 +54,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import lamina  # noqa: E402
-from bench_fusion import gpt2_inputs, gpt2_program, jax_fns, t  # noqa: E402
+from bench_fusion import attention_text, gpt2_inputs, gpt2_program, jax_fns, t  # noqa: E402
 from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.ir.dtypes import tensor_dtype  # noqa: E402
@@ -127,14 +127,12 @@ def gpt2_placed_program(b: int, n: int, d: int, h: int, f: int) -> str:
     X, XP, V, H4 = t((b, n, d)), placed((b, n, d), "[[data], [], []]"), t((d,)), t((b, n, f))
     COLS, ROWS = placed((d, d), "[[], [model]]"), placed((d, d), "[[model], []]")
     FC, OUT = placed((d, f), "[[], [model]]"), placed((f, d), "[[model], []]")
-    X4, HD, KT, S = t((b, n, h, dh)), t((b, h, n, dh)), t((b, h, dh, n)), t((b, h, n, n))
+    X4 = t((b, n, h, dh))
     eps = "{axis = -1 : i64, eps = 1.0e-05 : f64}"
     qkv_args = "".join(f"%w_{p}: {COLS}, %b_{p}: {V}, " for p in "qkv")
     qkv = "".join(f"  %{p}0 = lamina.matmul %a, %w_{p} : ({X}, {COLS}) -> {X}\n"
                   f"  %{p} = lamina.add %{p}0, %b_{p} : ({X}, {V}) -> {X}\n"
                   f"  %{p}4 = lamina.reshape %{p} : ({X}) -> {X4}\n" for p in "qkv")
-    rows = ", ".join(f"[{i}]" for i in range(n))
-    cols = ", ".join(str(i) for i in range(n))
     return f"""
 lamina.mesh @m [data = 2, model = 4]
 func.func @main(%x: {XP}, %ln1_g: {V}, %ln1_b: {V}, {qkv_args}%w_proj: {ROWS}, %b_proj: {V},
@@ -142,22 +140,7 @@ func.func @main(%x: {XP}, %ln1_g: {V}, %ln1_b: {V}, {qkv_args}%w_proj: {ROWS}, %
                 %b_out: {V}, %m1: {XP}, %m2: {XP}) -> {XP} {{
   %a = lamina.layernorm %x scale %ln1_g bias %ln1_b {eps} : ({XP}, {V}, {V}) -> {X}
 {qkv}\
-  %qh = lamina.transpose %q4 {{permutation = array<i64: 0, 2, 1, 3>}} : ({X4}) -> {HD}
-  %kt = lamina.transpose %k4 {{permutation = array<i64: 0, 2, 3, 1>}} : ({X4}) -> {KT}
-  %vh = lamina.transpose %v4 {{permutation = array<i64: 0, 2, 1, 3>}} : ({X4}) -> {HD}
-  %scores = lamina.matmul %qh, %kt : ({HD}, {KT}) -> {S}
-  %inv_sqrt_dh = lamina.constant dense<{1 / np.sqrt(dh):e}> : tensor<f32>
-  %scaled = lamina.mul %scores, %inv_sqrt_dh : ({S}, tensor<f32>) -> {S}
-  %rows = lamina.constant dense<[{rows}]> : tensor<{n}x1xi32>
-  %cols = lamina.constant dense<[{cols}]> : tensor<{n}xi32>
-  %causal = lamina.ge %rows, %cols : (tensor<{n}x1xi32>, tensor<{n}xi32>) -> tensor<{n}x{n}xi1>
-  %neg_big = lamina.constant dense<-1.0e+09> : tensor<f32>
-  %masked = lamina.select %causal, %scaled, %neg_big : (tensor<{n}x{n}xi1>, {S}, tensor<f32>) -> {S}
-  %probs = lamina.softmax %masked {{axis = -1 : i64}} : {S}
-  %ctx = lamina.matmul %probs, %vh : ({S}, {HD}) -> {HD}
-  %ctx_t = lamina.transpose %ctx {{permutation = array<i64: 0, 2, 1, 3>}} : ({HD}) -> {X4}
-  %merged = lamina.reshape %ctx_t : ({X4}) -> {X}
-  %proj0 = lamina.matmul %merged, %w_proj : ({X}, {ROWS}) -> {X}
+{attention_text(b, n, d, h)}  %proj0 = lamina.matmul %merged, %w_proj : ({X}, {ROWS}) -> {X}
   %proj = lamina.add %proj0, %b_proj : ({X}, {V}) -> {X}
   %keep = lamina.constant dense<{1 / 0.9:e}> : tensor<f32>
   %proj_m = lamina.mul %proj, %m1 : ({X}, {XP}) -> {X}
