@@ -26,6 +26,7 @@ import numpy as np
 from lamina.analysis.fusion import iteration_domain
 from lamina.backends.compiled.cache import KERNELS, Kernel
 from lamina.backends.compiled.emit import Generated, Layout, Output, generate
+from lamina.backends.compiled.matmul_root import split_root
 from lamina.backends.compiled.trace import CannotCompile, Domain, Sym, Tracer
 from lamina.backends.interface import RunOptions
 from lamina.backends.numpy import fused as tiles
@@ -354,6 +355,7 @@ def run_fused_compiled(op: Operation, args: list[np.ndarray | None],
                            f"compiled: {reason}; it runs on the NumPy interpreter's own kernel")
         return own(op, args, ctx)
     plan = plan_fused(op, args, min_rows=1)
+    plan = split_root(plan) or plan
     try:
         with np.errstate(all="ignore"):
             run_compiled(plan, ctx)
