@@ -8,6 +8,9 @@ chunks of rows on the interpreter's thread pool; a chunk is rows, each computed 
 result bit depends on the thread count. Rows the kernel flags (a form's `require` failed, dropout
 indices crossing 2**32) are recomputed by the interpreter's tile loop, one row per tile.
 
+A kernel rooted at a matmul is split first (`matmul_root`): one BLAS call over every row, then
+its epilogue compiled as above.
+
 A body the generator cannot compile runs on the interpreter's tile loop instead, with one line
 in `RunResult.explain` naming the op and the reason; `--stats-json` has the counts under
 `compiled` (`kernels_compiled` in this process, `kernels_loaded` from the disk cache,
