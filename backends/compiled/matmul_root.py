@@ -9,48 +9,28 @@ MLP's GeLU epilogue took ~40 ms of the 155 ms up-projection kernel).
 
 Here the kernel is split at its root (`split_root`): the matmul runs first, once over every row
 (BLAS threading itself over all cores; the row's in-place tile form, the same call on the same
-operands as the interpreter's whole-result block), into a buffer this backend keeps per thread
-between calls (a fresh 32 MiB result would cost ~6 ms of page faults per call). What is left is an
+operands as the interpreter's whole-result block), into an array from the interpreter's
+`result_pool` (a fresh 32 MiB one would cost ~6 ms of page faults per call). What is left is an
 ordinary plan whose input is that buffer: the compiled backend compiles it into one parallel row
 loop like any other body, or, where it cannot, runs it on the interpreter's tile loop, now with
 cache-sized tiles on every core. The result bits of the matmul are the interpreter's; the epilogue
 keeps the compiled backend's stated tolerances.
 
-The buffer is the matmul's intermediate only: when the matmul's own value leaves the kernel too, it
-is written into that result instead (the plan's `out2d`), never into the kept buffer, so nothing
-this backend returns aliases memory it reuses.
+When the matmul's own value leaves the kernel too, it is written into that result (the plan's
+`out2d`) instead of an intermediate.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import numpy as np
+from lamina.backends.numpy import result_pool
 from lamina.backends.numpy.fused import FusedPlan, TileScratch
 from lamina.backends.numpy.runner import make_call, run_kernel
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.opbase import tensor_info
 from lamina.ir.optable import Fusion
-
-# The largest intermediate kept between calls; a bigger one is allocated per call (a process
-# running one huge kernel once should not hold its result's memory for ever).
-KEEP_MAX_BYTES = 256 * 1024 * 1024
-
-_KEPT = threading.local()
-
-
-def _buffer(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An uninitialised array of `shape` and `dtype` on this thread's kept buffer (grown to the
-    largest request up to KEEP_MAX_BYTES; one kernel's intermediate is dead before the next
-    kernel on the same thread asks, since kernels run one after another)."""
-    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if need > KEEP_MAX_BYTES:
-        return np.empty(shape, dtype=dtype)
-    raw: np.ndarray | None = getattr(_KEPT, "raw", None)
-    if raw is None or raw.size < need:
-        raw = _KEPT.raw = np.empty(max(need, 64), dtype=np.uint8)
-    return raw[:need].view(dtype).reshape(shape)
 
 
 def split_root(plan: FusedPlan) -> FusedPlan | None:
@@ -64,7 +44,7 @@ def split_root(plan: FusedPlan) -> FusedPlan | None:
     res = o.results[0]
     x, w = (plan.env[v] for v in o.operand_slots() if v is not None)
     dtype = np.dtype(STORAGE[root.call.result.dtype])
-    out = root.out2d if root.out2d is not None else _buffer((space.rows,) + root.tail, dtype)
+    out = root.out2d if root.out2d is not None else result_pool.empty((space.rows,) + root.tail, dtype)
     lhs = x.reshape((space.rows,) + x.shape[space.nl:])
     native = {t.dtype for t in root.call.operands if t is not None} == {root.call.result.dtype} \
         and dtype in (np.float32, np.float64)

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
 from lamina.backends.interface import RunOptions
+from lamina.backends.numpy import result_pool
 from lamina.backends.numpy.fused_views import (
     BoxTiling,
     ViewPath,
@@ -284,7 +285,7 @@ def plan_fused(op: FusedOp, args: Sequence[np.ndarray | None], min_rows: int = 2
     leaving = set(results)
     for st in steps:
         if st.op.results[0] in leaving:
-            st.out2d = np.empty((space.rows,) + st.tail, dtype=STORAGE[st.call.result.dtype])
+            st.out2d = result_pool.empty((space.rows,) + st.tail, STORAGE[st.call.result.dtype])
     paths, written = output_paths(results, views, slot_of)
     return FusedPlan(op, body, space, steps, slot_of, env, results, paths, written)
 
