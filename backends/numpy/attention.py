@@ -71,10 +71,16 @@ from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.shapes import TensorInfo
 from xdsl.ir import Operation, SSAValue
 
-# Bytes of one block of scores. 512 KiB, the fused executor's tile size (measured there for L2/L3
-# residency), gives blocks of 512 query rows x 256 keys in f32: few enough NumPy calls per block
-# that the per-call cost is spread, small enough that a block's few buffers stay in cache.
-ATTENTION_TILE_BYTES = 512 * 1024
+# Bytes of one block of scores: 256 KiB, 256 x 256 in f32. Smaller query blocks skip more of a
+# causal mask (at T=1024: 6 of 16 blocks; 1 of 4 at 512 x 512, 2 of 8 at 512 x 256) but pay
+# NumPy's per-call cost more often; a block's ~5 buffers (1.25 MiB) stay in the 2 MiB L2.
+# Measured (shared 2-core machine, load 2-3, fused kernel alone, medians of 5-7 interleaved
+# runs, B=2 H=16 T=1024 Dh=64 f32): with dropout 334 / 342 / 345 ms at 256 / 512 / 1024 KiB
+# (514 / 477 / 429 without skipping), without 183 / 189 / 173 ms, one thread 329 / 398 / 357 and
+# 155 / 175 / 182; GPT-2 block's attention 203 / 249 / 210 ms (286 at 512 KiB unskipped, the old
+# default). 128 KiB (256 x 128) was slower (498 ms with dropout), 2 MiB (1024 x 512, no skipping
+# at T=1024) too (612 ms). 256 and 1024 KiB are within the noise of each other on two threads.
+ATTENTION_TILE_BYTES = 256 * 1024
 
 
 @dataclass
