@@ -41,7 +41,8 @@ without it); tests use tiny tiles to force many blocks. Blocks (leading index, q
 the fused executor's thread pool, each computed the same way on any thread.
 
 Statistics: one kernel; its bytes are its distinct inputs and its result; the working set it
-reports is one worker's block buffers plus the side values it computed.
+reports is one worker's block buffers plus the side values it computed. Skipping changes none of
+these, nor the flops (the body's, every block counted).
 """
 
 from __future__ import annotations
