@@ -190,7 +190,7 @@ def test_a_mask_used_outside_stays_outside_as_an_input() -> None:
 
 
 def test_block_sizes_follow_tile_bytes() -> None:
-    assert block_sizes(1024, 1024, 4, None) == (256, 256)
+    assert block_sizes(1024, 1024, 4, None) == (512, 512)
     assert block_sizes(1024, 1024, 4, 512 * 1024) == (512, 256)
     assert block_sizes(16, 16, 4, 64) == (4, 4)
     assert block_sizes(3, 5, 4, 1) == (1, 1)

@@ -41,7 +41,8 @@ without it); tests use tiny tiles to force many blocks. Blocks (leading index, q
 the fused executor's thread pool, each computed the same way on any thread.
 
 Statistics: one kernel; its bytes are its distinct inputs and its result; the working set it
-reports is one worker's block buffers plus the side values it computed.
+reports is one worker's block buffers plus the side values it computed. Skipping changes none of
+these, nor the flops (the body's, every block counted).
 """
 
 from __future__ import annotations
@@ -71,16 +72,18 @@ from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.shapes import TensorInfo
 from xdsl.ir import Operation, SSAValue
 
-# Bytes of one block of scores: 256 KiB, 256 x 256 in f32. Smaller query blocks skip more of a
-# causal mask (at T=1024: 6 of 16 blocks; 1 of 4 at 512 x 512, 2 of 8 at 512 x 256) but pay
-# NumPy's per-call cost more often; a block's ~5 buffers (1.25 MiB) stay in the 2 MiB L2.
-# Measured (shared 2-core machine, load 2-3, fused kernel alone, medians of 5-7 interleaved
-# runs, B=2 H=16 T=1024 Dh=64 f32): with dropout 334 / 342 / 345 ms at 256 / 512 / 1024 KiB
-# (514 / 477 / 429 without skipping), without 183 / 189 / 173 ms, one thread 329 / 398 / 357 and
-# 155 / 175 / 182; GPT-2 block's attention 203 / 249 / 210 ms (286 at 512 KiB unskipped, the old
-# default). 128 KiB (256 x 128) was slower (498 ms with dropout), 2 MiB (1024 x 512, no skipping
-# at T=1024) too (612 ms). 256 and 1024 KiB are within the noise of each other on two threads.
-ATTENTION_TILE_BYTES = 256 * 1024
+# Bytes of one block of scores: 1 MiB, 512 x 512 in f32. Smaller query blocks skip more of a
+# causal mask (at T=1024: 1 of 4 blocks; 2 of 8 at 512 x 256, 6 of 16 at 256 x 256) but pay
+# NumPy's per-call cost more often, and with two workers they cost more CPU time too (406 vs 370
+# ms at 256 vs 1024 KiB with dropout; why, unmeasured). Measured on the shared 2-core machine (L2
+# 2 MiB per core, L3 32 MiB), B=2 H=16 T=1024 Dh=64 f32, fused kernel alone, medians of 9
+# interleaved runs at load ~2, 256 / 512 / 1024 KiB: with dropout 263 / 226 / 197 ms, without 121
+# / 108 / 100 ms (one thread: 323 / 312 / 317 and 166 / 191 / 170, a tie); the GPT-2 block's
+# attention, medians of 5, 133 / 122 / 140 and 143 / 126 / 129 ms in two runs, 103 on a repeat
+# (the old 512 KiB default without skipping: 128-177). 2 MiB (1024 x 512, nothing skipped at
+# T=1024) was slower, 128 KiB (256 x 128) too. At load 3+ (one core in effect) the three sizes
+# were within noise, 256 KiB a little ahead.
+ATTENTION_TILE_BYTES = 1024 * 1024
 
 
 @dataclass
