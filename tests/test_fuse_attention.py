@@ -5,7 +5,6 @@ only where that changes no bit); the other backends run the fused body."""
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import lamina
@@ -488,18 +487,3 @@ def test_jax_runs_the_body_inline() -> None:
     got = lamina.run(m, inputs, backend="jax").outputs
     for name, w in want.items():
         assert_close(np.asarray(got[name]), w)
-
-
-def test_compiled_backend_falls_back_with_one_explain_line() -> None:
-    pytest.importorskip("numba")
-    from lamina.backends.compiled.backend import CompiledBackend
-
-    m = fuse(attention_text((2,), 8, 8, 4, 4, causal=True, rate=0.3))
-    inputs = random_inputs(find_entry(m, None), 0)
-    want = run(m, inputs)
-    got = run(m, inputs, runners=CompiledBackend.op_runners)
-    assert np.array_equal(got.outputs[0], want.outputs[0])     # the same kernel
-    (line,) = got.explain
-    assert line.startswith("[backend compiled] t.mlir:") and "\"attention\"" in line
-    assert got.stats["compiled"]["fallbacks"] and want.explain == []
-    assert math.prod(got.outputs[0].shape) == 2 * 8 * 4

@@ -209,7 +209,7 @@ def _prepare(op: FusedOp, args: list[np.ndarray | None]) -> _Kernel:
     dt = np.dtype(STORAGE[res.dtype])
     return _Kernel(_middle(parts, bq), env, shape, q, kt, v, _tile_form(parts.qk, dt),
                    _tile_form(parts.pv, dt), np.empty(res.shape, dtype=dt),
-                   _kmaxes(parts, env, shape, bq), np.isfinite(v).all(axis=-1))
+                   _kmaxes(parts, env, shape, bq), np.asarray(np.isfinite(v).all(axis=-1)))
 
 
 def _dense(a: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
@@ -314,7 +314,7 @@ def run_attention_compiled(op: Operation, args: list[np.ndarray | None], ctx: Ru
         explain_fallback(ctx, op, str(e), "the NumPy interpreter's attention kernel")
         return interp.run_attention(op, args, ctx)
     outs = [k.out]
-    interp._record_stats(op, args, outs, ctx)
+    interp.record_stats(op, args, outs, ctx)
     return outs
 
 

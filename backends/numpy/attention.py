@@ -342,7 +342,7 @@ def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext,
         k = _prepare(op, args, ctx, skip)
     held, skipped = _run_blocks(k, ctx)
     outs = [k.out]
-    _record_stats(op, args, outs, ctx)
+    record_stats(op, args, outs, ctx)
     if k.skip is not None:
         extra = ctx.stats.extra
         extra["attention_blocks_skipped"] = extra.get("attention_blocks_skipped", 0) + skipped
@@ -352,7 +352,7 @@ def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext,
     return outs
 
 
-def _record_stats(op: FusedOp, args: list[np.ndarray | None], outs: list[np.ndarray],
+def record_stats(op: FusedOp, args: list[np.ndarray | None], outs: list[np.ndarray],
                   ctx: RunContext) -> None:
     """One kernel whose traffic is its inputs and its result (the scores stay in the block)."""
     stats = ctx.stats
