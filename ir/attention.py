@@ -19,6 +19,10 @@ the chain, and broadcasts into the scores' shape [..., Tq, Tk] (the w_i and u_i 
 constant, a causal mask built from constants). An executor computes side values once per kernel
 and slices them per block.
 
+When the last score op is a select between the running scores and a one-element fill, with a
+side value as its condition (a causal mask writing -1e9), `masked_fill` names its parts: an
+executor may then tell from the mask alone which blocks of scores hold nothing but the fill.
+
 The verifier (`lamina.ir.fused`) and the executors read this one function, so they cannot disagree
 on what an attention body is. Matmul and softmax are recognized by their rows' formulas (the
 semantics the table gives them), which keeps this module free of op names too.
@@ -26,6 +30,7 @@ semantics the table gives them), which keeps this module free of op names too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,6 +59,18 @@ class AttentionParts:
         return shape_of(self.qk.results[0])
 
 
+@dataclass
+class MaskedFill:
+    """The last score op when it is `select(mask, scores, fill)` (or with the branches swapped):
+    `mask` and `fill` side values, `fill` of one element; `chain_slot` is the scores' operand
+    slot, 1 (the true branch: the fill where the mask is false) or 2 (where it is true)."""
+
+    select: LaminaOp
+    mask: SSAValue
+    fill: SSAValue
+    chain_slot: int
+
+
 class NotAttention(Exception):
     """Why a body (or a candidate pattern) is not an attention kernel; the message says it."""
 
@@ -70,6 +87,10 @@ def is_matmul(op: Operation) -> bool:
 
 def is_softmax(op: Operation) -> bool:
     return isinstance(op, LaminaOp) and op.info.formula is fm.softmax
+
+
+def is_select(op: Operation) -> bool:
+    return isinstance(op, LaminaOp) and op.info.formula is fm.select
 
 
 def softmax_over_last(op: LaminaOp) -> bool:
@@ -207,3 +228,18 @@ def attention_parts(block: Block) -> AttentionParts:
     if list(term.operands) != [pv.results[0]]:
         raise NotAttention("the body must yield the second matmul's result alone")
     return AttentionParts(qk, scores, sm, probs, pv, side)
+
+
+def masked_fill(parts: AttentionParts) -> MaskedFill | None:
+    """The scores' final masking select (`MaskedFill`), or None when the last score op is anything
+    else, the fill has more than one element or the mask is the running scores."""
+    if not parts.scores or not is_select(last := parts.scores[-1]):
+        return None
+    chain = parts.scores[-2].results[0] if len(parts.scores) > 1 else parts.qk.results[0]
+    cond, a, b = last.operand_slots()
+    if cond is None or cond is chain or (a is chain) == (b is chain):
+        return None
+    fill = b if a is chain else a
+    if fill is None or math.prod(shape_of(fill)) != 1:
+        return None
+    return MaskedFill(last, cond, fill, 1 if a is chain else 2)

@@ -122,6 +122,7 @@ from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, j
 from lamina.passes.fusion_views import (
     LayoutPlacement,
     least_tiles_kept,
+    prologue_problem,
     root_problem,
     row_tiled_problem,
     view_problem,
@@ -302,7 +303,8 @@ class _FuncFusion(LayoutPlacement):
         in_other = [v for v in op.operands
                     if isinstance(v.owner, Operation) and v.owner in self.groups.members
                     and self.groups.root_of(v.owner) == other.root]
-        why = view_problem(self.groups, mine, other, self.short)
+        why = view_problem(self.groups, mine, other, self.short) or \
+            prologue_problem(self.groups, mine, other)
         if why is not None:
             return why
         if op.info.fusion in (Fusion.OPAQUE, Fusion.LAYOUT):

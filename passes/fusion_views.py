@@ -76,6 +76,26 @@ def root_problem(mine: Group, other: Group, space: Space) -> str | None:
     return None
 
 
+def prologue_problem(groups: Groups, mine: Group, other: Group) -> str | None:
+    """Why the groups' merge would give a matmul root an elementwise prologue (rule 9: it reads
+    its operands whole, so only input views and values computed once per kernel may produce them
+    inside its kernel), or None. Checked on every merge: a concat joining siblings or an epilogue
+    reading both the matmul and its operand would otherwise pull the operand's op in."""
+    for a, b in ((mine, other), (other, mine)):
+        if not a.matmul:
+            continue
+        for m in a.members:
+            if not (isinstance(m, LaminaOp) and m.info.row_tiled):
+                continue
+            for v in m.operands:
+                p = v.owner
+                if isinstance(p, Operation) and p not in groups.input_views and \
+                        p not in groups.hoisted and groups.in_group(p, b):
+                    return ("a matmul reads its operands whole, so an elementwise prologue stays "
+                            "its own kernel")
+    return None
+
+
 def view_problem(groups: Groups, mine: Group, other: Group,
                  name: Callable[[Operation], str]) -> str | None:
     """Why the groups may not merge under rule 8 (layout ops only at a kernel's edges), or None."""
@@ -184,7 +204,7 @@ class LayoutPlacement:
                 why = f"different iteration spaces ({g.space} vs {base_now.space})"
             else:
                 why = view_problem(self.groups, base_now, g, self.short) or root_problem(
-                    base_now, g, base_now.space)
+                    base_now, g, base_now.space) or prologue_problem(self.groups, base_now, g)
             if why is None:
                 through = self.groups.merge(g, base_now, base_now.space, None, siblings=True)
                 if through is not None:

@@ -326,17 +326,16 @@ def test_sample_checks_on_compiled_backend(path: str, entry: str,
     """`lamina-run SAMPLE --backend compiled -p fuse-elementwise --check --explain` exits 0 on
     every sample function (placed ones propagated and given collectives first, as in
     test_samples), and every fused kernel of an unplaced one was compiled (no explain line)
-    unless it is one the generator documents it cannot compile: a kernel rooted at a matmul (its
-    row has no scalar form; BLAS runs it on the NumPy tile loop) or one writing its outputs
-    through layout ops. A placed program runs every device on the interpreter, its fused
-    kernels included."""
+    unless it is one the generator documents it cannot compile: one writing its outputs through
+    layout ops (a kernel rooted at a matmul compiles its epilogue after one BLAS call). A placed
+    program runs every device on the interpreter, its fused kernels included."""
     pipeline = ("propagate-sharding,insert-collectives," if _placed(path) else "") + \
         "fuse-elementwise"
     rc = run_main([path, "--entry", entry, "-p", pipeline, "--backend", "compiled",
                    "--check", "--explain", "--stats-json", "-"])
     out, err = capsys.readouterr()
     assert rc == 0, err
-    documented = ("lamina.matmul: its row has no scalar form", "through layout ops")
+    documented = ("through layout ops",)
     lines = [ln for ln in err.splitlines() if "[backend compiled]" in ln]
     assert all(any(d in ln for d in documented) for ln in lines), err
     stats = json.loads(out[out.index("{"):])
@@ -354,10 +353,9 @@ def _property(prog, threads: bool) -> None:
     assert_close(m, got, want)
     # every kernel compiles, except those the backend documents it falls back on, each with its
     # explain line: a composite normalizing over only part of its group's row (softmax along
-    # axis 0 in a group whose row is the whole tensor), a kernel rooted at a matmul (BLAS runs
-    # it on the NumPy tile loop) and one writing outputs through layout ops
-    documented = ("a reduction over dims", "lamina.matmul: its row has no scalar form",
-                  "through layout ops")
+    # axis 0 in a group whose row is the whole tensor) and one writing outputs through layout ops
+    # (a kernel rooted at a matmul runs its BLAS call, then compiles its epilogue)
+    documented = ("a reduction over dims", "through layout ops")
     assert all(any(d in line for d in documented) for line in got.explain), got.explain
     assert len(got.stats.get("compiled", {"fallbacks": []})["fallbacks"]) == len(got.explain)
     if threads:   # more chunks than rows per chunk, on 2 threads: the same bits

@@ -1,10 +1,11 @@
 """fuse-attention: the pass (matches, refusals, explain, idempotence, round trip) and the
 interpreter's flash-style kernel (fused == unfused within float tolerance, dropout masks the
-global ones, one kernel's statistics and working set); the other backends run the fused body."""
+global ones, one kernel's statistics and working set, key blocks a mask removes whole skipped
+only where that changes no bit); the other backends run the fused body."""
 
 from __future__ import annotations
 
-import math
+from functools import partial
 
 import lamina
 import lamina.backends.numpy.fused as fused_exec
@@ -16,7 +17,7 @@ from lamina.analysis.fusion import fused_least_tiles
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import RunOptions, find_entry
-from lamina.backends.numpy.attention import block_sizes
+from lamina.backends.numpy.attention import block_sizes, run_attention
 from lamina.backends.numpy.runner import ExecutionObserver, run_function
 from lamina.ir.fused import FusedOp
 from lamina.ir.source import make_context, parse_text, verify
@@ -188,7 +189,8 @@ def test_a_mask_used_outside_stays_outside_as_an_input() -> None:
 
 
 def test_block_sizes_follow_tile_bytes() -> None:
-    assert block_sizes(1024, 1024, 4, None) == (512, 256)
+    assert block_sizes(1024, 1024, 4, None) == (512, 512)
+    assert block_sizes(1024, 1024, 4, 512 * 1024) == (512, 256)
     assert block_sizes(16, 16, 4, 64) == (4, 4)
     assert block_sizes(3, 5, 4, 1) == (1, 1)
     assert block_sizes(8, 2, 4, 4096) == (8, 2)
@@ -291,6 +293,142 @@ def test_later_passes_keep_the_kernel() -> None:
     assert_close(run(m, inputs).outputs[0], run(ref, inputs).outputs[0])
 
 
+# ---- skipping key blocks a mask removes whole -----------------------------------------------------
+
+NEG_INF = "0xFF800000"
+
+
+def masked_text(lead: tuple[int, ...], tq: int, tk: int, dh: int, dv: int, rate: float | None,
+                fill: str = "-1.0e+09", flip: bool = False) -> str:
+    """`attention_text`'s causal program with fill `fill`; `flip` writes the same mask as
+    `select(rows < cols, fill, scores)`, the scores the false branch."""
+    text = attention_text(lead, tq, tk, dh, dv, causal=True, rate=rate).replace("-1.0e+09", fill)
+    if flip:
+        pre = "x".join(map(str, lead)) + "x" if lead else ""
+        s_t = f"tensor<{pre}{tq}x{tk}xf32>"
+        old = (f"select %mask, %scaled, %neg : (tensor<{tq}x{tk}xi1>, {s_t}, tensor<f32>)")
+        assert old in text
+        text = text.replace("lamina.ge %rows", "lamina.lt %rows").replace(
+            old, f"select %mask, %neg, %scaled : (tensor<{tq}x{tk}xi1>, tensor<f32>, {s_t})")
+    return text
+
+
+def run_unskipped(m, inputs, tiles: int | None):
+    """The fused program with every key block run: the reference skipping must equal."""
+    return run(m, inputs, RunOptions(tile_bytes=tiles),
+               runners={FusedOp: partial(run_attention, skip=False)})
+
+
+def skipped(res) -> int:
+    return res.stats.get("attention_blocks_skipped", 0)
+
+
+def assert_same(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal element for element: -0.0 == 0.0, nan where the other has nan."""
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+@settings(max_examples=scaled(0.3), deadline=None)
+@given(lead=st.sampled_from([(), (2,), (2, 2)]), tq=st.integers(1, 24), tk=st.integers(1, 24),
+       dh=st.integers(1, 5), dv=st.integers(1, 5), rate=st.sampled_from([None, 0.25]),
+       fill=st.sampled_from(["-1.0e+09", NEG_INF]), flip=st.booleans(),
+       tiles=st.sampled_from([16, 64, 256, None]), seed=st.integers(0, 3))
+def test_skipping_changes_no_bit(lead, tq, tk, dh, dv, rate, fill, flip, tiles, seed) -> None:
+    """Causal programs (Tq != Tk shifts the diagonal: rows masked whole when Tq > Tk) give the
+    result of running every key block exactly, and the unfused one within tolerance. (Not
+    compared with unfused: -inf rows masked whole under dropout, nan in the unfused softmax
+    that dropout zeroes in places, nan throughout in the kernel, skipping or not.)"""
+    text = masked_text(lead, tq, tk, dh, dv, rate, fill, flip)
+    _, ref = parse(text)
+    m = fuse(text)
+    inputs = random_inputs(find_entry(ref, None), seed)
+    got = run(m, inputs, RunOptions(tile_bytes=tiles))
+    assert_same(got.outputs[0], run_unskipped(m, inputs, tiles).outputs[0])
+    if not (fill == NEG_INF and rate is not None and tq > tk):
+        assert_close(got.outputs[0], run(ref, inputs).outputs[0])
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_skipping_happens_on_a_causal_program(flip: bool) -> None:
+    """8 x 8 blocks of 8 x 8 scores: the 28 above the diagonal are skipped, per leading index."""
+    assert block_sizes(64, 64, 4, 256) == (8, 8)
+    text = masked_text((2,), 64, 64, 8, 8, 0.1, flip=flip)
+    m = fuse(text)
+    inputs = random_inputs(find_entry(m, None), 0)
+    got = run(m, inputs, RunOptions(tile_bytes=256))
+    assert skipped(got) == 2 * 28
+    assert skipped(run_unskipped(m, inputs, 256)) == 0
+    assert_same(got.outputs[0], run_unskipped(m, inputs, 256).outputs[0])
+
+
+def whole_row_masked(fill: str) -> str:
+    """16 x 16 causal scores whose row 0 masks every key (its diagonal moved to -1)."""
+    return masked_text((2,), 16, 16, 4, 4, None, fill).replace("dense<[[0], [1],",
+                                                               "dense<[[-1], [1],")
+
+
+@pytest.mark.parametrize("fill", ["-1.0e+09", NEG_INF])
+def test_a_row_masked_whole_falls_back_and_matches_unfused(fill: str) -> None:
+    """-1e9: the unfused row is uniform over all keys, so its blocks must run; -inf: nan. The
+    other query blocks still skip."""
+    text = whole_row_masked(fill)
+    _, ref = parse(text)
+    m = fuse(text)
+    inputs = random_inputs(find_entry(ref, None), 0)
+    got, want = run(m, inputs, RunOptions(tile_bytes=64)), run(ref, inputs).outputs[0]
+    assert skipped(got) > 0
+    out = got.outputs[0]
+    assert_same(out, run_unskipped(m, inputs, 64).outputs[0])
+    assert_close(out, want)
+    if fill == NEG_INF:
+        assert np.isnan(out[:, 0]).all() and not np.isnan(out[:, 1:]).any()
+    else:
+        assert_close(out[:, 0], np.broadcast_to(inputs[2].mean(axis=-2), out[:, 0].shape))
+
+
+def test_non_finite_v_in_a_masked_block_is_nan_as_unfused() -> None:
+    """0 * inf and 0 * nan are nan in the unfused p @ v: a masked-away key with such a value
+    makes every row nan, so its block must run; blocks of finite keys still skip."""
+    text = masked_text((2,), 16, 16, 4, 4, None)
+    _, ref = parse(text)
+    m = fuse(text)
+    q, kt, v = random_inputs(find_entry(ref, None), 0)
+    v[0, 13, 1], v[1, 14, 2] = np.inf, np.nan
+    got, want = run(m, [q, kt, v], RunOptions(tile_bytes=64)), run(ref, [q, kt, v]).outputs[0]
+    assert skipped(got) > 0 and np.isnan(want[0, :13, 1]).all()
+    assert_same(got.outputs[0], run_unskipped(m, [q, kt, v], 64).outputs[0])
+    assert_same(np.isnan(got.outputs[0]), np.isnan(want))
+    assert_close(got.outputs[0], want)
+
+
+def test_scores_near_the_fill_are_not_skipped_over() -> None:
+    """Scores within ~100 of -1e9: exp(F - m) is not 0, so blocks the mask removes still count
+    in the unfused softmax and must run (in f32, 1e9 is exact and its ulp is 64)."""
+    text = masked_text((2,), 16, 16, 2, 4, None)
+    _, ref = parse(text)
+    m = fuse(text)
+    q, kt, v = random_inputs(find_entry(ref, None), 0)
+    q[..., 0], kt[..., 0, :] = 1.0, -8.0e9                 # 0.125 * -8e9 = -1e9
+    q[..., 1], kt[..., 1, :] = 1.0, np.linspace(-800, 800, 16, dtype=np.float32)
+    got = run(m, [q, kt, v], RunOptions(tile_bytes=64))
+    want = run(ref, [q, kt, v]).outputs[0]
+    assert_same(got.outputs[0], run_unskipped(m, [q, kt, v], 64).outputs[0])
+    np.testing.assert_allclose(got.outputs[0], want, rtol=1e-4, atol=1e-5)
+    assert not np.isclose(want[0, 0], v[0, 0]).all()      # row 0 is not its one key alone
+
+
+def test_a_prob_op_that_makes_zeros_nan_turns_skipping_off() -> None:
+    """p * inf: the unfused program's masked zeros become nan (0 * inf), so nothing is skipped."""
+    text = attention_text((2,), 16, 16, 4, 4, causal=True, rate=None, post_scale=True) \
+        .replace("dense<0.5>", "dense<0x7F800000>")
+    _, ref = parse(text)
+    m = fuse(text)
+    inputs = random_inputs(find_entry(ref, None), 0)
+    got = run(m, inputs, RunOptions(tile_bytes=64))
+    assert "attention_blocks_skipped" not in got.stats
+    assert_same(got.outputs[0], run(ref, inputs).outputs[0])
+
+
 # ---- refusals, idempotence, round trip -----------------------------------------------------------
 
 @pytest.mark.parametrize("kw, reason", [
@@ -349,18 +487,3 @@ def test_jax_runs_the_body_inline() -> None:
     got = lamina.run(m, inputs, backend="jax").outputs
     for name, w in want.items():
         assert_close(np.asarray(got[name]), w)
-
-
-def test_compiled_backend_falls_back_with_one_explain_line() -> None:
-    pytest.importorskip("numba")
-    from lamina.backends.compiled.backend import CompiledBackend
-
-    m = fuse(attention_text((2,), 8, 8, 4, 4, causal=True, rate=0.3))
-    inputs = random_inputs(find_entry(m, None), 0)
-    want = run(m, inputs)
-    got = run(m, inputs, runners=CompiledBackend.op_runners)
-    assert np.array_equal(got.outputs[0], want.outputs[0])     # the same kernel
-    (line,) = got.explain
-    assert line.startswith("[backend compiled] t.mlir:") and "\"attention\"" in line
-    assert got.stats["compiled"]["fallbacks"] and want.explain == []
-    assert math.prod(got.outputs[0].shape) == 2 * 8 * 4

@@ -157,6 +157,44 @@ def test_no_cycle_through_matmul():
     check_same(CYCLE)
 
 
+# a matmul's operand computed by elementwise ops that a later op also reads: a concat joining
+# both, or an epilogue reading both, must not pull the prologue into the matmul's kernel (found
+# by the property test: with small tiles the kernel sliced the matmul's right operand by rows)
+PROLOGUE_VIA_CONCAT = """
+func.func @f(%x: tensor<6x6xf32>) -> tensor<12x6xf32> {
+  %a = lamina.neg %x : tensor<6x6xf32>
+  %b = lamina.exp %a : tensor<6x6xf32>
+  %m = lamina.matmul %b, %b : tensor<6x6xf32>
+  %c = lamina.concat %m, %b {dim = -2 : i64} : (tensor<6x6xf32>, tensor<6x6xf32>) -> tensor<12x6xf32>
+  func.return %c : tensor<12x6xf32>
+}
+"""
+PROLOGUE_VIA_EPILOGUE = """
+func.func @f(%x: tensor<6x6xf32>, %w: tensor<6x6xf32>) -> tensor<6x6xf32> {
+  %a = lamina.neg %x : tensor<6x6xf32>
+  %b = lamina.exp %a : tensor<6x6xf32>
+  %m = lamina.matmul %w, %b : tensor<6x6xf32>
+  %y = lamina.add %m, %b : tensor<6x6xf32>
+  func.return %y : tensor<6x6xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("text", [PROLOGUE_VIA_CONCAT, PROLOGUE_VIA_EPILOGUE],
+                         ids=["concat", "epilogue"])
+def test_a_matmul_never_gets_an_elementwise_prologue(text: str) -> None:
+    ctx, m = parse(text)
+    log = ExplainLog("fuse-elementwise")
+    FuseElementwise().run(ctx, m, log)
+    verify(m)
+    for f in fused_ops(m):
+        names = [o.name for o in f.body.block.ops]
+        assert not ("lamina.matmul" in names and "lamina.exp" in names), names
+    assert any("an elementwise prologue stays its own kernel" in line for line in log.lines)
+    for tiles in (None, 64):
+        check_same(text, options=RunOptions(tile_bytes=tiles))
+
+
 def test_matmul_epilogue_and_the_cycle_it_leaves():
     """With a weight matrix the matmul roots a kernel: the add that reads it joins as its
     epilogue, and exp (which the matmul reads whole) stays apart: fusing it would close the

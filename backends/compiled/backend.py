@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import lamina.backends.compiled.attention  # noqa: F401  (registers the attention kind's runner)
 from lamina.backends.compiled.fused import run_fused_compiled
 from lamina.backends.interface import Feature
 from lamina.backends.numpy.backend import NumpyBackend

@@ -8,6 +8,9 @@ chunks of rows on the interpreter's thread pool; a chunk is rows, each computed 
 result bit depends on the thread count. Rows the kernel flags (a form's `require` failed, dropout
 indices crossing 2**32) are recomputed by the interpreter's tile loop, one row per tile.
 
+A kernel rooted at a matmul is split first (`matmul_root`): one BLAS call over every row, then
+its epilogue compiled as above.
+
 A body the generator cannot compile runs on the interpreter's tile loop instead, with one line
 in `RunResult.explain` naming the op and the reason; `--stats-json` has the counts under
 `compiled` (`kernels_compiled` in this process, `kernels_loaded` from the disk cache,
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from io import StringIO
 from typing import Any
@@ -26,6 +30,7 @@ import numpy as np
 from lamina.analysis.fusion import iteration_domain
 from lamina.backends.compiled.cache import KERNELS, Kernel
 from lamina.backends.compiled.emit import Generated, Layout, Output, generate
+from lamina.backends.compiled.matmul_root import split_root
 from lamina.backends.compiled.trace import CannotCompile, Domain, Sym, Tracer
 from lamina.backends.interface import RunOptions
 from lamina.backends.numpy import fused as tiles
@@ -169,7 +174,8 @@ def _trace(plan: FusedPlan) -> _Traced:
     return t
 
 
-def _body_text(op: FusedOp) -> str:
+def body_text(op: FusedOp) -> str:
+    """The body's text: what a kernel's source and its caches are keyed by."""
     out = StringIO()
     Printer(stream=out).print_region(op.body)
     return out.getvalue()
@@ -196,13 +202,6 @@ def _compact(w: np.ndarray, rank: int, lay: Layout, groups: tuple[tuple[int, ...
 
 def _arg_type(a: np.ndarray, readonly: bool) -> Any:
     return nbt.Array(from_dtype(a.dtype), a.ndim, "C", readonly=readonly)
-
-
-def _explain(ctx: RunContext, op: Operation, reason: str) -> None:
-    loc = op_loc(op)
-    where = f"{loc}: " if loc is not None else ""
-    ctx.explain.append(f"[backend compiled] {where}lamina.fused not compiled: {reason}; it runs "
-                       f"on the NumPy tile loop")
 
 
 def _stats(ctx: RunContext) -> dict[str, Any]:
@@ -254,7 +253,7 @@ def _recipe_key(plan: FusedPlan) -> tuple[Any, ...]:
     first: dict[int, int] = {}
     layout = tuple((w.shape, w.strides, w.dtype.str, first.setdefault(id(w), k))
                    for k, w in enumerate(plan.env.values()))
-    return (_body_text(plan.op), layout)
+    return (body_text(plan.op), layout)
 
 
 def _recipe(plan: FusedPlan) -> _Recipe:
@@ -303,12 +302,9 @@ def prepare(plan: FusedPlan) -> CompiledCall:
     return CompiledCall(kernel, reused, rows, T, ins + outs, space.rows // rows)
 
 
-def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
-    """Compute the plan's steps with its compiled kernel, and the rows it flags with the
-    interpreter's tile loop; CannotCompile when the generator cannot compile the body."""
-    if not plan.steps:
-        return
-    call = prepare(plan)
+def count_kernel(ctx: RunContext, call: CompiledCall) -> dict[str, Any]:
+    """Count `call`'s kernel in the run's `compiled` statistics (compiled, loaded from disk or
+    reused in memory, and the seconds it took); returns those statistics."""
     stats = _stats(ctx)
     k = call.kernel
     if call.reused:
@@ -319,6 +315,26 @@ def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
     else:
         stats["kernels_loaded"] += 1
         stats["load_seconds"] += k.seconds
+    return stats
+
+
+def explain_fallback(ctx: RunContext, op: Operation, reason: str, runs_on: str) -> None:
+    """Record a kernel the backend did not compile: the reason in `compiled.fallbacks` and one
+    explain line naming the op, the reason and what runs it instead."""
+    _stats(ctx)["fallbacks"].append(reason)
+    loc = op_loc(op)
+    where = f"{loc}: " if loc is not None else ""
+    ctx.explain.append(f"[backend compiled] {where}lamina.fused not compiled: {reason}; it runs "
+                       f"on {runs_on}")
+
+
+def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
+    """Compute the plan's steps with its compiled kernel, and the rows it flags with the
+    interpreter's tile loop; CannotCompile when the generator cannot compile the body."""
+    if not plan.steps:
+        return
+    call = prepare(plan)
+    stats = count_kernel(ctx, call)
     bad = np.flatnonzero(call.run(ctx.options))
     if bad.size:
         rows = (bad[:, None] * call.per_row + np.arange(call.per_row)).ravel()
@@ -343,23 +359,28 @@ def _run_chunks(entry: Any, rows: int, T: int, index_base: int, flags: np.ndarra
     tiles.run_workers(worker, nthreads)
 
 
+# kinds this backend runs its own way (`lamina.backends.compiled.attention` adds "attention")
+OWN_RUNNERS: dict[str, Callable[[Operation, list[np.ndarray | None], RunContext],
+                                list[np.ndarray]]] = {}
+
+
 def run_fused_compiled(op: Operation, args: list[np.ndarray | None],
                        ctx: RunContext) -> list[np.ndarray]:
     """The compiled backend's runner for `lamina.fused` (see the module docstring)."""
     assert isinstance(op, FusedOp)
+    if (own := OWN_RUNNERS.get(op.fusion_kind)) is not None:
+        return own(op, args, ctx)
     if (own := tiles.KIND_RUNNERS.get(op.fusion_kind)) is not None:
-        reason = f"the \"{op.fusion_kind}\" kind has no row-loop form"
-        _stats(ctx)["fallbacks"].append(reason)
-        ctx.explain.append(f"[backend compiled] {op_loc(op) or op.name}: lamina.fused not "
-                           f"compiled: {reason}; it runs on the NumPy interpreter's own kernel")
+        explain_fallback(ctx, op, f"the \"{op.fusion_kind}\" kind has no row-loop form",
+                         "the NumPy interpreter's own kernel")
         return own(op, args, ctx)
     plan = plan_fused(op, args, min_rows=1)
+    plan = split_root(plan) or plan
     try:
         with np.errstate(all="ignore"):
             run_compiled(plan, ctx)
     except CannotCompile as e:
-        _stats(ctx)["fallbacks"].append(str(e))
-        _explain(ctx, op, str(e))
+        explain_fallback(ctx, op, str(e), "the NumPy tile loop")
         run_tiles(plan, ctx.options)
     outs = tiles.fused_results(plan)
     tiles.record_fused_stats(ctx.stats, plan, args, outs)

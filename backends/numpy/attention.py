@@ -20,17 +20,29 @@ Position-dependent ops (dropout) get the block's place in the global scores (`Ca
 their masks are the global ones bit for bit, whatever the block sizes. Side values (constants, a
 causal mask) are computed once per kernel on whole arrays and sliced per block.
 
-No key block is skipped, even where a causal mask removes it whole: the usual masks write a large
-negative number (-1e9) rather than -inf, and a row whose keys are all masked is a uniform
-distribution over all its keys in the unfused program; skipping blocks would drop those keys,
-so it is not exact for the programs this kernel must match.
+Skipping key blocks, exactly. When the last score op masks with a one-element fill F
+(`lamina.ir.attention.masked_fill`: `select(mask, scores, F)`, a causal mask writing -1e9 or
+-inf), a key block whose mask block selects F everywhere holds only F, and running it changes
+nothing when all of these hold, so it is skipped (`_Skip`):
+- every row's running max m is finite, so a block has run (m starts at -inf): a leading block
+  of all F would start a uniform row whose accumulator must stay finite for a later alpha = 0
+  to wipe it, and proving that costs the work skipped, so leading blocks run;
+- F - m is below log(smallest subnormal) - 4 in every row, so e = exp(F - m) is exactly 0 in
+  the compute type (with room for exp's rounding), m' = m and alpha = 1;
+- every prob op maps a zero block to zeros (checked once per kernel on its side values: a
+  multiplication by inf or a division by 0 would make the skipped zeros nan), and v is finite
+  over the block's keys (0 * inf is nan), so e @ v adds zeros to the accumulator.
+Then l and acc are unchanged bit for bit, except that a zero of acc may flip its sign. Any block
+failing a condition runs as before (rows masked whole, scores near F, non-finite v all do).
+Skipped blocks are counted in `stats.extra["attention_blocks_skipped"]`.
 
 Block sizes: one block of scores holds about `RunOptions.tile_bytes` bytes (ATTENTION_TILE_BYTES
 without it); tests use tiny tiles to force many blocks. Blocks (leading index, query rows) run on
 the fused executor's thread pool, each computed the same way on any thread.
 
 Statistics: one kernel; its bytes are its distinct inputs and its result; the working set it
-reports is one worker's block buffers plus the side values it computed.
+reports is one worker's block buffers plus the side values it computed. Skipping changes none of
+these, nor the flops (the body's, every block counted).
 """
 
 from __future__ import annotations
@@ -52,7 +64,7 @@ from lamina.backends.numpy.runner import (
     make_call,
     run_kernel,
 )
-from lamina.ir.attention import AttentionParts, attention_parts
+from lamina.ir.attention import AttentionParts, attention_parts, masked_fill
 from lamina.ir.dtypes import STORAGE, to_storage
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp
@@ -60,10 +72,18 @@ from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.shapes import TensorInfo
 from xdsl.ir import Operation, SSAValue
 
-# Bytes of one block of scores. 512 KiB, the fused executor's tile size (measured there for L2/L3
-# residency), gives blocks of 512 query rows x 256 keys in f32: few enough NumPy calls per block
-# that the per-call cost is spread, small enough that a block's few buffers stay in cache.
-ATTENTION_TILE_BYTES = 512 * 1024
+# Bytes of one block of scores: 1 MiB, 512 x 512 in f32. Smaller query blocks skip more of a
+# causal mask (at T=1024: 1 of 4 blocks; 2 of 8 at 512 x 256, 6 of 16 at 256 x 256) but pay
+# NumPy's per-call cost more often, and with two workers they cost more CPU time too (406 vs 370
+# ms at 256 vs 1024 KiB with dropout; why, unmeasured). Measured on the shared 2-core machine (L2
+# 2 MiB per core, L3 32 MiB), B=2 H=16 T=1024 Dh=64 f32, fused kernel alone, medians of 9
+# interleaved runs at load ~2, 256 / 512 / 1024 KiB: with dropout 263 / 226 / 197 ms, without 121
+# / 108 / 100 ms (one thread: 323 / 312 / 317 and 166 / 191 / 170, a tie); the GPT-2 block's
+# attention, medians of 5, 133 / 122 / 140 and 143 / 126 / 129 ms in two runs, 103 on a repeat
+# (the old 512 KiB default without skipping: 128-177). 2 MiB (1024 x 512, nothing skipped at
+# T=1024) was slower, 128 KiB (256 x 128) too. At load 3+ (one core in effect) the three sizes
+# were within noise, 256 KiB a little ahead.
+ATTENTION_TILE_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -77,6 +97,17 @@ class _Step:
     operands: list[TensorInfo | None]
     result: TensorInfo
     sources: list[tuple[str, np.ndarray | None]]
+
+
+@dataclass
+class _Skip:
+    """What deciding that a key block holds only the fill needs (module docstring)."""
+
+    mask: np.ndarray        # the select's condition, the scores' rank
+    fill_when: bool         # the condition's value that selects the fill
+    fill: np.ndarray        # 0-d: the fill as the blocks hold it, in the compute type
+    limit: np.ndarray       # 0-d: exp of anything below it is 0 in the compute type
+    v_finite: np.ndarray    # lead + (key blocks,): v finite over the block's keys
 
 
 @dataclass
@@ -96,6 +127,7 @@ class _Kernel:
     bk: int
     out: np.ndarray                      # lead + (Tq, Dv), written block by block
     dtype: str                           # its element type
+    skip: _Skip | None = None            # how to skip key blocks of only the fill, if any may be
 
     @property
     def nl(self) -> int:
@@ -110,7 +142,8 @@ def block_sizes(tq: int, tk: int, itemsize: int, tile_bytes: int | None) -> tupl
     return max(1, min(tq, n // bk)), bk
 
 
-def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext) -> _Kernel:
+def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext, skip: bool = True
+             ) -> _Kernel:
     block = op.body.block
     parts = attention_parts(block)
     env: dict[SSAValue, np.ndarray] = {}
@@ -133,7 +166,52 @@ def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext) -> _Ke
     out = np.empty(res.shape, dtype=STORAGE[res.dtype])
     scores = _steps(parts.scores, parts.qk.results[0], env, len(shape))
     probs = _steps(parts.probs, parts.softmax.results[0], env, len(shape))
-    return _Kernel(parts, scores, probs, env, shape, q, kt, v, cdt, bq, bk, out, res.dtype)
+    k = _Kernel(parts, scores, probs, env, shape, q, kt, v, cdt, bq, bk, out, res.dtype)
+    if skip:
+        k.skip = _skip_plan(k, env[parts.pv.operands[1]])
+    return k
+
+
+def _skip_plan(k: _Kernel, v: np.ndarray) -> _Skip | None:
+    """How to skip key blocks of only the fill (module docstring); None when no block may be
+    skipped: no masking select last, no keys, or a prob op that does not keep zeros zero."""
+    mf = masked_fill(k.parts)
+    tk = k.shape[-1]
+    if mf is None or tk == 0 or not all(_keeps_zero(k, st) for st in k.probs):
+        return None
+    sel = k.scores[-1]
+    mask = sel.sources[0][1]
+    assert mask is not None
+    fill_when = mf.chain_slot == 2
+    one = (1,) * len(k.shape)
+    chain_t = sel.operands[mf.chain_slot]
+    assert chain_t is not None
+    xs: list[np.ndarray | None] = [np.full(one, fill_when).astype(mask.dtype),
+                                   None, None]
+    xs[mf.chain_slot] = np.zeros(one, dtype=STORAGE[chain_t.dtype])
+    xs[3 - mf.chain_slot] = sel.sources[3 - mf.chain_slot][1]
+    fill = sel.fn(xs, Call(sel.attrs, sel.operands, sel.result)).astype(k.cdt).reshape(())
+    limit = np.log(np.finfo(k.cdt).smallest_subnormal) - k.cdt.type(4)
+    finite = np.isfinite(v).all(axis=-1)                       # ... x Tk
+    per_block = np.logical_and.reduceat(finite, np.arange(0, tk, k.bk), axis=-1)
+    v_finite = np.broadcast_to(per_block, k.shape[:-2] + per_block.shape[-1:])
+    return _Skip(mask, fill_when, fill, np.asarray(limit, dtype=k.cdt), v_finite)
+
+
+def _keeps_zero(k: _Kernel, st: _Step) -> bool:
+    """Whether prob op `st` maps zeros to zeros, on every combination of its side values' elements
+    (a zero block the shape of their broadcast, placed at the scores' origin)."""
+    sides = [w.shape for kind, w in st.sources if kind == "side" and w is not None]
+    shape = np.broadcast_shapes((1,) * len(k.shape), *sides)
+    xs: list[np.ndarray | None] = []
+    for (kind, w), t in zip(st.sources, st.operands, strict=True):
+        if kind == "chain":
+            assert t is not None
+            xs.append(np.zeros(shape, dtype=STORAGE[t.dtype]))
+        else:
+            xs.append(w)
+    out = st.fn(xs, Call(st.attrs, st.operands, st.result, Block(k.shape, (0,) * len(shape))))
+    return bool(np.all(out == 0))
 
 
 def _steps(ops: list[LaminaOp], chain: SSAValue, env: dict[SSAValue, np.ndarray], rank: int
@@ -178,9 +256,21 @@ def _apply(k: _Kernel, steps: list[_Step], x: np.ndarray, idx: tuple[int, ...], 
     return x
 
 
-def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> int:
+def _skippable(k: _Kernel, sk: _Skip, m: np.ndarray, idx: tuple[int, ...], rows: slice,
+               keys: slice) -> bool:
+    """Whether running key block `keys` after blocks that left running max `m` would change
+    nothing (module docstring): cheapest tests first, the mask block last."""
+    if not sk.v_finite[idx][keys.start // k.bk]:
+        return False
+    if not (np.isfinite(m).all() and (sk.fill - m < sk.limit).all()):
+        return False
+    blk = _side_block(k, sk.mask, idx, rows, keys)
+    return bool(blk.all()) if sk.fill_when else not blk.any()
+
+
+def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> tuple[int, int]:
     """One block of query rows of one leading index, over every key block; the bytes of the
-    block buffers it held at most."""
+    block buffers it held at most and how many key blocks it skipped."""
     p = k.parts
     tq, tk = k.shape[-2:]
     rows = slice(i0, min(tq, i0 + k.bq))
@@ -192,9 +282,12 @@ def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> int:
     acc = np.zeros((bi, dv), dtype=k.cdt)
     qk_call, pv_call = make_call(p.qk), make_call(p.pv)
     lead1 = (1,) * k.nl
-    held = 0
+    held = skipped = 0
     for j0 in range(0, tk, k.bk):
         keys = slice(j0, min(tk, j0 + k.bk))
+        if k.skip is not None and _skippable(k, k.skip, m, idx, rows, keys):
+            skipped += 1
+            continue
         s = kernel(p.qk.info)([q, k.kt[idx][:, keys]], qk_call)
         x = _apply(k, k.scores, s.reshape(lead1 + s.shape), idx, rows, keys)
         xb = x.reshape(s.shape).astype(k.cdt, copy=False)
@@ -212,45 +305,54 @@ def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> int:
                    + ctx_part.nbytes + 3 * acc.nbytes + 4 * m.nbytes)
     # no keys: an empty contraction is 0
     k.out[idx][rows] = to_storage(acc / s_sum, k.dtype) if tk else 0
-    return held
+    return held, skipped
 
 
-def _run_blocks(k: _Kernel, ctx: RunContext) -> int:
-    """Every (leading index, query block) on the pool; the largest worker's block buffers."""
+def _run_blocks(k: _Kernel, ctx: RunContext) -> tuple[int, int]:
+    """Every (leading index, query block) on the pool; the largest worker's block buffers and
+    the key blocks skipped in all."""
     tq = k.shape[-2]
     tasks = [(idx, i0) for idx in np.ndindex(*k.shape[:-2]) for i0 in range(0, tq, k.bq)]
     if not tasks or tq == 0:
-        return 0
+        return 0, 0
     counter: Iterator[int] = itertools.count()
+    skipped: list[int] = []
 
     def worker() -> int:
-        held = 0
+        held = n_skipped = 0
         with np.errstate(all="ignore"):
             while (t := next(counter)) < len(tasks):
-                held = max(held, _query_block(k, *tasks[t]))
+                h, s = _query_block(k, *tasks[t])
+                held, n_skipped = max(held, h), n_skipped + s
+        skipped.append(n_skipped)   # one append per worker (atomic under the GIL)
         return held
 
     n = tile_threads(ctx.options, math.prod(k.shape), len(tasks))
     with one_blas_thread():   # the blocks' small matmuls run on the kernel's own threads
-        return run_workers(worker, n)
+        held = run_workers(worker, n)
+    return held, sum(skipped)
 
 
-def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext
-                  ) -> list[np.ndarray]:
-    """The NumPy interpreter's runner for `lamina.fused "attention"` (module docstring)."""
+def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext,
+                  skip: bool = True) -> list[np.ndarray]:
+    """The NumPy interpreter's runner for `lamina.fused "attention"` (module docstring); with
+    `skip=False` every key block runs (what the tests compare skipping with)."""
     assert isinstance(op, FusedOp)
     with np.errstate(all="ignore"):
-        k = _prepare(op, args, ctx)
-    held = _run_blocks(k, ctx)
+        k = _prepare(op, args, ctx, skip)
+    held, skipped = _run_blocks(k, ctx)
     outs = [k.out]
-    _record_stats(op, args, outs, ctx)
+    record_stats(op, args, outs, ctx)
+    if k.skip is not None:
+        extra = ctx.stats.extra
+        extra["attention_blocks_skipped"] = extra.get("attention_blocks_skipped", 0) + skipped
     if ctx.observer is not None:
         side = sum(int(a.nbytes) for o in k.parts.side if (a := k.env[o.results[0]]).flags.owndata)
         ctx.observer.on_working_set(op, held + side)
     return outs
 
 
-def _record_stats(op: FusedOp, args: list[np.ndarray | None], outs: list[np.ndarray],
+def record_stats(op: FusedOp, args: list[np.ndarray | None], outs: list[np.ndarray],
                   ctx: RunContext) -> None:
     """One kernel whose traffic is its inputs and its result (the scores stay in the block)."""
     stats = ctx.stats

@@ -16,7 +16,7 @@ masks are the global ones bit for bit. The optional in-place fast paths are the 
 specializations (`OpInfo.ufunc`, `OpInfo.tile`, from `lamina.ir.numpy_kernels`, each checked bit
 for bit against the row's formula); any op without one runs its row's kernel on the tile, so
 correctness never depends on them. Fast paths share a worker's scratch
-buffers (`_Scratch`), so a tile's working set is its tile buffers plus two scratch tiles.
+buffers (`TileScratch`), so a tile's working set is its tile buffers plus two scratch tiles.
 
 Tiles run on one thread per core (`thread_count`), each thread with its own tile buffers and
 scratch, on a long-lived pool; a tile is computed the same way on any thread, so results never
@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
 from lamina.backends.interface import RunOptions
+from lamina.backends.numpy import result_pool
 from lamina.backends.numpy.fused_views import (
     BoxTiling,
     ViewPath,
@@ -113,7 +114,7 @@ def thread_count(options: RunOptions) -> int:
 _NATIVE = {"f32": np.float32, "f64": np.float64}
 
 
-class _Scratch:
+class TileScratch:
     """Per-worker scratch shared by every fast path of a kernel.
 
     Fast paths run one after another on a tile, and none keeps scratch contents from one call to
@@ -284,7 +285,7 @@ def plan_fused(op: FusedOp, args: Sequence[np.ndarray | None], min_rows: int = 2
     leaving = set(results)
     for st in steps:
         if st.op.results[0] in leaving:
-            st.out2d = np.empty((space.rows,) + st.tail, dtype=STORAGE[st.call.result.dtype])
+            st.out2d = result_pool.empty((space.rows,) + st.tail, STORAGE[st.call.result.dtype])
     paths, written = output_paths(results, views, slot_of)
     return FusedPlan(op, body, space, steps, slot_of, env, results, paths, written)
 
@@ -588,7 +589,7 @@ def _worker(job: _Job, tiles: Iterator[int], n_tiles: int) -> int:
     steps, tile_rows, rows, nl, paths, tiling = (job.steps, job.tile_rows, job.rows, job.nl,
                                                  job.paths, job.tiling)
     bufs = [np.empty(shape, dtype=dt) for shape, dt in job.buffers]
-    scratch = _Scratch()
+    scratch = TileScratch()
     plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch), st.sources,
              st.out2d, None if st.buffer is None else bufs[st.buffer], i)
             for i, st in enumerate(steps)]
@@ -695,7 +696,7 @@ def _generic(o: LaminaOp, st: Step, xs: list[np.ndarray | None], r0: int, tr: in
 # ---- in-place forms of the rows' formulas (f32 / f64 only, same arithmetic order) ---------------
 
 def _fast_path(o: LaminaOp, infos: list[TensorInfo | None], call: Call,
-               scratch: _Scratch) -> TileRun | None:
+               scratch: TileScratch) -> TileRun | None:
     """The row's in-place tile form (`OpInfo.ufunc` / `OpInfo.tile`), when its operands share one
     native float type; None runs the row's kernel on the tile instead."""
     info = o.info
