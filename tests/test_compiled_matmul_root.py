@@ -19,17 +19,12 @@ from lamina.backends.interface import RunOptions, RunResult, find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.fused import FusedOp
-from lamina.ir.source import make_context, parse_text, verify
-from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import scaled
+from test_compiled_backend import fused
 
 
 def _fused(text: str):
-    ctx = make_context()
-    m = parse_text(text, "t.mlir", ctx)
-    verify(m)
-    run_pipeline(ctx, m, build_pipeline("fuse-elementwise"))
-    verify(m)
+    m = fused(text)
     kinds = [o.fusion_kind for o in m.walk() if isinstance(o, FusedOp)]
     assert kinds == ["matmul"], kinds
     return m

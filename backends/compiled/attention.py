@@ -56,7 +56,7 @@ from lamina.backends.numpy.fused import (
     run_workers,
     tile_threads,
 )
-from lamina.backends.numpy.runner import RunContext, make_call, run_kernel
+from lamina.backends.numpy.runner import RunContext
 from lamina.ir.attention import AttentionParts, attention_parts, masked_fill, shape_of
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Call
@@ -199,13 +199,7 @@ def _prepare(op: FusedOp, args: list[np.ndarray | None]) -> _Kernel:
     tq, tk = shape[-2:]
     if tk > MAX_KEYS or tk == 0 or tq == 0:
         raise CannotCompile(f"rows of {tk} keys (the compiled form takes 1 to {MAX_KEYS})")
-    env: dict[SSAValue, np.ndarray] = {}
-    for a, x in zip(op.body.block.args, args, strict=True):
-        assert x is not None
-        env[a] = x
-    for o in parts.side:
-        env[o.results[0]] = run_kernel(o.info, [None if v is None else env[v]
-                                                for v in o.operand_slots()], make_call(o))
+    env = interp.side_env(op, parts, args)
     lead = shape[:-2]
     q, kt = (_dense(env[v], lead) for v in parts.qk.operands)
     v = _dense(env[parts.pv.operands[1]], lead)

@@ -142,17 +142,24 @@ def block_sizes(tq: int, tk: int, itemsize: int, tile_bytes: int | None) -> tupl
     return max(1, min(tq, n // bk)), bk
 
 
-def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext, skip: bool = True
-             ) -> _Kernel:
-    block = op.body.block
-    parts = attention_parts(block)
+def side_env(op: FusedOp, parts: AttentionParts, args: Sequence[np.ndarray | None]
+             ) -> dict[SSAValue, np.ndarray]:
+    """The kernel's block arguments and its side values (computed now, on whole arrays), by
+    value: what every block of scores slices its other operands from."""
     env: dict[SSAValue, np.ndarray] = {}
-    for a, x in zip(block.args, args, strict=True):
+    for a, x in zip(op.body.block.args, args, strict=True):
         assert x is not None
         env[a] = x
     for o in parts.side:
         env[o.results[0]] = run_kernel(o.info, [None if v is None else env[v]
                                                 for v in o.operand_slots()], make_call(o))
+    return env
+
+
+def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext, skip: bool = True
+             ) -> _Kernel:
+    parts = attention_parts(op.body.block)
+    env = side_env(op, parts, args)
     shape = tuple(parts.scores_shape)
     lead = shape[:-2]
     q, kt = (env[v] for v in parts.qk.operands)
