@@ -37,11 +37,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import lamina.backends.numpy.fused as fused_exec  # noqa: E402
 from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.compiled.backend import CompiledBackend  # noqa: E402
 from lamina.backends.interface import RunOptions, find_entry  # noqa: E402
 from lamina.backends.numpy.runner import run_function  # noqa: E402
+from lamina.backends.numpy.tile_threads import thread_count  # noqa: E402
 from lamina.ir import rng  # noqa: E402
 from lamina.ir.dtypes import tensor_dtype  # noqa: E402
 from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
@@ -364,7 +364,7 @@ def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], rep
 
 
 def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
-    nt = fused_exec.thread_count(RunOptions())
+    nt = thread_count(RunOptions())
     bw1 = copy_bandwidth(1)
     bwn = copy_bandwidth(nt)
     bw = max(bw1, bwn)   # the floor uses the faster one: the stricter target

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import lamina.backends.compiled.fused as compiled_exec
 import lamina.backends.numpy.fused as fused_exec
+import lamina.backends.numpy.tile_threads as tile_exec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -359,13 +360,13 @@ def _property(prog, threads: bool) -> None:
     assert all(any(d in line for d in documented) for line in got.explain), got.explain
     assert len(got.stats.get("compiled", {"fallbacks": []})["fallbacks"]) == len(got.explain)
     if threads:   # more chunks than rows per chunk, on 2 threads: the same bits
-        old = fused_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS
-        fused_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = 1, 1
+        old = tile_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS
+        tile_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = 1, 1
         try:
             two = run_function(find_entry(m, None), prog.inputs, runners=COMPILED,
                                options=RunOptions(threads=2))
         finally:
-            fused_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = old
+            tile_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = old
         for a, b in zip(two.outputs, got.outputs, strict=True):
             assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 

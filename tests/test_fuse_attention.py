@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 import lamina
-import lamina.backends.numpy.fused as fused_exec
+import lamina.backends.numpy.tile_threads as tile_exec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -249,7 +249,7 @@ def test_rows_masked_whole_are_uniform_as_unfused() -> None:
 
 
 def test_threads_do_not_change_a_bit(monkeypatch) -> None:
-    monkeypatch.setattr(fused_exec, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tile_exec, "PARALLEL_MIN_ELEMENTS", 1)
     text = attention_text((2, 2), 16, 16, 4, 4, causal=True, rate=0.2)
     _, ref = parse(text)
     m = fuse(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-import lamina.backends.numpy.fused as fused_exec
+import lamina.backends.numpy.tile_threads as tile_exec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -270,14 +270,14 @@ def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
     r, c = shape
     text = SEED.replace("16x64", f"{r}x{c}").replace("64xf32", f"{c}xf32") \
         .replace("f32>", f"{dtype}>")
-    monkeypatch.setattr(fused_exec, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tile_exec, "PARALLEL_MIN_ELEMENTS", 1)
     ctx, ref = parse(text)
     m = fuse(text)
     inputs = random_inputs(find_entry(ref, None), 3)
     a = run(ref, inputs).outputs[0]
     pools: list[int] = []
-    real_pool = fused_exec._pool
-    monkeypatch.setattr(fused_exec, "_pool", lambda n: pools.append(n) or real_pool(n))
+    real_pool = tile_exec._pool
+    monkeypatch.setattr(tile_exec, "_pool", lambda n: pools.append(n) or real_pool(n))
     outs = []
     for threads in (1, 2):
         outs.append(run(m, inputs, options=RunOptions(threads=threads, tile_bytes=8 * 1024))
@@ -301,7 +301,7 @@ def test_threaded_tiles_work_in_a_forked_child(monkeypatch):
     """A fork inherits the tile pool object but not its threads; the child must not wait on it."""
     import multiprocessing
 
-    monkeypatch.setattr(fused_exec, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(tile_exec, "PARALLEL_MIN_ELEMENTS", 1)
     text = SEED.replace("16x64", "300x256").replace("64xf32", "256xf32")
     m = fuse(text)
     inputs = random_inputs(find_entry(m, None), 5)
@@ -323,13 +323,13 @@ def test_threaded_tiles_work_in_a_forked_child(monkeypatch):
 
 def test_thread_count_from_options_then_environment(monkeypatch):
     monkeypatch.setenv("LAMINA_FUSED_THREADS", "3")
-    assert fused_exec.thread_count(RunOptions()) == 3
-    assert fused_exec.thread_count(RunOptions(threads=2)) == 2   # the option wins
+    assert tile_exec.thread_count(RunOptions()) == 3
+    assert tile_exec.thread_count(RunOptions(threads=2)) == 2   # the option wins
     monkeypatch.setenv("LAMINA_FUSED_THREADS", "many")
     with pytest.raises(LaminaError, match="LAMINA_FUSED_THREADS must be a positive integer"):
-        fused_exec.thread_count(RunOptions())
+        tile_exec.thread_count(RunOptions())
     monkeypatch.delenv("LAMINA_FUSED_THREADS")
-    assert fused_exec.thread_count(RunOptions()) == (os.cpu_count() or 1)
+    assert tile_exec.thread_count(RunOptions()) == (os.cpu_count() or 1)
 
 
 # ---- the property test -------------------------------------------------------------------------
@@ -363,12 +363,12 @@ def _property(prog, spec: str, threads: bool = False,
     assert b.stats["kernels"] <= a.stats["kernels"]
     if threads:
         # the same fused program with its tiles on 2 threads: the same bits
-        old = fused_exec.PARALLEL_MIN_ELEMENTS
-        fused_exec.PARALLEL_MIN_ELEMENTS = 1
+        old = tile_exec.PARALLEL_MIN_ELEMENTS
+        tile_exec.PARALLEL_MIN_ELEMENTS = 1
         try:
             c = run(m, prog.inputs, options=RunOptions(threads=2, tile_bytes=(options or RunOptions()).tile_bytes))
         finally:
-            fused_exec.PARALLEL_MIN_ELEMENTS = old
+            tile_exec.PARALLEL_MIN_ELEMENTS = old
         for x, y in zip(c.outputs, b.outputs, strict=True):
             assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"), text
 

@@ -36,7 +36,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.compare import compare
 from lamina.backends.interface import RunOptions, find_entry
-from lamina.backends.numpy import fused as fused_exec
+from lamina.backends.numpy import tile_threads as tile_exec
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.ir.collectives import PlacementOp, ReshardOp
@@ -87,12 +87,12 @@ def _kernels(module: ModuleOp) -> list[FusedOp]:
 def _small_kernels_parallel() -> Iterator[None]:
     """Let the tile loop use its threads on kernels of any size (the default keeps small ones on
     the calling thread, which would leave the 2-thread runs untested)."""
-    old = fused_exec.PARALLEL_MIN_ELEMENTS
-    fused_exec.PARALLEL_MIN_ELEMENTS = 1
+    old = tile_exec.PARALLEL_MIN_ELEMENTS
+    tile_exec.PARALLEL_MIN_ELEMENTS = 1
     try:
         yield
     finally:
-        fused_exec.PARALLEL_MIN_ELEMENTS = old
+        tile_exec.PARALLEL_MIN_ELEMENTS = old
 
 
 def _same(got: list[np.ndarray], want: list[np.ndarray], module: ModuleOp, exact: bool,

@@ -49,14 +49,9 @@ from lamina.backends.compiled.fused import (
 from lamina.backends.compiled.trace import CannotCompile
 from lamina.backends.numpy import attention as interp
 from lamina.backends.numpy.blas import one_blas_thread
-from lamina.backends.numpy.fused import (
-    TileScratch,
-    fused_results,
-    plan_fused,
-    run_workers,
-    tile_threads,
-)
+from lamina.backends.numpy.fused import fused_results, plan_fused
 from lamina.backends.numpy.runner import RunContext
+from lamina.backends.numpy.tile_threads import TileScratch, run_workers, tile_threads
 from lamina.ir.attention import AttentionParts, attention_parts, masked_fill, shape_of
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Call

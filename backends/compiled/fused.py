@@ -36,6 +36,7 @@ from lamina.backends.interface import RunOptions
 from lamina.backends.numpy import fused as tiles
 from lamina.backends.numpy.fused import FusedPlan, Space, plan_fused, run_tiles
 from lamina.backends.numpy.runner import RunContext
+from lamina.backends.numpy.tile_threads import run_workers, tile_threads
 from lamina.ir.diagnostics import op_loc
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Call
@@ -348,7 +349,7 @@ def _run_chunks(entry: Any, rows: int, T: int, index_base: int, flags: np.ndarra
     counter (a thread slowed by a neighbour takes fewer)."""
     chunk = max(1, CHUNK_ELEMENTS // max(T, 1))
     n_chunks = -(-rows // chunk)
-    nthreads = tiles.tile_threads(options, rows * T, n_chunks)
+    nthreads = tile_threads(options, rows * T, n_chunks)
     counter = itertools.count()
 
     def worker() -> None:
@@ -356,7 +357,7 @@ def _run_chunks(entry: Any, rows: int, T: int, index_base: int, flags: np.ndarra
             r0 = c * chunk
             entry(r0, min(rows, r0 + chunk), index_base, flags, *arrays)
 
-    tiles.run_workers(worker, nthreads)
+    run_workers(worker, nthreads)
 
 
 # kinds this backend runs its own way (`lamina.backends.compiled.attention` adds "attention")

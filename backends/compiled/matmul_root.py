@@ -26,8 +26,9 @@ import dataclasses
 
 import numpy as np
 from lamina.backends.numpy import result_pool
-from lamina.backends.numpy.fused import FusedPlan, TileScratch
+from lamina.backends.numpy.fused import FusedPlan
 from lamina.backends.numpy.runner import make_call, run_kernel
+from lamina.backends.numpy.tile_threads import TileScratch
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.opbase import tensor_info
 from lamina.ir.optable import Fusion

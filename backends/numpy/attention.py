@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 from lamina.backends.numpy.blas import one_blas_thread
-from lamina.backends.numpy.fused import KIND_RUNNERS, run_workers, tile_threads
+from lamina.backends.numpy.fused import KIND_RUNNERS
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import (
     RunContext,
@@ -64,6 +64,7 @@ from lamina.backends.numpy.runner import (
     make_call,
     run_kernel,
 )
+from lamina.backends.numpy.tile_threads import run_workers, tile_threads
 from lamina.ir.attention import AttentionParts, attention_parts, masked_fill
 from lamina.ir.dtypes import STORAGE, to_storage
 from lamina.ir.formulas import Block, Call
