@@ -233,12 +233,9 @@ def _kmaxes(parts: AttentionParts, env: dict[SSAValue, np.ndarray], shape: tuple
     return np.where(per_block.any(axis=-1), last, tk).astype(np.int64)
 
 
-def _side_block(w: np.ndarray, rank: int, idx: tuple[int, ...], rows: slice) -> np.ndarray:
-    """Side value `w` at block (idx, rows), every key: dims of extent 1 stay 1."""
-    w = w.reshape((1,) * (rank - w.ndim) + w.shape)
-    sel = tuple(slice(i, i + 1) if n > 1 else slice(0, 1)
-                for i, n in zip(idx, w.shape[:rank - 2], strict=True))
-    return w[(*sel, rows if w.shape[-2] > 1 else slice(None), slice(None))]
+def _padded(w: np.ndarray, rank: int) -> np.ndarray:
+    """`w` with leading 1s up to the scores' rank."""
+    return w.reshape((1,) * (rank - w.ndim) + w.shape)
 
 
 def _block(k: _Kernel, w: _Worker, idx: tuple[int, ...], i0: int, flags: np.ndarray) -> bool:
@@ -254,7 +251,8 @@ def _block(k: _Kernel, w: _Worker, idx: tuple[int, ...], i0: int, flags: np.ndar
         w.s[:n, kmax:] = 0
     for buf, v, fixed in zip(w.sides, k.mid.sides, k.mid.fixed, strict=True):
         if not fixed:
-            blk = _side_block(k.env[v], rank, idx, rows)
+            blk = interp.side_block(_padded(k.env[v], rank), rank - 2, idx, rows,
+                                    slice(None))
             buf[(0,) * (rank - 2) + (slice(0, n if buf.shape[-2] > 1 else 1),)] = \
                 blk.reshape(blk.shape[rank - 2:])
     flat = int(np.ravel_multi_index(idx, k.shape[:-2])) if idx else 0

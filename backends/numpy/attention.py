@@ -242,12 +242,12 @@ def _steps(ops: list[LaminaOp], chain: SSAValue, env: dict[SSAValue, np.ndarray]
     return steps
 
 
-def _side_block(k: _Kernel, w: np.ndarray, idx: tuple[int, ...], rows: slice, keys: slice
-                ) -> np.ndarray:
-    """Side value `w` (the scores' rank, broadcastable to them) at this block: dims where `w`
-    has extent 1 stay 1, the others are sliced."""
+def side_block(w: np.ndarray, nl: int, idx: tuple[int, ...], rows: slice, keys: slice
+               ) -> np.ndarray:
+    """Side value `w` (the scores' rank, broadcastable to them; `nl` leading dims) at this
+    block: dims where `w` has extent 1 stay 1, the others are sliced."""
     sel = tuple(slice(i, i + 1) if n > 1 else slice(0, 1)
-                for i, n in zip(idx, w.shape[:k.nl], strict=True))
+                for i, n in zip(idx, w.shape[:nl], strict=True))
     return w[(*sel, rows if w.shape[-2] > 1 else slice(None),
               keys if w.shape[-1] > 1 else slice(None))]
 
@@ -258,7 +258,7 @@ def _apply(k: _Kernel, steps: list[_Step], x: np.ndarray, idx: tuple[int, ...], 
     block, position-dependent ops told where the block sits in the scores."""
     where = Block(k.shape, (*idx, rows.start, keys.start))
     for st in steps:
-        xs = [x if kind == "chain" else None if w is None else _side_block(k, w, idx, rows, keys)
+        xs = [x if kind == "chain" else None if w is None else side_block(w, k.nl, idx, rows, keys)
               for kind, w in st.sources]
         x = st.fn(xs, Call(st.attrs, st.operands, st.result, where))
     return x
@@ -272,7 +272,7 @@ def _skippable(k: _Kernel, sk: _Skip, m: np.ndarray, idx: tuple[int, ...], rows:
         return False
     if not (np.isfinite(m).all() and (sk.fill - m < sk.limit).all()):
         return False
-    blk = _side_block(k, sk.mask, idx, rows, keys)
+    blk = side_block(sk.mask, k.nl, idx, rows, keys)
     return bool(blk.all()) if sk.fill_when else not blk.any()
 
 
