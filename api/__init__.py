@@ -9,6 +9,8 @@ The Python API, for scripts and notebooks (the command-line tools are `lamina.cl
     x = lamina.inputs(module)                                  # random inputs by argument name
     run = lamina.run(module, x)                                # NumPy in, NumPy out
     run.outputs["out0"], run.stats
+    exe = lamina.compile(module, backend="compiled")           # compile once ...
+    exe(x).outputs["out0"]                                     # ... call many times
 
 The README's "Python API" section is the tutorial; its code is run by the tests.
 
@@ -21,9 +23,9 @@ targets) <- `lamina.analysis` (what passes and backends share) <- `lamina.passes
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lamina.executable import Executable, Run, compile, random_arrays
 from lamina.ir.diagnostics import LaminaError
 
 if TYPE_CHECKING:
@@ -32,8 +34,8 @@ if TYPE_CHECKING:
 
 __version__ = "0.2.0"
 
-__all__ = ["LaminaError", "Run", "__version__", "apply", "inputs", "load", "parse", "run",
-           "to_text", "verify"]
+__all__ = ["Executable", "LaminaError", "Run", "__version__", "apply", "compile", "inputs", "load",
+           "parse", "run", "to_text", "verify"]
 
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:
@@ -93,55 +95,15 @@ def inputs(module: ModuleOp, entry: str | None = None, seed: int = 0) -> dict[st
     return dict(zip(input_keys(func), random_inputs(func, seed), strict=True))
 
 
-@dataclass
-class Run:
-    """What `run` gives back: one array per function result, by name (`out0`, `out1`, ...),
-    the statistics `lamina-run --stats-json` writes (fields: the README's "Run statistics"), and
-    notes about how the program ran when that differs from how it is written (a partially placed
-    program runs on one device with its placements ignored)."""
-
-    outputs: dict[str, np.ndarray]
-    stats: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-
 def run(module: ModuleOp, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray] | None = None,
         entry: str | None = None, backend: str = "numpy", seed: int = 0,
         **options: Any) -> Run:
-    """Run function `entry` (the only one by default) of a verified module on a backend.
+    """Run function `entry` (the only one by default) of a verified module on a backend once:
+    `compile(module, entry, backend, **options)` and one call (to call a program many times,
+    compile it once and call the `Executable`).
 
     `inputs` maps argument names (`x` for `%x`) to arrays, or lists them in order; None draws
     them from the argument types and `seed`, as `lamina-run` does. `options` are the backend's
-    (`lamina.backends.interface.RunOptions`: threads, target, ...)."""
-    from dataclasses import fields
-
-    from lamina.backends.inputs import input_keys, random_inputs
-    from lamina.backends.interface import RunOptions, check_supported, find_entry, output_names
-    from lamina.backends.registry import get_backend
-    from lamina.ir.target import load_target
-
-    func = find_entry(module, entry)
-    if inputs is None:
-        arrays = random_inputs(func, seed)
-    elif isinstance(inputs, Mapping):
-        names = input_keys(func)
-        missing = [n for n in names if n not in inputs]
-        extra = sorted(set(inputs) - set(names))
-        if missing or extra:
-            raise LaminaError(f"inputs for @{func.sym_name.data} must be exactly its arguments "
-                              f"({', '.join(names)}); missing: {', '.join(missing) or 'none'}, "
-                              f"unknown: {', '.join(extra) or 'none'}")
-        arrays = [inputs[n] for n in names]
-    else:
-        arrays = list(inputs)
-    known = [f.name for f in fields(RunOptions)]
-    if unknown := sorted(set(options) - set(known)):
-        raise LaminaError(f"unknown run option {', '.join(map(repr, unknown))} (options: "
-                          f"{', '.join(known)})")
-    if isinstance(options.get("target"), str):
-        options["target"] = load_target(options["target"])
-    chosen = get_backend(backend)
-    check_supported(chosen, func)
-    result = chosen.run(module, func.sym_name.data, arrays, RunOptions(**options))
-    return Run(dict(zip(output_names(func), result.outputs, strict=True)), result.stats,
-               result.notes)
+    (`lamina.compile` lists them)."""
+    exe = compile(module, entry, backend, **options)
+    return exe(random_arrays(module, entry, seed) if inputs is None else inputs)

@@ -1,16 +1,21 @@
-"""What every Lamina backend offers: run one function of a verified module on host arrays.
+"""What every Lamina backend offers: compile one function of a verified module once, call it many times.
 
 A backend is one folder under `backends/` and one line in `lamina.backends.registry`. It is a class
-with a `name`, the set of program `features` it can run, and `run(module, entry, inputs, options)`
-returning one host array per function result plus a dictionary of statistics (the `--stats-json`
-payload). Before a backend runs a program, `check_supported` compares what the program uses with
-what the backend declares, so an unsupported feature is one diagnostic naming the backend and the
-first op that needs it, never a failure half-way through a run.
+with a `name`, the set of program `features` it can run, its options type (`Options`, a frozen
+dataclass: the keywords `lamina.compile` takes for it) and `compile(module, func, options,
+donate)`, which does everything that depends only on the program, its types and the options, and
+returns a `Program`. Calling the program with one array per argument runs only the kernels and
+returns a `RunResult`: one array per function result plus the statistics (the `--stats-json`
+payload). Before a backend compiles a program, `check_supported` compares what the program uses
+with what the backend declares, so an unsupported feature is one diagnostic naming the backend and
+the first op that needs it, never a failure half-way through a run.
 
-Options that only some backends use (the NumPy interpreter's tile-loop threads, the JAX backend's
-device count) travel in `RunOptions`; a backend reads what it understands and says nothing about the
-rest. Nothing backend-specific (arrays of another library, device handles) crosses this interface:
-inputs and outputs are NumPy arrays in Lamina's storage dtypes (`lamina.ir.dtypes.STORAGE`).
+`donate` names the arguments (by index) whose buffers the results that update them
+(`lamina.ir.updates`) may take: on the NumPy backends the returned array is the input array,
+updated in place; on JAX the argument is donated to XLA (`donate_argnums`).
+
+Inputs and outputs are NumPy arrays in Lamina's storage dtypes (`lamina.ir.dtypes.STORAGE`); a
+backend with device-resident arrays of its own (JAX) also accepts and returns those.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ from lamina.ir.diagnostics import LaminaError, error_at, note_at
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp, MoveOp
 from lamina.ir.placement import place_of
-from lamina.ir.target import Target
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
@@ -39,33 +43,6 @@ class Feature(Enum):
     FUSED = "fused kernels (lamina.fused)"
     TIERS = "memory tiers (lamina.move, values outside hbm)"
     LIFETIMES = "explicit lifetimes (lamina.free)"
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to run: options every backend understands, and ones only some use.
-
-    threads     NumPy: threads for fused kernels' tile loops (None: LAMINA_FUSED_THREADS, else
-                one per core); results never depend on it
-    tile_bytes  NumPy: bytes per tile buffer of a fused kernel (None: the measured defaults)
-    target      check every tier's capacity against this target while running (checked execution)
-    devices     JAX: devices to run on, per process (None: the mesh's size); on CPU, the host
-                device count XLA is started with
-    repeats     JAX: timed runs after the first, which compiles (their median is reported)
-    coordinator JAX multi-process: the coordinator's host:port (process 0 serves it); None runs
-                in this process alone
-    num_processes  JAX multi-process: how many processes take part (with `coordinator`)
-    process_id  JAX multi-process: this process's number, 0 .. num_processes-1
-    """
-
-    threads: int | None = None
-    tile_bytes: int | None = None
-    target: Target | None = None
-    devices: int | None = None
-    repeats: int = 1
-    coordinator: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
 
 
 @dataclass
@@ -97,14 +74,32 @@ class RunResult:
     explain: list[str] = field(default_factory=list)
 
 
+class Program(Protocol):
+    """One function compiled by a backend for its argument types and options: call it with one
+    array per argument (checked against the types: a bad one is a LaminaError naming it, and the
+    program stays usable)."""
+
+    def __call__(self, inputs: Sequence[Any]) -> RunResult: ...
+
+
 class Backend(Protocol):
     """A Lamina backend (see the module docstring)."""
 
     name: ClassVar[str]
     features: ClassVar[frozenset[Feature]]
+    Options: ClassVar[type[Any]]
 
-    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
-            options: RunOptions) -> RunResult: ...
+    def compile(self, module: ModuleOp, func: FuncOp, options: Any,
+                donate: frozenset[int] = frozenset()) -> Program: ...
+
+
+def run_once(backend: Backend, module: ModuleOp, entry: str | None, inputs: Sequence[Any],
+             options: Any = None) -> RunResult:
+    """Compile `entry` of `module` on `backend` and call it once (what `lamina.run` does)."""
+    func = find_entry(module, entry)
+    check_supported(backend, func)
+    return backend.compile(module, func, options if options is not None else backend.Options()
+                           )(inputs)
 
 
 def functions(module: ModuleOp) -> list[FuncOp]:

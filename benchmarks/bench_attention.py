@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 from lamina.backends.compare import compare
-from lamina.backends.interface import RunOptions, RunResult, find_entry
+from lamina.backends.interface import RunResult, find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
@@ -82,7 +83,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     shapes = [(a.b, a.h, a.t, a.dh), (a.b, a.h, a.dh, a.t), (a.b, a.h, a.t, a.dh)]
     inputs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
-    opts = RunOptions(tile_bytes=a.tile_bytes, threads=a.threads)
+    opts = NumpyOptions(tile_bytes=a.tile_bytes, threads=a.threads)
     print(f"attention B={a.b} H={a.h} T={a.t} Dh={a.dh} f32, causal, dropout 0.1; "
           f"median of {a.repeats}")
     results: dict[str, RunResult] = {}

@@ -39,7 +39,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.compiled.backend import CompiledBackend  # noqa: E402
-from lamina.backends.interface import RunOptions, find_entry  # noqa: E402
+from lamina.backends.interface import find_entry  # noqa: E402
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function  # noqa: E402
 from lamina.backends.numpy.tile_threads import thread_count  # noqa: E402
 from lamina.ir import rng  # noqa: E402
@@ -336,7 +337,7 @@ def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], rep
     fm = ref.clone()
     run_pipeline(ctx, fm, build_pipeline(FUSE))
     fref, ffused = find_entry(ref, None), find_entry(fm, None)
-    one, all_ = RunOptions(threads=1), RunOptions(threads=nt)
+    one, all_ = NumpyOptions(threads=1), NumpyOptions(threads=nt)
     comp = CompiledBackend.op_runners
     res_u = run_function(fref, inputs)
     res_f = run_function(ffused, inputs, options=all_)
@@ -364,7 +365,7 @@ def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], rep
 
 
 def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
-    nt = thread_count(RunOptions())
+    nt = thread_count(NumpyOptions())
     bw1 = copy_bandwidth(1)
     bwn = copy_bandwidth(nt)
     bw = max(bw1, bwn)   # the floor uses the faster one: the stricter target

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.inputs import random_inputs
-from lamina.backends.interface import RunOptions, find_entry
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from strategies import scaled
 from test_fuse_attention import NEG_INF, attention_text, fuse, masked_text, parse, run
 from xdsl.ir import BlockArgument
@@ -31,7 +32,7 @@ def close(got: np.ndarray, want: np.ndarray) -> None:
 
 
 def compiled(m, inputs, threads: int | None = None):
-    return run(m, inputs, RunOptions(threads=threads), runners=COMPILED)
+    return run(m, inputs, NumpyOptions(threads=threads), runners=COMPILED)
 
 
 def unfused(text: str, inputs):

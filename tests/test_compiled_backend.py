@@ -40,7 +40,8 @@ from lamina.backends.compiled.libm import (
     tanh_f32,
     tanh_f64,
 )
-from lamina.backends.interface import RunOptions, RunResult, find_entry
+from lamina.backends.interface import RunResult, find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.cli.run import main as run_main
 from lamina.ir import rng
@@ -66,7 +67,7 @@ def fused(text: str):
     return m
 
 
-def run_both(m, inputs, options: RunOptions | None = None) -> tuple[RunResult, RunResult]:
+def run_both(m, inputs, options: NumpyOptions | None = None) -> tuple[RunResult, RunResult]:
     """(the interpreter's run, the compiled run) of the same fused program."""
     func = find_entry(m, None)
     return (run_function(func, inputs, options=options),
@@ -364,7 +365,7 @@ def _property(prog, threads: bool) -> None:
         tile_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = 1, 1
         try:
             two = run_function(find_entry(m, None), prog.inputs, runners=COMPILED,
-                               options=RunOptions(threads=2))
+                               options=NumpyOptions(threads=2))
         finally:
             tile_exec.PARALLEL_MIN_ELEMENTS, compiled_exec.CHUNK_ELEMENTS = old
         for a, b in zip(two.outputs, got.outputs, strict=True):
@@ -425,7 +426,7 @@ def test_dropout_rows_past_two_to_the_32() -> None:
     plan = fused_exec.plan_fused(fop, [x, b], min_rows=1)
     assert plan.space.rows == 4
     base = 2**32 - 300
-    flags = compiled_exec.prepare(plan).run(RunOptions(), base)
+    flags = compiled_exec.prepare(plan).run(NumpyOptions(), base)
     assert flags.tolist() == [0, 1, 0, 0]
     keep = rng.keep_mask(7, 0.3, (2**33,), (base,), (4 * 256,)).reshape(4, 256)
     got = plan.steps[-1].out2d

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.compare import compare
 from lamina.backends.compiled.backend import CompiledBackend
-from lamina.backends.interface import RunOptions, RunResult, find_entry
+from lamina.backends.interface import RunResult, find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.fused import FusedOp
@@ -32,7 +33,7 @@ def _fused(text: str):
 
 def _run(m, inputs, compiled: bool, threads: int | None = None) -> RunResult:
     runners = CompiledBackend.op_runners if compiled else None
-    return run_function(find_entry(m, None), inputs, options=RunOptions(threads=threads),
+    return run_function(find_entry(m, None), inputs, options=NumpyOptions(threads=threads),
                         runners=runners)
 
 

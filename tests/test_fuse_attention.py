@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from lamina.analysis.fusion import fused_least_tiles
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
-from lamina.backends.interface import RunOptions, find_entry
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.attention import block_sizes, run_attention
 from lamina.backends.numpy.runner import ExecutionObserver, run_function
 from lamina.ir.fused import FusedOp
@@ -100,7 +101,7 @@ def attention_ops(m) -> list[FusedOp]:
     return [op for op in m.walk() if isinstance(op, FusedOp) and op.fusion_kind == "attention"]
 
 
-def run(m, inputs, options: RunOptions | None = None, **kw):
+def run(m, inputs, options: NumpyOptions | None = None, **kw):
     return run_function(find_entry(m, None), inputs, options=options, **kw)
 
 
@@ -127,7 +128,7 @@ def test_samples_fuse_one_attention_and_match(path: str, entry: str | None, body
     for tiles in (None, 64):
         want = run_function(func, inputs).outputs
         got = run_function(find_entry(m, entry), inputs,
-                           options=RunOptions(tile_bytes=tiles)).outputs
+                           options=NumpyOptions(tile_bytes=tiles)).outputs
         for g, w in zip(got, want, strict=True):   # after more matmuls: --check's tolerance
             d = compare("out", "f32", g, w)
             assert d.ok, d.line()
@@ -163,7 +164,7 @@ def test_one_kernel_its_bytes_and_a_small_working_set() -> None:
             self.sets.append(nbytes)
 
     obs = Seen()
-    got = run(m, inputs, RunOptions(tile_bytes=256), observer=obs)
+    got = run(m, inputs, NumpyOptions(tile_bytes=256), observer=obs)
     assert got.stats["kernels"] == 1 and got.stats["ops_executed"] == 1
     io = sum(x.nbytes for x in inputs) + got.outputs[0].nbytes
     assert got.stats["bytes_moved"] == io == got.stats["bytes_accessed"]
@@ -183,7 +184,7 @@ def test_a_mask_used_outside_stays_outside_as_an_input() -> None:
     (a,) = attention_ops(m)
     assert len(a.inputs) == 4 and "lamina.ge" not in str(a)
     inputs = random_inputs(find_entry(ref, None), 0)
-    got, want = run(m, inputs, RunOptions(tile_bytes=16)).outputs, run(ref, inputs).outputs
+    got, want = run(m, inputs, NumpyOptions(tile_bytes=16)).outputs, run(ref, inputs).outputs
     assert_close(got[0], want[0])
     assert np.array_equal(got[1], want[1])
 
@@ -213,7 +214,7 @@ def test_fused_equals_unfused(lead, tq, tk, dh, causal, rate, post, tiles, seed)
     q, kt, _ = random_inputs(find_entry(ref, None), seed)
     v = np.broadcast_to(np.eye(tk, dtype=np.float32), (*lead, tk, tk)).copy()
     want = run(ref, [q * 3, kt, v]).outputs[0]
-    got = run(m, [q * 3, kt, v], RunOptions(tile_bytes=tiles)).outputs[0]
+    got = run(m, [q * 3, kt, v], NumpyOptions(tile_bytes=tiles)).outputs[0]
     assert_close(got, want)
     assert np.array_equal(got == 0, want == 0)
     if rate is not None and want.size >= 64:
@@ -231,7 +232,7 @@ def test_fused_equals_unfused_with_random_values(lead, tq, tk, dh, dv, causal, r
     m = fuse(text)
     inputs = random_inputs(find_entry(ref, None), tq * 31 + tk)
     want = run(ref, inputs).outputs[0]
-    got = run(m, inputs, RunOptions(tile_bytes=tiles)).outputs[0]
+    got = run(m, inputs, NumpyOptions(tile_bytes=tiles)).outputs[0]
     assert_close(got, want)
 
 
@@ -244,7 +245,7 @@ def test_rows_masked_whole_are_uniform_as_unfused() -> None:
     m = fuse(text)
     inputs = random_inputs(find_entry(ref, None), 0)
     want = run(ref, inputs).outputs[0]
-    got = run(m, inputs, RunOptions(tile_bytes=8)).outputs[0]
+    got = run(m, inputs, NumpyOptions(tile_bytes=8)).outputs[0]
     assert_close(got, want)
 
 
@@ -254,8 +255,8 @@ def test_threads_do_not_change_a_bit(monkeypatch) -> None:
     _, ref = parse(text)
     m = fuse(text)
     inputs = random_inputs(find_entry(ref, None), 0)
-    one = run(m, inputs, RunOptions(tile_bytes=64, threads=1)).outputs[0]
-    two = run(m, inputs, RunOptions(tile_bytes=64, threads=2)).outputs[0]
+    one = run(m, inputs, NumpyOptions(tile_bytes=64, threads=1)).outputs[0]
+    two = run(m, inputs, NumpyOptions(tile_bytes=64, threads=2)).outputs[0]
     assert np.array_equal(one, two)
 
 
@@ -269,7 +270,7 @@ def test_other_float_types_match_within_their_tolerance(dtype: str) -> None:
     assert len(attention_ops(m)) == 1
     inputs = random_inputs(find_entry(ref, None), 0)
     want = run(ref, inputs).outputs[0]
-    got = run(m, inputs, RunOptions(tile_bytes=32)).outputs[0]
+    got = run(m, inputs, NumpyOptions(tile_bytes=32)).outputs[0]
     d = compare("out", dtype, got, want)
     assert d.ok, d.line()
     if dtype == "bf16":   # stored in f32, rounded to bf16: the low 16 bits are zero
@@ -315,7 +316,7 @@ def masked_text(lead: tuple[int, ...], tq: int, tk: int, dh: int, dv: int, rate:
 
 def run_unskipped(m, inputs, tiles: int | None):
     """The fused program with every key block run: the reference skipping must equal."""
-    return run(m, inputs, RunOptions(tile_bytes=tiles),
+    return run(m, inputs, NumpyOptions(tile_bytes=tiles),
                runners={FusedOp: partial(run_attention, skip=False)})
 
 
@@ -342,7 +343,7 @@ def test_skipping_changes_no_bit(lead, tq, tk, dh, dv, rate, fill, flip, tiles, 
     _, ref = parse(text)
     m = fuse(text)
     inputs = random_inputs(find_entry(ref, None), seed)
-    got = run(m, inputs, RunOptions(tile_bytes=tiles))
+    got = run(m, inputs, NumpyOptions(tile_bytes=tiles))
     assert_same(got.outputs[0], run_unskipped(m, inputs, tiles).outputs[0])
     if not (fill == NEG_INF and rate is not None and tq > tk):
         assert_close(got.outputs[0], run(ref, inputs).outputs[0])
@@ -355,7 +356,7 @@ def test_skipping_happens_on_a_causal_program(flip: bool) -> None:
     text = masked_text((2,), 64, 64, 8, 8, 0.1, flip=flip)
     m = fuse(text)
     inputs = random_inputs(find_entry(m, None), 0)
-    got = run(m, inputs, RunOptions(tile_bytes=256))
+    got = run(m, inputs, NumpyOptions(tile_bytes=256))
     assert skipped(got) == 2 * 28
     assert skipped(run_unskipped(m, inputs, 256)) == 0
     assert_same(got.outputs[0], run_unskipped(m, inputs, 256).outputs[0])
@@ -375,7 +376,7 @@ def test_a_row_masked_whole_falls_back_and_matches_unfused(fill: str) -> None:
     _, ref = parse(text)
     m = fuse(text)
     inputs = random_inputs(find_entry(ref, None), 0)
-    got, want = run(m, inputs, RunOptions(tile_bytes=64)), run(ref, inputs).outputs[0]
+    got, want = run(m, inputs, NumpyOptions(tile_bytes=64)), run(ref, inputs).outputs[0]
     assert skipped(got) > 0
     out = got.outputs[0]
     assert_same(out, run_unskipped(m, inputs, 64).outputs[0])
@@ -394,7 +395,7 @@ def test_non_finite_v_in_a_masked_block_is_nan_as_unfused() -> None:
     m = fuse(text)
     q, kt, v = random_inputs(find_entry(ref, None), 0)
     v[0, 13, 1], v[1, 14, 2] = np.inf, np.nan
-    got, want = run(m, [q, kt, v], RunOptions(tile_bytes=64)), run(ref, [q, kt, v]).outputs[0]
+    got, want = run(m, [q, kt, v], NumpyOptions(tile_bytes=64)), run(ref, [q, kt, v]).outputs[0]
     assert skipped(got) > 0 and np.isnan(want[0, :13, 1]).all()
     assert_same(got.outputs[0], run_unskipped(m, [q, kt, v], 64).outputs[0])
     assert_same(np.isnan(got.outputs[0]), np.isnan(want))
@@ -410,7 +411,7 @@ def test_scores_near_the_fill_are_not_skipped_over() -> None:
     q, kt, v = random_inputs(find_entry(ref, None), 0)
     q[..., 0], kt[..., 0, :] = 1.0, -8.0e9                 # 0.125 * -8e9 = -1e9
     q[..., 1], kt[..., 1, :] = 1.0, np.linspace(-800, 800, 16, dtype=np.float32)
-    got = run(m, [q, kt, v], RunOptions(tile_bytes=64))
+    got = run(m, [q, kt, v], NumpyOptions(tile_bytes=64))
     want = run(ref, [q, kt, v]).outputs[0]
     assert_same(got.outputs[0], run_unskipped(m, [q, kt, v], 64).outputs[0])
     np.testing.assert_allclose(got.outputs[0], want, rtol=1e-4, atol=1e-5)
@@ -424,7 +425,7 @@ def test_a_prob_op_that_makes_zeros_nan_turns_skipping_off() -> None:
     _, ref = parse(text)
     m = fuse(text)
     inputs = random_inputs(find_entry(ref, None), 0)
-    got = run(m, inputs, RunOptions(tile_bytes=64))
+    got = run(m, inputs, NumpyOptions(tile_bytes=64))
     assert "attention_blocks_skipped" not in got.stats
     assert_same(got.outputs[0], run(ref, inputs).outputs[0])
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
-from lamina.backends.interface import RunOptions, find_entry
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.dtypes import tensor_dtype
@@ -78,15 +79,15 @@ def fused_ops(m) -> list[FusedOp]:
     return [op for op in m.walk() if isinstance(op, FusedOp)]
 
 
-def run(m, inputs, entry=None, options: RunOptions | None = None):
+def run(m, inputs, entry=None, options: NumpyOptions | None = None):
     return run_function(find_entry(m, entry), inputs, options=options)
 
 
-TINY_TILES = RunOptions(tile_bytes=64)  # one or two rows: small programs exercise the tile loop
+TINY_TILES = NumpyOptions(tile_bytes=64)  # one or two rows: small programs exercise the tile loop
 
 
 def check_same(text: str, spec: str = "fuse-elementwise", seed: int = 0,
-               options: RunOptions | None = None):
+               options: NumpyOptions | None = None):
     ctx, ref = parse(text)
     m = fuse(text, spec)
     func = find_entry(ref, None)
@@ -192,7 +193,7 @@ def test_a_matmul_never_gets_an_elementwise_prologue(text: str) -> None:
         assert not ("lamina.matmul" in names and "lamina.exp" in names), names
     assert any("an elementwise prologue stays its own kernel" in line for line in log.lines)
     for tiles in (None, 64):
-        check_same(text, options=RunOptions(tile_bytes=tiles))
+        check_same(text, options=NumpyOptions(tile_bytes=tiles))
 
 
 def test_matmul_epilogue_and_the_cycle_it_leaves():
@@ -258,7 +259,7 @@ func.func @f(%x: tensor<4x4xf32>) -> tensor<4x4xf32> {
 def test_large_tiles_match_whole_array(monkeypatch):
     """Enough rows for several real tiles (default tile size), exact against the unfused run."""
     text = SEED.replace("16x64", "300x256").replace("64xf32", "256xf32")
-    a, b, _ = check_same(text, options=RunOptions(tile_bytes=16 * 1024))
+    a, b, _ = check_same(text, options=NumpyOptions(tile_bytes=16 * 1024))
     assert np.array_equal(a.outputs[0], b.outputs[0])
 
 
@@ -280,7 +281,7 @@ def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
     monkeypatch.setattr(tile_exec, "_pool", lambda n: pools.append(n) or real_pool(n))
     outs = []
     for threads in (1, 2):
-        outs.append(run(m, inputs, options=RunOptions(threads=threads, tile_bytes=8 * 1024))
+        outs.append(run(m, inputs, options=NumpyOptions(threads=threads, tile_bytes=8 * 1024))
                     .outputs[0])
     assert pools == [2]                        # the second run really used two threads
     assert np.count_nonzero(a == 0) > 0        # dropout dropped something
@@ -289,7 +290,7 @@ def test_threaded_tile_loop_is_bit_identical(monkeypatch, shape, dtype):
         assert np.array_equal(a, b)
 
 
-CHILD_OPTIONS = RunOptions(threads=2, tile_bytes=8 * 1024)
+CHILD_OPTIONS = NumpyOptions(threads=2, tile_bytes=8 * 1024)
 
 
 def _run_in_child(m, inputs, conn) -> None:   # a forked child: run the fused program, send back
@@ -323,13 +324,13 @@ def test_threaded_tiles_work_in_a_forked_child(monkeypatch):
 
 def test_thread_count_from_options_then_environment(monkeypatch):
     monkeypatch.setenv("LAMINA_FUSED_THREADS", "3")
-    assert tile_exec.thread_count(RunOptions()) == 3
-    assert tile_exec.thread_count(RunOptions(threads=2)) == 2   # the option wins
+    assert tile_exec.thread_count(NumpyOptions()) == 3
+    assert tile_exec.thread_count(NumpyOptions(threads=2)) == 2   # the option wins
     monkeypatch.setenv("LAMINA_FUSED_THREADS", "many")
     with pytest.raises(LaminaError, match="LAMINA_FUSED_THREADS must be a positive integer"):
-        tile_exec.thread_count(RunOptions())
+        tile_exec.thread_count(NumpyOptions())
     monkeypatch.delenv("LAMINA_FUSED_THREADS")
-    assert tile_exec.thread_count(RunOptions()) == (os.cpu_count() or 1)
+    assert tile_exec.thread_count(NumpyOptions()) == (os.cpu_count() or 1)
 
 
 # ---- the property test -------------------------------------------------------------------------
@@ -341,7 +342,7 @@ def _body_ok(f: FusedOp) -> bool:
 
 
 def _property(prog, spec: str, threads: bool = False,
-              options: RunOptions | None = None) -> None:
+              options: NumpyOptions | None = None) -> None:
     ctx, ref = parse(prog.text)
     _, m = parse(prog.text)
     run_pipeline(ctx, m, build_pipeline(spec))
@@ -366,7 +367,7 @@ def _property(prog, spec: str, threads: bool = False,
         old = tile_exec.PARALLEL_MIN_ELEMENTS
         tile_exec.PARALLEL_MIN_ELEMENTS = 1
         try:
-            c = run(m, prog.inputs, options=RunOptions(threads=2, tile_bytes=(options or RunOptions()).tile_bytes))
+            c = run(m, prog.inputs, options=NumpyOptions(threads=2, tile_bytes=(options or NumpyOptions()).tile_bytes))
         finally:
             tile_exec.PARALLEL_MIN_ELEMENTS = old
         for x, y in zip(c.outputs, b.outputs, strict=True):

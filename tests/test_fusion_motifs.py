@@ -35,7 +35,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.compare import compare
-from lamina.backends.interface import RunOptions, find_entry
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import tile_threads as tile_exec
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
@@ -133,7 +134,7 @@ def check_one_device(prog: GeneratedProgram, exact: bool) -> tuple[int, int]:
     assert b.stats["kernels"] <= a.stats["kernels"], why
     with _small_kernels_parallel():
         runs = [run_function(find_entry(fused, None), prog.inputs,
-                             options=RunOptions(threads=n, tile_bytes=TINY)) for n in (1, 2)]
+                             options=NumpyOptions(threads=n, tile_bytes=TINY)) for n in (1, 2)]
     _same(runs[0].outputs, a.outputs, ref, exact, why)
     _same(runs[1].outputs, runs[0].outputs, ref, True, why)   # threads never change a bit
     return a.stats["kernels"], b.stats["kernels"]
@@ -177,7 +178,7 @@ def test_placed_motifs_fuse_after_propagate_sharding(prog: GeneratedProgram, mes
     why = prog.text + "\n" + _print(fused)
     exact = _no_matmul(prog)
     a = run_spmd(find_entry(ref, None), prog.inputs)
-    b = run_spmd(find_entry(fused, None), prog.inputs, options=RunOptions(tile_bytes=TINY))
+    b = run_spmd(find_entry(fused, None), prog.inputs, options=NumpyOptions(tile_bytes=TINY))
     _same(b.outputs, a.outputs, ref, exact, why)
     assert b.stats["kernels"] <= a.stats["kernels"], why
 

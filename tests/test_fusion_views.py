@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.inputs import random_inputs
-from lamina.backends.interface import RunOptions, find_entry
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.fused_views import box_tiling
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.formulas import Call
@@ -26,7 +27,7 @@ from lamina.passes.pipeline import build_pipeline, run_pipeline
 from test_fuse_elementwise import fused_ops
 from xdsl.utils.exceptions import VerifyException
 
-TILES = [None, RunOptions(tile_bytes=64), RunOptions(tile_bytes=700, threads=2)]
+TILES = [None, NumpyOptions(tile_bytes=64), NumpyOptions(tile_bytes=700, threads=2)]
 
 
 def _fuse(text: str, spec: str = "fuse-elementwise"):

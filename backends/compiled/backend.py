@@ -31,3 +31,4 @@ class CompiledBackend(NumpyBackend):
     name: ClassVar[str] = "compiled"
     features: ClassVar[frozenset[Feature]] = frozenset(Feature)
     op_runners: ClassVar[dict[type[Operation], OpRunner]] = {FusedOp: run_fused_compiled}
+    whole_small_fused: ClassVar[bool] = False

@@ -32,7 +32,7 @@ from lamina.backends.compiled.cache import KERNELS, Kernel
 from lamina.backends.compiled.emit import Generated, Layout, Output, generate
 from lamina.backends.compiled.matmul_root import split_root
 from lamina.backends.compiled.trace import CannotCompile, Domain, Sym, Tracer
-from lamina.backends.interface import RunOptions
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import fused as tiles
 from lamina.backends.numpy.fused import FusedPlan, Space, plan_fused, run_tiles
 from lamina.backends.numpy.runner import RunContext
@@ -222,7 +222,7 @@ class CompiledCall:
     arrays: list[np.ndarray]      # the kernel's inputs, then its outputs (the plan's out2d)
     per_row: int = 1              # the interpreter's rows in one kernel row (`kernel_domain`)
 
-    def run(self, options: RunOptions, index_base: int = 0) -> np.ndarray:
+    def run(self, options: NumpyOptions, index_base: int = 0) -> np.ndarray:
         """Run every row; return the flags of rows left to the interpreter. `index_base` is the
         global flat index of the rows' first element (0 for a whole tensor)."""
         flags = np.zeros(self.rows, dtype=np.uint8)
@@ -248,19 +248,26 @@ _RECIPES: dict[tuple[Any, ...], _Recipe] = {}
 _RECIPES_MAX = 256      # a long-running process with many bodies regenerates the oldest
 
 
-def _recipe_key(plan: FusedPlan) -> tuple[Any, ...]:
+def _recipe_key(plan: FusedPlan, memo: dict[Any, Any] | None = None) -> tuple[Any, ...]:
     """The body's text and every env array's layout (shape, strides, dtype, and which earlier
-    array it is, since one array passed twice is one kernel input): what the trace depends on."""
+    array it is, since one array passed twice is one kernel input): what the trace depends on.
+    A compiled program's `memo` keeps the text of its ops, which never change (printing a body
+    costs more than a small kernel's run)."""
     first: dict[int, int] = {}
     layout = tuple((w.shape, w.strides, w.dtype.str, first.setdefault(id(w), k))
                    for k, w in enumerate(plan.env.values()))
-    return (body_text(plan.op), layout)
+    if memo is None:
+        return (body_text(plan.op), layout)
+    text = memo.get(plan.op)
+    if text is None:
+        text = memo[plan.op] = body_text(plan.op)
+    return (text, layout)
 
 
-def _recipe(plan: FusedPlan) -> _Recipe:
+def _recipe(plan: FusedPlan, memo: dict[Any, Any] | None = None) -> _Recipe:
     """Trace and generate the plan's kernel, once per body text and argument layout (tracing
     and generating cost milliseconds, as much as a kernel's run on a mid-sized tensor)."""
-    key = _recipe_key(plan)
+    key = _recipe_key(plan, memo)
     r = _RECIPES.get(key)
     if r is not None:
         return r
@@ -277,13 +284,13 @@ def _recipe(plan: FusedPlan) -> _Recipe:
     return r
 
 
-def prepare(plan: FusedPlan) -> CompiledCall:
+def prepare(plan: FusedPlan, memo: dict[Any, Any] | None = None) -> CompiledCall:
     """Trace, generate and compile (or find) the plan's kernel and lay out its arguments;
     CannotCompile when the generator cannot (the message names the op and says why)."""
     space = plan.space
     if space.rows * math.prod(space.tail) == 0:
         raise CannotCompile("its rows hold no elements")
-    r = _recipe(plan)
+    r = _recipe(plan, memo)
     gen = r.gen
     domain = kernel_domain(space)
     rows = math.prod(domain.lead)
@@ -334,7 +341,7 @@ def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
     interpreter's tile loop; CannotCompile when the generator cannot compile the body."""
     if not plan.steps:
         return
-    call = prepare(plan)
+    call = prepare(plan, ctx.memo)
     stats = count_kernel(ctx, call)
     bad = np.flatnonzero(call.run(ctx.options))
     if bad.size:
@@ -344,7 +351,7 @@ def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
 
 
 def _run_chunks(entry: Any, rows: int, T: int, index_base: int, flags: np.ndarray,
-                arrays: list[np.ndarray], options: RunOptions) -> None:
+                arrays: list[np.ndarray], options: NumpyOptions) -> None:
     """Rows in chunks of about CHUNK_ELEMENTS elements, taken by the pool's threads from a shared
     counter (a thread slowed by a neighbour takes fewer)."""
     chunk = max(1, CHUNK_ELEMENTS // max(T, 1))

@@ -26,7 +26,7 @@ actions, and `lamina.free` is a no-op under jit (XLA owns the buffers). Tier cap
 checked on this backend: that is the NumPy interpreter's checked execution.
 
 Statistics: `backend`, `platform`, `devices`, `processes`, `compile_seconds`, `run_seconds`
-(median of `RunOptions.repeats` timed runs after the first), `run_seconds_all`, and for placed
+(median of `--repeats N` timed calls after the first), `run_seconds_all`, and for placed
 functions `collectives` (Lamina's plan, `plan.planned`), `comm_bytes_per_device`,
 `hlo_collectives` (kind, replica groups, shape, bytes; `hlo.collectives`),
 `hlo_comm_bytes_per_device`, `hlo_matches_plan` with the differences `hlo_extra` / `hlo_missing`
@@ -35,7 +35,6 @@ functions `collectives` (Lamina's plan, `plan.planned`), `comm_bytes_per_device`
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -43,12 +42,13 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from lamina.backends.interface import Feature, RunOptions, RunResult, find_entry
+from lamina.backends.interface import Feature, RunResult, arg_names
 from lamina.backends.jax import collectives as coll
 from lamina.backends.jax import devices as devs
 from lamina.backends.jax import hlo, plan
 from lamina.backends.jax.devices import Device
 from lamina.backends.jax.lower import Lowering, Moves, unsupported_op
+from lamina.backends.jax.options import JaxOptions
 from lamina.backends.numpy.runner import check_inputs
 from lamina.backends.numpy.spmd import (
     assemble,
@@ -100,7 +100,8 @@ def memory_moves(device: Device, func: FuncOp) -> tuple[Moves, list[str]]:
 class Program:
     """One function traced for JAX: the jitted callable, and how values enter and leave it."""
 
-    def __init__(self, func: FuncOp, mesh: Mesh | None, devices: list[Device], moves: Moves):
+    def __init__(self, func: FuncOp, mesh: Mesh | None, devices: list[Device], moves: Moves,
+                 donate: tuple[int, ...] = ()):
         self.func = func
         self.mesh = mesh
         self.arg_types = list(func.function_type.inputs.data)
@@ -109,7 +110,7 @@ class Program:
         self.jmesh: jax.sharding.Mesh | None = None
         self.lowered_hlo: str | None = None   # the HLO handed to XLA (placed programs)
         if mesh is None:
-            self.jitted = jax.jit(lowering)
+            self.jitted = jax.jit(lowering, donate_argnums=donate)
             self.in_shardings: list[jax.sharding.Sharding] = [
                 jax.sharding.SingleDeviceSharding(devices[0])] * len(self.arg_types)
             return
@@ -117,7 +118,8 @@ class Program:
         ins = [coll.in_spec(spec_or_replicated(t)) for t in self.arg_types]
         outs = [coll.out_spec(spec_or_replicated(t), mesh) for t in self.res_types]
         self.jitted = jax.jit(jax.shard_map(lowering, mesh=self.jmesh, in_specs=tuple(ins),
-                                            out_specs=tuple(outs), check_vma=False))
+                                            out_specs=tuple(outs), check_vma=False),
+                              donate_argnums=donate)
         self.in_shardings = [jax.sharding.NamedSharding(self.jmesh, s) for s in ins]
 
     def compile(self) -> Any:
@@ -133,12 +135,35 @@ class Program:
         self.lowered_hlo = lowered.as_text(dialect="hlo") if self.mesh is not None else None
         return lowered.compile(compiler_options=options)
 
+    def check_device_arrays(self, arrays: Sequence[jax.Array], names: list[str]
+                            ) -> list[jax.Array]:
+        """`jax.Array` arguments as they are, each checked against its argument's shape and
+        dtype, and put on the argument's sharding where it is elsewhere (`jax.device_put`)."""
+        if len(arrays) != len(self.arg_types):
+            raise LaminaError(f"@{self.func.sym_name.data} takes {len(self.arg_types)} arguments, "
+                              f"got {len(arrays)} inputs")
+        out: list[jax.Array] = []
+        for name, t, a, s in zip(names, self.arg_types, arrays, self.in_shardings, strict=True):
+            info = tensor_info(t)
+            want = native_dtype(jnp, info.dtype)
+            if tuple(a.shape) != info.shape or a.dtype != want:
+                raise LaminaError(f"input '{name}' is a jax.Array of shape {tuple(a.shape)} and "
+                                  f"dtype {a.dtype}; argument type is {t} ({np.dtype(want)})")
+            if a.is_deleted():
+                raise LaminaError(f"input '{name}' is a jax.Array that was donated to an earlier "
+                                  "call and deleted")
+            out.append(a if a.sharding == s else jax.device_put(a, s))
+        return out
+
     def put(self, arrays: Sequence[np.ndarray]) -> list[jax.Array]:
         """Global device arrays of `arrays` (storage dtypes) with the arguments' shardings; each
         process supplies the blocks of its own devices."""
         out: list[jax.Array] = []
         for t, a, s in zip(self.arg_types, arrays, self.in_shardings, strict=True):
-            host = a.astype(native_dtype(jnp, tensor_info(t).dtype))
+            host = a.astype(native_dtype(jnp, tensor_info(t).dtype), copy=False)
+            if self.mesh is None:   # one device: a plain copy in
+                out.append(jax.device_put(host, s))
+                continue
             out.append(jax.make_array_from_callback(host.shape, s,
                                                     lambda index, h=host: h[index]))
         return out
@@ -166,10 +191,50 @@ def _gather(r: jax.Array) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(r, tiled=True))
 
 
-def _timed(fn: Any, args: Sequence[jax.Array]) -> tuple[Any, float]:
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - start
+class JaxProgram:
+    """One function traced, lowered and compiled by XLA once (`jax.jit(...).lower(...).compile()`);
+    a call only moves the arguments to their devices (NumPy arrays; `jax.Array`s already placed
+    as the arguments are go in as they are), runs the executable and fetches the results (NumPy
+    arrays; with `jax.Array` inputs the results stay on their devices, as `jax.Array`s)."""
+
+    def __init__(self, func: FuncOp, options: JaxOptions, donate: frozenset[int]):
+        start = time.perf_counter()
+        bad = unsupported_op(func)
+        if bad is not None:
+            raise error_at(bad, f"backend 'jax' cannot run '{bad.name}'")
+        mesh_op = placed_mesh(func)
+        self.gap = first_unplaced(func) if mesh_op is not None else None
+        mesh = mesh_op.mesh if mesh_op is not None and self.gap is None else None
+        self.func = func
+        self.names = arg_names(func)
+        self.devices = devs.prepare(mesh.name if mesh else None, mesh.devices if mesh else 1,
+                                    options)
+        self.moves, self.notes = memory_moves(self.devices[0], func)
+        if self.gap is not None:   # as on the interpreter: one device, placements ignored
+            self.notes.append(partly_placed_note(func, self.gap))
+        with jax.enable_x64(True):
+            self.program = Program(func, mesh, self.devices, self.moves, tuple(sorted(donate)))
+            self.compiled = self.program.compile()
+        self.stats: dict[str, Any] = {
+            "backend": "jax", "platform": self.devices[0].platform, "devices": len(self.devices),
+            "processes": jax.process_count()}
+        if mesh is not None:
+            self.stats.update(compare_collectives(func, mesh, self.compiled.as_text(),
+                                                  self.program.lowered_hlo))
+        self.compile_seconds = time.perf_counter() - start
+
+    def __call__(self, inputs: Sequence[Any]) -> RunResult:
+        on_device = len(inputs) > 0 and all(isinstance(a, jax.Array) for a in inputs)
+        with jax.enable_x64(True):
+            args = self.program.check_device_arrays(inputs, self.names) if on_device else \
+                self.program.put(check_inputs(self.func, inputs))
+            start = time.perf_counter()
+            results = jax.block_until_ready(self.compiled(*args))
+            seconds = time.perf_counter() - start
+            outs = list(results) if on_device and self.program.mesh is None else \
+                self.program.fetch(results)
+        stats = {**self.stats, "run_seconds": seconds}
+        return RunResult(outs, stats, notes=list(self.notes))
 
 
 class JaxBackend:
@@ -177,47 +242,11 @@ class JaxBackend:
 
     name: ClassVar[str] = "jax"
     features: ClassVar[frozenset[Feature]] = frozenset(Feature)
+    Options: ClassVar[type[JaxOptions]] = JaxOptions
 
-    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
-            options: RunOptions) -> RunResult:
-        func = find_entry(module, entry)
-        if options.target is not None:
-            raise LaminaError(f"backend 'jax' does not check memory-tier capacities (--target "
-                              f"{options.target.name}): XLA owns the buffers; use --backend "
-                              "numpy for checked execution")
-        bad = unsupported_op(func)
-        if bad is not None:
-            raise error_at(bad, f"backend 'jax' cannot run '{bad.name}'")
-        mesh_op = placed_mesh(func)
-        gap = first_unplaced(func) if mesh_op is not None else None
-        mesh = mesh_op.mesh if mesh_op is not None and gap is None else None
-        arrays = check_inputs(func, inputs)
-        devices = devs.prepare(mesh.name if mesh else None, mesh.devices if mesh else 1, options)
-        with jax.enable_x64(True):
-            result = self._run(func, mesh, devices, arrays, options)
-        if gap is not None:   # as on the interpreter: one device, placements ignored
-            result.notes.append(partly_placed_note(func, gap))
-        return result
-
-    def _run(self, func: FuncOp, mesh: Mesh | None, devices: list[Device],
-             arrays: list[np.ndarray], options: RunOptions) -> RunResult:
-        moves, notes = memory_moves(devices[0], func)
-        program = Program(func, mesh, devices, moves)
-        start = time.perf_counter()
-        compiled = program.compile()
-        compile_s = time.perf_counter() - start
-        args = program.put(arrays)
-        results, first_s = _timed(compiled, args)
-        times = [_timed(compiled, args)[1] for _ in range(max(0, options.repeats))]
-        stats: dict[str, Any] = {
-            "backend": "jax", "platform": devices[0].platform, "devices": len(devices),
-            "processes": jax.process_count(), "compile_seconds": compile_s,
-            "run_seconds": statistics.median(times) if times else first_s,
-            "run_seconds_all": times or [first_s], "repeats": len(times),
-        }
-        if mesh is not None:
-            stats.update(compare_collectives(func, mesh, compiled.as_text(), program.lowered_hlo))
-        return RunResult(program.fetch(results), stats, notes=notes)
+    def compile(self, module: ModuleOp, func: FuncOp, options: JaxOptions,
+                donate: frozenset[int] = frozenset()) -> JaxProgram:
+        return JaxProgram(func, options, donate)
 
 
 def compare_collectives(func: FuncOp, mesh: Mesh, compiled: str,

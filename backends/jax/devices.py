@@ -3,12 +3,12 @@
 On CPU, XLA makes as many host devices as `--xla_force_host_platform_device_count` in XLA_FLAGS
 says, read once, when jax starts its backends (on the first computation or device query, not on
 `import jax`). `prepare` therefore sets that flag before anything asks jax for a device: to
-`RunOptions.devices` when given, else to the mesh's size (never fewer than XLA_FLAGS already asks
+`JaxOptions.devices` when given, else to the mesh's size (never fewer than XLA_FLAGS already asks
 for, so a test session's 8 devices stay 8). On a GPU or TPU machine the flag does nothing and the
 accelerators are the devices. A mesh larger than the devices available is one diagnostic naming
 both numbers, also when jax was already started (by the caller) with fewer.
 
-Multi-process (`RunOptions.coordinator`, `num_processes`, `process_id`): every process calls
+Multi-process (`JaxOptions.coordinator`, `num_processes`, `process_id`): every process calls
 `jax.distributed.initialize` with the same coordinator address before its backends start; then
 `jax.devices()` lists every process's devices (process-major), `--devices` is the count per
 process, and the mesh is built over the global list. On Slurm or Open MPI clusters jax can find
@@ -28,7 +28,7 @@ import sys
 from typing import Any
 
 import jax
-from lamina.backends.interface import RunOptions
+from lamina.backends.jax.options import JaxOptions
 from lamina.ir.diagnostics import LaminaError
 
 # a jax device (`jax.Device`; jaxlib ships no type information for it, so the checker sees Any)
@@ -63,7 +63,7 @@ def _distributed_started() -> bool:
     return distributed.global_state.client is not None
 
 
-def start_processes(options: RunOptions) -> None:
+def start_processes(options: JaxOptions) -> None:
     """Join the multi-process runtime (a no-op without a coordinator, or when already joined)."""
     if options.coordinator is None or _distributed_started():
         return
@@ -82,7 +82,7 @@ def start_processes(options: RunOptions) -> None:
                           f"{first}") from None
 
 
-def prepare(mesh_name: str | None, needed: int, options: RunOptions) -> list[Device]:
+def prepare(mesh_name: str | None, needed: int, options: JaxOptions) -> list[Device]:
     """The first `needed` devices of the mesh (global, process-major; without a mesh this
     process's first device), after setting the host device count and joining the multi-process
     run; LaminaError when there are fewer (see the docstring)."""

@@ -36,7 +36,7 @@ Then l and acc are unchanged bit for bit, except that a zero of acc may flip its
 failing a condition runs as before (rows masked whole, scores near F, non-finite v all do).
 Skipped blocks are counted in `stats.extra["attention_blocks_skipped"]`.
 
-Block sizes: one block of scores holds about `RunOptions.tile_bytes` bytes (ATTENTION_TILE_BYTES
+Block sizes: one block of scores holds about `NumpyOptions.tile_bytes` bytes (ATTENTION_TILE_BYTES
 without it); tests use tiny tiles to force many blocks. Blocks (leading index, query rows) run on
 the fused executor's thread pool, each computed the same way on any thread.
 

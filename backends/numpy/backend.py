@@ -3,7 +3,7 @@
 A function with placed values runs on every device of its mesh (`spmd`), anything else on whole
 arrays (`runner`); either way every run is checked execution (`memory.MemoryChecker`): a use
 after `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the
-op, and with `RunOptions.target` so is a tier's capacity overflow.
+op, and with `NumpyOptions.target` so is a tier's capacity overflow.
 
 A partially placed function (placements written on some values, e.g. only on the inputs, before
 `propagate-sharding` placed the rest) cannot run on its mesh, since the unplaced values do not say
@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from lamina.backends.interface import Feature, RunOptions, RunResult, find_entry
-from lamina.backends.numpy.memory import MemoryChecker
+from lamina.backends.interface import Feature, RunResult, find_entry
+from lamina.backends.numpy.options import NumpyOptions
+from lamina.backends.numpy.program import NumpyProgram
 from lamina.backends.numpy.runner import OpRunner, run_function
-from lamina.backends.numpy.spmd import first_unplaced, partly_placed_note, placed_mesh, run_spmd
-from lamina.backends.numpy.tile_threads import thread_count
+from lamina.ir.updates import updates_of
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 
 
@@ -33,27 +34,18 @@ class NumpyBackend:
 
     name: ClassVar[str] = "numpy"
     features: ClassVar[frozenset[Feature]] = frozenset(Feature)
+    Options: ClassVar[type[NumpyOptions]] = NumpyOptions
     # op types a backend built on this one runs its own way on whole arrays (placed programs'
     # devices always run the interpreter's runners)
     op_runners: ClassVar[dict[type[Operation], OpRunner]] = {}
+    # a fused kernel that fits one tile runs as its body's steps (the compiled backend compiles it)
+    whole_small_fused: ClassVar[bool] = True
 
-    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
-            options: RunOptions) -> RunResult:
-        thread_count(options)   # a bad LAMINA_FUSED_THREADS is reported before any work
-        func = find_entry(module, entry)
-        mesh = placed_mesh(func)
-        gap = first_unplaced(func) if mesh is not None else None
-        checker = MemoryChecker(options.target, whole_arrays=gap is not None)
-        if mesh is not None and gap is None:
-            result = run_spmd(func, inputs, mesh, observer=checker, options=options)
-        else:
-            result = run_function(func, inputs, observer=checker, options=options,
-                                      runners=self.op_runners)
-        if gap is not None:
-            result.notes.append(partly_placed_note(func, gap))
-        result.stats.update(checker.stats())
-        result.memory = checker.trace()
-        return result
+    def compile(self, module: ModuleOp, func: FuncOp, options: NumpyOptions,
+                donate: frozenset[int] = frozenset()) -> NumpyProgram:
+        by_arg = {a: r for r, a in updates_of(func).items()}
+        return NumpyProgram(func, options, self.op_runners, {i: by_arg[i] for i in donate},
+                            self.whole_small_fused)
 
 
 def reference_run(module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray]) -> RunResult:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
-from lamina.backends.interface import RunOptions
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import result_pool
 from lamina.backends.numpy.fused_views import (
     BoxTiling,
@@ -76,7 +76,7 @@ from xdsl.ir import Operation, SSAValue
 # (~1 us) has to be spread over enough elements, and the few live tile buffers (reused through a
 # free list, in place) should stay in L2/L3. 512 KiB (32 rows of f32[4096]) measured best for W1
 # with 1 and 2 threads; smaller tiles pay NumPy's per-call cost and, with threads, a GIL hand-off
-# per call, more often. `RunOptions.tile_bytes` overrides both (tests use tiny tiles to exercise
+# per call, more often. `NumpyOptions.tile_bytes` overrides both (tests use tiny tiles to exercise
 # the tile loop). Tile row counts are rounded down to a power of two so that dropout tiles start
 # at aligned global indices (see `_dropout_fast`).
 ROW_TILE_BYTES = 512 * 1024
@@ -215,7 +215,7 @@ def plan_fused(op: FusedOp, args: Sequence[np.ndarray | None], min_rows: int = 2
     return FusedPlan(op, body, space, steps, slot_of, env, results, paths, written)
 
 
-def run_tiles(plan: FusedPlan, options: RunOptions, only_rows: Iterable[int] | None = None) -> int:
+def run_tiles(plan: FusedPlan, options: NumpyOptions, only_rows: Iterable[int] | None = None) -> int:
     """Run the plan's steps tile by tile (the interpreter's tile loop), writing every step that
     leaves the group into its `out2d`; with `only_rows`, just those rows, one row per tile.
     Returns the largest tile working set of a worker (its tile buffers and scratch, bytes)."""
@@ -465,7 +465,7 @@ class _Job:
     tiling: BoxTiling | None
 
 
-def _tile_loop(job: _Job, space: Space, options: RunOptions) -> int:
+def _tile_loop(job: _Job, space: Space, options: NumpyOptions) -> int:
     """Run every tile, on one thread or on the shared pool; the largest worker's tile working
     set (bytes).
 
@@ -565,6 +565,14 @@ def record_fused_stats(stats: RunStats, plan: FusedPlan, args: Sequence[np.ndarr
             stats.flops += o.info.flops(o.operand_infos(), tensor_info(o.results[0].type),
                                         o.attr_values())
     stats.extra["fused_ops_executed"] = stats.extra.get("fused_ops_executed", 0) + len(body)
+
+
+def one_tile(op: FusedOp, options: NumpyOptions) -> bool:
+    """Whether the tile loop would run `op` as one tile: every value of its body fits the
+    smallest tile size (then the kernel is its body's ops on whole arrays, with nothing to plan)."""
+    budget = options.tile_bytes if options.tile_bytes is not None else \
+        min(ROW_TILE_BYTES, LOOP_TILE_BYTES)
+    return all(_prod(_shape(r)) * 4 <= budget for o in op.body.block.ops for r in o.results)
 
 
 def _choose_rows(rows: int, steps: list[Step], row_group: bool, tile_bytes: int | None) -> int:

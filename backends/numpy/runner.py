@@ -7,7 +7,7 @@ a long chain of ops on large tensors holds only what is live (see `peak_live_byt
 Ops outside the op table (fused regions, collectives, moves, added by later layers) register a
 runner with `register_op_runner`; the op table stays the only place that knows per-op semantics.
 Every runner gets the run's `RunContext`: its statistics and the backend options it was started
-with (`lamina.backends.interface.RunOptions`), so no setting lives in a module global. A backend
+with (`lamina.backends.numpy.options.NumpyOptions`), so no setting lives in a module global. A backend
 built on this interpreter may run some op types its own way for one run (`RunContext.runners`,
 `run_function(runners=...)`): the compiled backend runs `lamina.fused` so and everything else here.
 """
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
-from lamina.backends.interface import RunOptions, RunResult, arg_names
+from lamina.backends.interface import RunResult, arg_names
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.kernels import kernel
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage, unrepresentable
@@ -65,14 +66,17 @@ class RunStats:
 class RunContext:
     """What every op runner of one run shares: the counters, the options, the run's observer
     (an op runner that allocates memory of its own reports it there: `on_working_set`), this
-    run's own runners for some op types (they take precedence over the registered ones) and the
-    lines a runner explains its choices with (`RunResult.explain`)."""
+    run's own runners for some op types (they take precedence over the registered ones), the
+    lines a runner explains its choices with (`RunResult.explain`) and the program's memo."""
 
     stats: RunStats
-    options: RunOptions = field(default_factory=RunOptions)
+    options: NumpyOptions = field(default_factory=NumpyOptions)
     observer: ExecutionObserver | None = None
     runners: dict[type[Operation], OpRunner] = field(default_factory=dict)
     explain: list[str] = field(default_factory=list)
+    # what a runner derives from an op alone (a kernel's cache key), kept for one compiled
+    # program's calls (`lamina.backends.numpy.program`): the program's ops never change
+    memo: dict[Any, Any] = field(default_factory=dict)
 
 
 def device_nbytes(a: np.ndarray, dtype: str) -> int:
@@ -237,14 +241,16 @@ def op_runner(op: Operation) -> OpRunner | None:
 
 def run_function(func: FuncOp, inputs: Sequence[np.ndarray],
                  observer: ExecutionObserver | None = None,
-                 options: RunOptions | None = None,
-                 runners: dict[type[Operation], OpRunner] | None = None) -> RunResult:
+                 options: NumpyOptions | None = None,
+                 runners: dict[type[Operation], OpRunner] | None = None,
+                 memo: dict[Any, Any] | None = None) -> RunResult:
     """Run `func` on whole arrays (one device), freeing each intermediate after its last use.
 
     Placements in the types are not looked at: on whole arrays every collective is the identity,
     which makes this the reference run a placed program is compared with. `runners` replace the
     registered runners of their op types for this run."""
-    ctx = RunContext(RunStats(), options or RunOptions(), observer, dict(runners or {}))
+    ctx = RunContext(RunStats(), options or NumpyOptions(), observer, dict(runners or {}),
+                     memo={} if memo is None else memo)
 
     def execute(op: Operation, operands: list[np.ndarray | None]) -> list[np.ndarray]:
         if isinstance(op, LaminaOp):

@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.analysis.fusion import intermediate_bytes
-from lamina.backends.interface import RunOptions, RunResult
+from lamina.backends.interface import RunResult
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import runner as base
 from lamina.backends.numpy.runner import (
     ExecutionObserver,
@@ -425,14 +426,14 @@ def first_unplaced(func: FuncOp) -> tuple[Operation, str] | None:
 
 def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None,
              observer: ExecutionObserver | None = None,
-             options: RunOptions | None = None) -> RunResult:
+             options: NumpyOptions | None = None) -> RunResult:
     """Run placed `func` on every device of its mesh. `observer` gets the same hooks as under
     `run_function` (values' types carry their placements, so it can size local shards)."""
     mesh_op = mesh_op or placed_mesh(func)
     if mesh_op is None:
         raise LaminaError(f"@{func.sym_name.data} has no placed values to run on a mesh")
     check_placed(func)
-    ctx = RunContext(RunStats(), options or RunOptions(), observer)
+    ctx = RunContext(RunStats(), options or NumpyOptions(), observer)
     run = SpmdRun(mesh_op.mesh, ctx)
     outputs = run.run(func, inputs, observer)
     d = ctx.stats.as_dict()

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from lamina.backends.interface import RunOptions
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.ir.diagnostics import LaminaError
 
 # Tiles are independent and NumPy drops the GIL inside its loops, so a fused kernel runs its tiles
@@ -25,7 +25,7 @@ from lamina.ir.diagnostics import LaminaError
 PARALLEL_MIN_ELEMENTS = 1 << 20
 
 
-def thread_count(options: RunOptions) -> int:
+def thread_count(options: NumpyOptions) -> int:
     """Tile-loop threads: `options.threads`, else LAMINA_FUSED_THREADS, else the core count."""
     if options.threads is not None:
         return max(1, options.threads)
@@ -92,7 +92,7 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return _POOL
 
 
-def tile_threads(options: RunOptions, elements: int, n_tiles: int) -> int:
+def tile_threads(options: NumpyOptions, elements: int, n_tiles: int) -> int:
     """Threads for a kernel of `elements` elements in `n_tiles` tiles: 1 below
     PARALLEL_MIN_ELEMENTS or under 4 tiles per thread (handing tiles out would cost more than it
     saves), else `thread_count`."""

@@ -1,0 +1,249 @@
+"""A function compiled for the NumPy interpreter: a flat list of prepared steps, run many times.
+
+`NumpyProgram(func, options, runners)` does once what depends only on the program, its types and
+the options: it finds the function's mesh, checks the options, and turns the body into `Steps`,
+a flat list of (kernel, operand slots, result slots, slots dropped after it). A call then only
+indexes a list of arrays and calls kernels: no IR is read, no attribute is decoded, no shape rule
+is evaluated. An op-table op's step is its row's kernel with its `Call` built once; a
+`lamina.fused` op whose whole iteration space fits one tile (what the tile loop would run as a
+single tile, so the same ops on the same arrays) is a nested `Steps` of its body, run over whole
+arrays with no planning per call (on the NumPy backend only: the compiled backend compiles every
+kernel); every other op calls its runner (`runner.op_runner`, or the backend's own, as the
+compiled backend's fused runner), which plans its tiles per call in O(body).
+
+The first call is the *checked* call: it runs exactly as `runner.run_function` (or the SPMD runner,
+for a placed function) always did, with checked execution (`memory.MemoryChecker`: use after
+free, tiers compute cannot read, capacity overflow with a target) and every statistic counted.
+The statistics depend only on the program and the options, so later calls reuse them and run the
+steps alone, bit for bit the same kernels on the same arrays. A placed function runs on every
+device of its simulated mesh at every call (the SPMD runner is the reference for placed programs,
+not a fast path).
+
+Donation (`donate`: argument index -> the result that updates it, `lamina.ir.updates`): the
+result is written into the argument's array, which is then returned as that result, so a
+training loop's parameters stay in the same arrays. A donated array must be C-contiguous,
+writeable, of the argument's storage dtype and share no memory with another input.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from lamina.backends.interface import RunResult, arg_names
+from lamina.backends.numpy.fused import KIND_RUNNERS, one_tile
+from lamina.backends.numpy.kernels import kernel
+from lamina.backends.numpy.memory import MemoryChecker
+from lamina.backends.numpy.options import NumpyOptions
+from lamina.backends.numpy.runner import (
+    OpRunner,
+    RunContext,
+    RunStats,
+    check_inputs,
+    last_uses,
+    make_call,
+    op_runner,
+    run_function,
+)
+from lamina.backends.numpy.spmd import first_unplaced, partly_placed_note, placed_mesh, run_spmd
+from lamina.backends.numpy.tile_threads import thread_count
+from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.dtypes import STORAGE
+from lamina.ir.fused import FusedOp
+from lamina.ir.memory import FreeOp
+from lamina.ir.opbase import LaminaOp, tensor_info
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Operation, SSAValue
+
+StepFn = Callable[[list[np.ndarray | None]], list[np.ndarray]]
+
+
+@dataclass
+class Step:
+    """One prepared op: `run(operands) -> results`; operand slots (-1: an absent optional operand),
+    result slots, and the slots whose values are dead after it."""
+
+    run: StepFn
+    ins: tuple[int, ...]
+    outs: tuple[int, ...]
+    drops: tuple[int, ...]
+
+
+@dataclass
+class Steps:
+    """A block compiled to steps: its arguments fill slots 0..n-1, `result_slots` are what its
+    terminator returns."""
+
+    n_args: int
+    n_slots: int
+    steps: list[Step]
+    result_slots: tuple[int, ...]
+
+    def run(self, args: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        env: list[Any] = [None] * self.n_slots
+        env[: self.n_args] = args
+        for st in self.steps:
+            results = st.run([env[k] if k >= 0 else None for k in st.ins])
+            for k, r in zip(st.outs, results, strict=True):
+                env[k] = r
+            for k in st.drops:
+                env[k] = None
+        return [env[k] for k in self.result_slots]
+
+
+def _table_step(op: LaminaOp) -> StepFn:
+    """An op-table op on whole arrays: its row's kernel with the op's `Call`, built once."""
+    call = make_call(op)
+    if math.prod(call.result.shape) == 0:   # as run_kernel: nothing to compute
+        shape, dtype = call.result.shape, STORAGE[call.result.dtype]
+        return lambda xs: [np.zeros(shape, dtype)]
+    k = kernel(op.info)
+    return lambda xs: [k(xs, call)]
+
+
+@dataclass
+class _Builder:
+    """Compiles blocks to `Steps` for one program (the choices every step shares)."""
+
+    options: NumpyOptions
+    runners: Mapping[type[Operation], OpRunner]
+    whole_small_fused: bool
+    context: Callable[[], RunContext]
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    def block(self, args: Sequence[SSAValue], ops: Sequence[Operation],
+              returned: Sequence[SSAValue]) -> Steps:
+        slot: dict[SSAValue, int] = {a: i for i, a in enumerate(args)}
+        body = [o for o in ops if not isinstance(o, FreeOp)]  # a free is the last use's drop
+        last = last_uses(body)
+        keep = set(returned)
+        steps: list[Step] = []
+        for i, op in enumerate(body):
+            ins = tuple(-1 if v is None else slot[v] for v in
+                        (op.operand_slots() if isinstance(op, LaminaOp) else op.operands))
+            outs = []
+            for r in op.results:
+                slot[r] = len(slot)
+                outs.append(slot[r])
+            dead = {v for v in op.operands if last.get(v) == i and v not in keep}
+            dead |= {r for r in op.results if r not in last and r not in keep}
+            steps.append(Step(self.step(op), ins, tuple(outs), tuple(sorted(slot[v] for v in dead))))
+        return Steps(len(args), len(slot), steps, tuple(slot[v] for v in returned))
+
+    def step(self, op: Operation) -> StepFn:
+        if isinstance(op, LaminaOp):
+            return _table_step(op)
+        if isinstance(op, FusedOp) and self.whole_small_fused and \
+                op.fusion_kind not in KIND_RUNNERS and one_tile(op, self.options):
+            body = self.block(list(op.body.block.args), [o for o in op.body.block.ops
+                                                        if o is not op.yield_op],
+                              list(op.yield_op.values))
+            return body.run
+        runner = self.runners.get(type(op)) or op_runner(op)
+        if runner is None:
+            raise error_at(op, f"the NumPy backend cannot run '{op.name}'")
+        context = self.context
+        return lambda xs: runner(op, xs, context())
+
+
+class NumpyProgram:
+    """`func` compiled for the NumPy interpreter (see the module docstring)."""
+
+    def __init__(self, func: FuncOp, options: NumpyOptions,
+                 runners: Mapping[type[Operation], OpRunner], donate: Mapping[int, int],
+                 whole_small_fused: bool = True):
+        thread_count(options)   # a bad LAMINA_FUSED_THREADS is reported before any work
+        self.func = func
+        self.options = options
+        self.runners = dict(runners)
+        self.donate = dict(donate)
+        self.names = arg_names(func)
+        mesh = placed_mesh(func)
+        self.gap = first_unplaced(func) if mesh is not None else None
+        self.mesh = mesh if mesh is not None and self.gap is None else None
+        self.memo: dict[Any, Any] = {}
+        self.checked: RunResult | None = None   # the first call's result: stats, trace, notes
+        self.steps: Steps | None = None
+        if self.mesh is None:
+            builder = _Builder(options, self.runners, whole_small_fused, self.context, self.memo)
+            block = func.body.block
+            ret = block.last_op
+            assert ret is not None
+            self.steps = builder.block(list(block.args), list(block.ops)[:-1], list(ret.operands))
+
+    def context(self) -> RunContext:
+        """A run context for one call of an op runner (its counters are the checked call's)."""
+        return RunContext(RunStats(), self.options, None, self.runners, [], self.memo)
+
+    def __call__(self, inputs: Sequence[Any]) -> RunResult:
+        arrays = check_inputs(self.func, inputs)
+        for i in self.donate:
+            arrays[i] = self._donated(i, inputs[i], arrays)
+        start = time.perf_counter()
+        if self.checked is None or self.steps is None:
+            result = self._checked_run(arrays)
+            if self.steps is not None:
+                self.checked = result
+        else:
+            c = self.checked
+            with np.errstate(all="ignore"):
+                outs = self.steps.run(arrays)
+            result = RunResult(outs, dict(c.stats), c.memory, list(c.notes), list(c.explain))
+        self._write_donated(arrays, result.outputs)
+        result.stats["run_seconds"] = time.perf_counter() - start
+        return result
+
+    def _checked_run(self, arrays: list[np.ndarray]) -> RunResult:
+        """Today's instrumented run: checked execution and every statistic counted."""
+        func = self.func
+        checker = MemoryChecker(self.options.target, whole_arrays=self.gap is not None)
+        if self.mesh is not None:
+            result = run_spmd(func, arrays, self.mesh, observer=checker, options=self.options)
+        else:
+            result = run_function(func, arrays, observer=checker, options=self.options,
+                                  runners=self.runners, memo=self.memo)
+        if self.gap is not None:
+            result.notes.append(partly_placed_note(func, self.gap))
+        result.stats.update(checker.stats())
+        result.memory = checker.trace()
+        return result
+
+    def _donated(self, i: int, given: Any, arrays: list[np.ndarray]) -> np.ndarray:
+        """The caller's array for donated argument `i`, checked to be updatable in place."""
+        name = self.names[i]
+        t = tensor_info(self.func.function_type.inputs.data[i])
+        want = STORAGE[t.dtype]
+        why = None
+        if not isinstance(given, np.ndarray):
+            why = f"it is a {type(given).__name__}, not a NumPy array"
+        elif given.dtype != want:
+            why = f"its dtype is {given.dtype}, the argument stores {np.dtype(want)}"
+        elif not given.flags.c_contiguous:
+            why = "it is not C-contiguous"
+        elif not given.flags.writeable:
+            why = "it is read-only"
+        else:
+            for j, other in enumerate(arrays):
+                if j != i and isinstance(other, np.ndarray) and np.may_share_memory(given, other):
+                    why = f"it shares memory with input '{self.names[j]}'"
+                    break
+        if why is not None:
+            raise LaminaError(f"donated input '{name}' of @{self.func.sym_name.data} cannot be "
+                              f"updated in place: {why}")
+        return given
+
+    def _write_donated(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        """Each donated argument's array takes the result that updates it, and is returned."""
+        for i, j in self.donate.items():
+            buf = arrays[i]
+            if outs[j] is buf:
+                continue
+            for k, o in enumerate(outs):   # another result viewing the buffer keeps its value
+                if k != j and np.may_share_memory(o, buf):
+                    outs[k] = o.copy()
+            np.copyto(buf, outs[j])
+            outs[j] = buf
