@@ -30,7 +30,7 @@ from lamina.ir.diagnostics import LaminaError
 
 if TYPE_CHECKING:
     import numpy as np
-    from lamina.backends.interface import Program
+    from lamina.backends.interface import MemoryTrace, Program
     from xdsl.dialects.builtin import ModuleOp
     from xdsl.dialects.func import FuncOp
 
@@ -45,6 +45,8 @@ class Run:
     outputs: dict[str, Any]
     stats: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    explain: list[str] = field(default_factory=list)   # the backend's own decisions (--explain)
+    memory: MemoryTrace | None = None                  # bytes per tier over time (NumPy only)
 
 
 Inputs = Mapping[str, Any] | Sequence[Any]
@@ -97,7 +99,7 @@ class Executable:
         stats = result.stats
         stats["compile_seconds"] = self.compile_seconds
         return Run(dict(zip(self.output_names, result.outputs, strict=True)), stats,
-                   result.notes)
+                   result.notes, result.explain, result.memory)
 
 
 def _backend_options(backend: Any, options: dict[str, Any]) -> Any:

@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 from lamina.backends.interface import (
     Feature,
-    RunOptions,
-    RunResult,
+    Program,
     check_supported,
     find_entry,
     required_features,
 )
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.registry import backend_names, get_backend
 from lamina.ir.diagnostics import LaminaError
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN = str(Path(sys.executable).with_name("lamina-run"))
@@ -51,10 +52,11 @@ class WholeArraysOnly:
 
     name: ClassVar[str] = "whole-arrays"
     features: ClassVar[frozenset[Feature]] = frozenset({Feature.LIFETIMES})
+    Options: ClassVar[type[NumpyOptions]] = NumpyOptions
 
-    def run(self, module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray],
-            options: RunOptions) -> RunResult:
-        return get_backend("numpy").run(module, entry, inputs, options)
+    def compile(self, module: ModuleOp, func: FuncOp, options: NumpyOptions,
+                donate: frozenset[int] = frozenset()) -> Program:
+        return get_backend("numpy").compile(module, func, options, donate)
 
 
 def test_registry_lists_numpy_and_refuses_unknown_names() -> None:
@@ -89,14 +91,16 @@ def test_unsupported_feature_is_one_diagnostic_at_the_op() -> None:
 
 
 def test_options_reach_the_backend() -> None:
-    """threads and tile size travel in RunOptions (no module globals): the same bits either way."""
+    """threads and tile size travel in the backend's options (no module globals): the same bits
+    either way."""
     text = (ROOT / "samples" / "layernorm_gelu_dropout.mlir").read_text()
     module = lamina.apply(lamina.parse(text), "fuse-elementwise")
     one = lamina.run(module, entry="ln_gelu_dropout_small", threads=1, tile_bytes=256)
     two = lamina.run(module, entry="ln_gelu_dropout_small", threads=2, tile_bytes=256)
     assert one.outputs["out0"].tobytes() == two.outputs["out0"].tobytes()
     # a typo is not ignored; like every API failure it is a LaminaError naming the options
-    with pytest.raises(lamina.LaminaError, match=r"unknown run option 'thread' \(options: threads"):
+    with pytest.raises(lamina.LaminaError, match=r"backend 'numpy' has no option 'thread' "
+                       r"\(its options: threads, tile_bytes, target\)"):
         lamina.run(module, entry="ln_gelu_dropout_small", thread=1)
 
 

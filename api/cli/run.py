@@ -31,12 +31,17 @@ checked before the program runs, and an empty value for any flag is refused, nev
 When `--check` finds a difference, the files that describe and reproduce it (`--stats-json`,
 `--memory-plot`, `--write-inputs`) are written and `--outputs` is not.
 
+The function is compiled once (`lamina.compile`) and called once; `--repeats N` calls it N more
+times on the same inputs, on any backend, and the stats say `compile_seconds` (the whole compile),
+`run_seconds` (the median of the repeats; without repeats, the one call), `run_seconds_all` and
+`repeats`. On the NumPy backends the first call is the checked one (every statistic counted);
+the repeats run the prepared kernels alone.
+
 `--backend jax` compiles the function with XLA (`lamina.backends.jax`): `--devices N` sets how
-many devices (on CPU: host devices XLA starts with; default the mesh's size), `--repeats N` times
-N runs after the first, and `--coordinator`, `--num-processes`, `--process-id` run one process of
-a multi-process job (every process runs the same command with its own id; only process 0 prints
-and writes files). Its stats add `backend`, `compile_seconds`, `run_seconds` (median of the
-repeats) and, for placed programs, the compiled HLO's collectives (`hlo_collectives`) beside
+many devices (on CPU: host devices XLA starts with; default the mesh's size), and
+`--coordinator`, `--num-processes`, `--process-id` run one process of a multi-process job (every
+process runs the same command with its own id; only process 0 prints and writes files). Its stats
+add `backend` and, for placed programs, the compiled HLO's collectives (`hlo_collectives`) beside
 Lamina's own (`collectives`).
 
 Every `--stats-json` field (name, unit, per device or total) is documented in one place: the
@@ -48,9 +53,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TextIO
 
 import lamina
@@ -59,7 +65,6 @@ from lamina.backends.compare import compare
 from lamina.backends.inputs import input_keys, load_inputs, random_inputs
 from lamina.backends.interface import (
     Backend,
-    RunOptions,
     RunResult,
     check_supported,
     find_entry,
@@ -116,11 +121,12 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads for fused kernels' tile loops (default: LAMINA_FUSED_THREADS, "
                         "else one per core); results do not depend on it")
+    p.add_argument("--repeats", type=int, default=0, metavar="N",
+                   help="timed calls after the first, on any backend; the stats report their "
+                        "median (default 0)")
     jax = p.add_argument_group("backend jax")
     jax.add_argument("--devices", type=int, default=None, metavar="N",
                      help="devices to run on, per process (default: the mesh's size)")
-    jax.add_argument("--repeats", type=int, default=1, metavar="N",
-                     help="timed runs after the first; stats report their median (default 1)")
     jax.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                      help="multi-process: the coordinator's address (process 0 serves it)")
     jax.add_argument("--num-processes", type=int, default=None, metavar="N",
@@ -179,10 +185,26 @@ def check_args(args: argparse.Namespace) -> None:
         plot_format(args.memory_plot)
 
 
-def run_options(args: argparse.Namespace, target: Target | None) -> RunOptions:
-    return RunOptions(threads=args.threads, target=target, devices=args.devices,
-                      repeats=args.repeats, coordinator=args.coordinator,
-                      num_processes=args.num_processes, process_id=args.process_id)
+def run_options(args: argparse.Namespace, backend: Backend, target: Target | None
+                ) -> dict[str, Any]:
+    """The flags given that `backend`'s options type takes (a target always goes through, so a
+    backend without checked execution refuses it); the others do not apply and are ignored."""
+    given = {"threads": args.threads, "devices": args.devices, "coordinator": args.coordinator,
+             "num_processes": args.num_processes, "process_id": args.process_id}
+    takes = {f.name for f in fields(backend.Options)}
+    options = {k: v for k, v in given.items() if v is not None and k in takes}
+    if target is not None:
+        options["target"] = target
+    return options
+
+
+def timed_calls(exe: lamina.Executable, inputs: list[np.ndarray], repeats: int,
+                first: lamina.Run) -> dict[str, Any]:
+    """`repeats` more calls of `exe`: the timing statistics every backend reports."""
+    times = [exe(inputs).stats["run_seconds"] for _ in range(repeats)]
+    return {"compile_seconds": exe.compile_seconds,
+            "run_seconds": statistics.median(times) if times else first.stats["run_seconds"],
+            "run_seconds_all": times or [first.stats["run_seconds"]], "repeats": len(times)}
 
 
 def data_on_stdout(args: argparse.Namespace) -> bool:
@@ -244,7 +266,11 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     check_supported(backend, func)
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     target = load_target(args.target) if args.target else None
-    result = backend.run(module, entry, inputs, run_options(args, target))
+    exe = lamina.compile(module, entry, args.backend, **run_options(args, backend, target))
+    run = exe(inputs)
+    result = RunResult(list(run.outputs.values()), {**run.stats,
+                       **timed_calls(exe, inputs, args.repeats, run)}, run.memory, run.notes,
+                       run.explain)
     if args.explain:
         for line in result.explain:   # the backend's own decisions (a kernel it did not compile)
             print(line, file=sys.stderr)
