@@ -1,0 +1,255 @@
+"""`lamina.compile`: compiled once, called many times, the same bits as `lamina.run`.
+
+Random programs (before and after fusion) are compiled once per backend and called on fresh
+inputs several times; every call equals a fresh `lamina.run` of the same inputs bit for bit on the
+NumPy backends. The executable owns its program (a module changed after compile does not change
+it), donation updates the caller's arrays in place and is refused where it cannot, bad calls are
+diagnostics that leave the executable usable, and results do not depend on `threads`.
+"""
+
+from __future__ import annotations
+
+import lamina
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lamina.backends.numpy import program as numpy_program
+from lamina.backends.interface import find_entry
+from lamina.ir.updates import updates_of
+from strategies.programs import GeneratedProgram, programs
+from xdsl.dialects.builtin import ModuleOp
+
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+MLP = """
+func.func @mlp(%x: tensor<16x64xf32>, %w1: tensor<64x64xf32>, %b1: tensor<64xf32>,
+               %w2: tensor<64x64xf32>, %b2: tensor<64xf32>) -> tensor<16x64xf32> {
+  %h = lamina.matmul %x, %w1 : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>
+  %hb = lamina.add %h, %b1 : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  %n = lamina.layernorm %hb {axis = -1 : i64, eps = 1.0e-05 : f64} : tensor<16x64xf32>
+  %g = lamina.gelu %n {approximate = "tanh"} : tensor<16x64xf32>
+  %o = lamina.matmul %g, %w2 : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>
+  %ob = lamina.add %o, %b2 : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
+  %y = lamina.add %ob, %x : tensor<16x64xf32>
+  func.return %y : tensor<16x64xf32>
+}
+"""
+
+STEP = """
+func.func @loss(%x: tensor<8x16xf32>, %w: tensor<16x4xf32>, %b: tensor<4xf32>) -> tensor<f32> {
+  %h = lamina.matmul %x, %w : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+  %hb = lamina.add %h, %b : (tensor<8x4xf32>, tensor<4xf32>) -> tensor<8x4xf32>
+  %t = lamina.tanh %hb : tensor<8x4xf32>
+  %s = lamina.mul %t, %t : tensor<8x4xf32>
+  %l = lamina.reduce_mean %s {axes = array<i64: 0, 1>, keepdims = false} : (tensor<8x4xf32>) -> tensor<f32>
+  func.return %l : tensor<f32>
+}
+"""
+
+
+def _fresh(prog: GeneratedProgram, seed: int) -> list[np.ndarray]:
+    """New inputs of the program's argument types (the generator's range, [-3, 3])."""
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-3, 3, a.shape).astype(a.dtype) if a.dtype.kind == "f" else a.copy()
+            for a in prog.inputs]
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
+        assert np.array_equal(a[k], b[k], equal_nan=True), k
+
+
+@pytest.mark.parametrize("backend", ["numpy", "compiled"])
+@SETTINGS
+@given(prog=programs(min_ops=2, max_ops=10, dtypes=("f32", "f64")), fuse=st.booleans())
+def test_executable_calls_equal_lamina_run(backend: str, prog: GeneratedProgram,
+                                           fuse: bool) -> None:
+    module = lamina.parse(prog.text)
+    if fuse:
+        lamina.apply(module, "fuse-elementwise")
+    exe = lamina.compile(module, backend=backend)
+    for seed in range(4):
+        inputs = prog.inputs if seed == 0 else _fresh(prog, seed)
+        _same(exe(inputs).outputs, lamina.run(module, inputs, backend=backend).outputs)
+
+
+def test_compiled_once_steps_built_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compilation builds the steps; 100 calls build nothing more."""
+    built = []
+    real = numpy_program._Builder.block
+
+    def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(numpy_program._Builder, "block", counting)
+    module = lamina.apply(lamina.parse(MLP), "fuse-elementwise")
+    exe = lamina.compile(module)
+    n = len(built)
+    assert n >= 1
+    x = lamina.inputs(module)
+    for _ in range(100):
+        exe(x)
+    assert len(built) == n
+
+
+def test_stats_are_the_checked_calls_and_times_are_per_call() -> None:
+    module = lamina.apply(lamina.parse(MLP), "fuse-elementwise")
+    exe = lamina.compile(module)
+    x = lamina.inputs(module)
+    first, second = exe(x), exe(x)
+    assert first.stats["kernels"] == second.stats["kernels"] == lamina.run(module, x).stats["kernels"]
+    for r in (first, second):
+        assert r.stats["compile_seconds"] == exe.compile_seconds > 0 and r.stats["run_seconds"] > 0
+
+
+def test_the_executable_owns_its_program() -> None:
+    """`lamina.apply` rewrites a module in place; an executable compiled before keeps running the
+    program it was compiled from."""
+    module = lamina.parse(MLP)
+    x = lamina.inputs(module)
+    before = lamina.compile(module)
+    lamina.apply(module, "fuse-elementwise")
+    after = lamina.compile(module)
+    assert before(x).stats["kernels"] == 7 and after(x).stats["kernels"] < 7
+    _same(before(x).outputs, lamina.run(lamina.parse(MLP), x).outputs)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "compiled"])
+def test_results_do_not_depend_on_threads(backend: str) -> None:
+    module = lamina.apply(lamina.parse(MLP), "fuse-elementwise")
+    x = lamina.inputs(module, seed=3)
+    one = lamina.compile(module, backend=backend, threads=1, tile_bytes=512)
+    two = lamina.compile(module, backend=backend, threads=2, tile_bytes=512)
+    for _ in range(3):
+        _same(one(x).outputs, two(x).outputs)
+
+
+def test_inputs_by_name_by_position_and_as_arguments() -> None:
+    module = lamina.parse(MLP)
+    exe = lamina.compile(module)
+    x = lamina.inputs(module)
+    order = [x[n] for n in exe.arg_names]
+    _same(exe(x).outputs, exe(order).outputs)
+    _same(exe(x).outputs, exe(*order).outputs)
+    assert exe.arg_names == ["x", "w1", "b1", "w2", "b2"] and exe.output_names == ["out0"]
+
+
+def test_bad_calls_are_diagnostics_and_the_executable_stays_usable() -> None:
+    module = lamina.parse(MLP, "mlp.mlir")
+    exe = lamina.compile(module)
+    x = lamina.inputs(module)
+    good = exe(x).outputs["out0"]
+    missing = {k: v for k, v in x.items() if k != "b2"}
+    with pytest.raises(lamina.LaminaError, match=r"missing: b2, unknown: none"):
+        exe(missing)
+    with pytest.raises(lamina.LaminaError, match=r"missing: none, unknown: bias"):
+        exe({**x, "bias": x["b1"]})
+    with pytest.raises(lamina.LaminaError, match=r"@mlp takes 5 inputs \(x, w1, b1, w2, b2\), got 2"):
+        exe([x["x"], x["w1"]])
+    with pytest.raises(lamina.LaminaError, match=r"input 'w1' has shape \(64, 32\)"):
+        exe({**x, "w1": x["w1"][:, :32]})
+    with pytest.raises(lamina.LaminaError, match=r"input 'x' has dtype complex128"):
+        exe({**x, "x": x["x"].astype(np.complex128)})
+    assert np.array_equal(exe(x).outputs["out0"], good)
+
+
+def _step_module() -> ModuleOp:
+    return lamina.apply(lamina.parse(STEP), "derive-backward{data=x},append-optimizer{kind=adamw}")
+
+
+def test_donation_updates_the_callers_arrays_in_place() -> None:
+    module = _step_module()
+    x = lamina.inputs(module, seed=1)
+    x = {k: (np.abs(v) if k.startswith("v_") else v) for k, v in x.items()}
+    want = lamina.run(module, {k: v.copy() for k, v in x.items()})
+    exe = lamina.compile(module, donate=True)
+    assert set(exe.donated) >= {"w", "b"}
+    given = {k: v.copy() for k, v in x.items()}
+    run = exe(given)
+    _same(run.outputs, want.outputs)
+    func = find_entry(module, None)
+    names = exe.arg_names
+    for r, a in updates_of(func).items():
+        assert run.outputs[f"out{r}"] is given[names[a]]   # the input array, updated
+    assert not np.array_equal(given["w"], x["w"])
+
+
+def test_donation_is_refused_where_it_cannot_be_in_place() -> None:
+    module = _step_module()
+    with pytest.raises(lamina.LaminaError, match=r"no result of @loss_step updates argument 'x'"):
+        lamina.compile(module, donate=("x",))
+    with pytest.raises(lamina.LaminaError, match=r"has no argument 'nope'"):
+        lamina.compile(module, donate=("nope",))
+    with pytest.raises(lamina.LaminaError, match=r"has no 'lamina.updates' attribute"):
+        lamina.compile(lamina.parse(MLP), donate=True)
+    exe = lamina.compile(module, donate=("w",))
+    x = lamina.inputs(module, seed=2)
+    with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*not C-contiguous"):
+        exe({**x, "w": np.asfortranarray(x["w"])})
+    ro = x["w"].copy()
+    ro.flags.writeable = False
+    with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*read-only"):
+        exe({**x, "w": ro})
+    with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*dtype float64"):
+        exe({**x, "w": x["w"].astype(np.float64)})
+    shared = np.ascontiguousarray(x["w"])
+    with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*shares memory with input"):
+        exe({**x, "w": shared, "m_w": shared})
+    exe({k: v.copy() for k, v in x.items()})   # still usable
+
+
+# ---- the JAX backend: one XLA executable per Executable ------------------------------------------
+
+def _jax():  # type: ignore[no-untyped-def]
+    return pytest.importorskip("jax")
+
+
+def test_jax_traces_and_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    _jax()
+    from lamina.backends.jax import lower
+
+    traces = []
+    real = lower.Lowering.__call__
+
+    def counting(self, *args):  # type: ignore[no-untyped-def]
+        traces.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(lower.Lowering, "__call__", counting)
+    module = lamina.apply(lamina.parse(MLP), "fuse-elementwise")
+    exe = lamina.compile(module, backend="jax")
+    x = lamina.inputs(module)
+    want = lamina.run(module, x).outputs["out0"]
+    for _ in range(100):
+        got = exe(x).outputs["out0"]
+    assert len(traces) == 1
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_jax_arrays_stay_on_their_devices_and_donation_deletes_them() -> None:
+    jax = _jax()
+    module = _step_module()
+    x = lamina.inputs(module, seed=1)
+    x = {k: (np.abs(v) if k.startswith("v_") else v) for k, v in x.items()}
+    want = lamina.run(module, x).outputs
+    exe = lamina.compile(module, backend="jax", donate=True)
+    with jax.enable_x64(True):
+        on_device = {k: jax.device_put(v) for k, v in x.items()}
+    run = exe(on_device)
+    assert all(isinstance(v, jax.Array) for v in run.outputs.values())
+    for k, v in run.outputs.items():
+        np.testing.assert_allclose(np.asarray(v), want[k], rtol=2e-5, atol=1e-6)
+    assert on_device["w"].is_deleted()
+    with pytest.raises(RuntimeError):
+        np.asarray(on_device["w"])
+    with pytest.raises(lamina.LaminaError, match=r"input 'w' is a jax.Array that was donated"):
+        exe(on_device)
+    with pytest.raises(lamina.LaminaError, match=r"input 'x' is a jax.Array of shape \(8, 8\)"):
+        exe({**{k: jax.device_put(v) for k, v in x.items()}, "x": jax.numpy.zeros((8, 8))})
+    again = exe({k: jax.device_put(v) for k, v in x.items()})   # still usable
+    np.testing.assert_allclose(np.asarray(again.outputs["out0"]), want["out0"], rtol=2e-5)
