@@ -56,6 +56,7 @@ from lamina.ir.dtypes import STORAGE
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp, tensor_info
+from lamina.ir.optable import Fusion
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
@@ -95,14 +96,44 @@ class Steps:
         return [env[k] for k in self.result_slots]
 
 
+_NATIVE = ("f32", "f64")
+
+
 def _table_step(op: LaminaOp) -> StepFn:
-    """An op-table op on whole arrays: its row's kernel with the op's `Call`, built once."""
+    """An op-table op on whole arrays: its row's kernel with the op's `Call`, built once; an
+    elementwise row whose operands and result share one native float type calls its ufunc
+    (`OpInfo.ufunc`: the function its formula is, checked bit for bit against it) directly,
+    without the storage rule's conversions, which are the identity there."""
     call = make_call(op)
     if math.prod(call.result.shape) == 0:   # as run_kernel: nothing to compute
         shape, dtype = call.result.shape, STORAGE[call.result.dtype]
         return lambda xs: [np.zeros(shape, dtype)]
+    ufunc = op.info.ufunc
+    dtypes = {t.dtype for t in call.operands if t is not None}
+    if ufunc is not None and op.info.fusion == Fusion.ELEMENTWISE and len(dtypes) == 1 and \
+            call.result.dtype in dtypes and call.result.dtype in _NATIVE and \
+            None not in call.operands:
+        return lambda xs: [ufunc(*xs)]
     k = kernel(op.info)
     return lambda xs: [k(xs, call)]
+
+
+@dataclass(frozen=True)
+class _Arg:
+    """What a call checks of one argument on its fast path (everything else: `check_inputs`)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @staticmethod
+    def of(func: FuncOp) -> list[_Arg | None]:
+        """Per argument, its fast check, or None where every input is converted (bf16)."""
+        out: list[_Arg | None] = []
+        for t in func.function_type.inputs.data:
+            info = tensor_info(t)
+            out.append(None if info.dtype == "bf16" else
+                       _Arg(info.shape, np.dtype(STORAGE[info.dtype])))
+        return out
 
 
 @dataclass
@@ -166,6 +197,7 @@ class NumpyProgram:
         self.gap = first_unplaced(func) if mesh is not None else None
         self.mesh = mesh if mesh is not None and self.gap is None else None
         self.memo: dict[Any, Any] = {}
+        self.args = _Arg.of(func)
         self.checked: RunResult | None = None   # the first call's result: stats, trace, notes
         self.steps: Steps | None = None
         if self.mesh is None:
@@ -179,8 +211,17 @@ class NumpyProgram:
         """A run context for one call of an op runner (its counters are the checked call's)."""
         return RunContext(RunStats(), self.options, None, self.runners, [], self.memo)
 
+    def _inputs(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        """The inputs as the kernels take them: as given where each already is an array of its
+        argument's shape and storage dtype, else converted and checked by `check_inputs`."""
+        if len(inputs) == len(self.args) and all(
+                type(a) is np.ndarray and spec is not None and a.shape == spec.shape and
+                a.dtype == spec.dtype for a, spec in zip(inputs, self.args, strict=True)):
+            return list(inputs)
+        return check_inputs(self.func, inputs)
+
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
-        arrays = check_inputs(self.func, inputs)
+        arrays = self._inputs(inputs)
         for i in self.donate:
             arrays[i] = self._donated(i, inputs[i], arrays)
         start = time.perf_counter()
