@@ -75,7 +75,9 @@ def updates_problem(func: FuncOp) -> str | None:
             f"got {attr}"
     ins, outs = func.function_type.inputs.data, func.function_type.outputs.data
     if len(entries) != len(outs):
-        return f"{head} has {len(entries)} entries for {len(outs)} results (one per result)"
+        have = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+        return f"{head} has {have} for {len(outs)} result{'' if len(outs) == 1 else 's'} " \
+            "(one per result)"
     seen: dict[int, int] = {}
     for r, a in enumerate(entries):
         if a == NONE:
