@@ -18,7 +18,9 @@ parameters have sharded state), then for adamw with `bias-correction=true` (the 
 `%step: tensor<f32>`, the number of updates done before this one (PyTorch's `state['step']`,
 starting at 0: this update uses t = step + 1 and returns it as the next `step`; a float counts
 steps exactly up to 2^24). Results: each parameter's new value (placed like the parameter), then
-for adamw each (m', v') pair and the next step, then the loss. `bias-correction=false` drops the
+for adamw each (m', v') pair and the next step, then the loss; the function attribute
+`lamina.updates` records which argument each result replaces (`lamina.ir.updates`; -1 for the
+loss), so nothing downstream guesses it from names. `bias-correction=false` drops the
 two corrections (the hand-written samples' update). `state-tier=host` (or nvme) keeps the moments
 in that memory tier, ZeRO-Offload-style: they arrive and leave in it, and each is moved to HBM
 right before its update (`lamina.move`), its new value back right after.
@@ -26,7 +28,8 @@ right before its update (`lamina.move`), its new value back right after.
 Scalars (lr, the betas, eps, the corrections) are rank-0 constants of the parameter's element type;
 the step count and its powers are f32. The update ops are unplaced, so `propagate-sharding` places
 them like any op (a replicated parameter's update is computed redundantly on every device).
-With `--explain`: the rule and hyperparameters, and each parameter's state.
+With `--explain`: the rule and hyperparameters, each parameter's state, and which result
+replaces which argument.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ Two walks, each linear in the number of ops:
    5. The last resort: the other operands replicated and the main operand's splits dropped from
       its last dimension backwards until the rule holds (replicated operands always do).
    6. Default: a value nothing says anything about is replicated (constants always are).
-   An unplaced function result keeps its value's splits, with any pending sum reduced.
+   An unplaced function result keeps its value's splits, with any pending sum reduced; one that
+   replaces an argument (`lamina.updates`: a training step's new parameter) is placed like it.
 `lamina.fused` ops (from fuse-elementwise) are placed through their bodies by the same rules, as if
 written inline; a reshard never goes inside a fused op: one needed between two of its ops splits
 the group there (see `_refuse`), reshards of its inputs precede it.
