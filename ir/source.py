@@ -20,6 +20,7 @@ from lamina.ir.memory import FreeOp, free_problem
 from lamina.ir.opbase import type_problem
 from lamina.ir.placement import placement_problem
 from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
+from lamina.ir.updates import verify_updates
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
 from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
@@ -155,6 +156,7 @@ def verify(module: Operation) -> None:
     # after the ops, so that a bad type is reported at the op that uses it, where there is one
     for func in funcs:
         _verify_op(func, _check_signature)
+        verify_updates(func)  # which result replaces which argument (`lamina.ir.updates`)
 
 
 def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,

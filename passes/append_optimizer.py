@@ -18,7 +18,9 @@ parameters have sharded state), then for adamw with `bias-correction=true` (the 
 `%step: tensor<f32>`, the number of updates done before this one (PyTorch's `state['step']`,
 starting at 0: this update uses t = step + 1 and returns it as the next `step`; a float counts
 steps exactly up to 2^24). Results: each parameter's new value (placed like the parameter), then
-for adamw each (m', v') pair and the next step, then the loss. `bias-correction=false` drops the
+for adamw each (m', v') pair and the next step, then the loss; the function attribute
+`lamina.updates` records which argument each result replaces (`lamina.ir.updates`; -1 for the
+loss), so nothing downstream guesses it from names. `bias-correction=false` drops the
 two corrections (the hand-written samples' update). `state-tier=host` (or nvme) keeps the moments
 in that memory tier, ZeRO-Offload-style: they arrive and leave in it, and each is moved to HBM
 right before its update (`lamina.move`), its new value back right after.
@@ -26,7 +28,8 @@ right before its update (`lamina.move`), its new value back right after.
 Scalars (lr, the betas, eps, the corrections) are rank-0 constants of the parameter's element type;
 the step count and its powers are f32. The update ops are unplaced, so `propagate-sharding` places
 them like any op (a replicated parameter's update is computed redundantly on every device).
-With `--explain`: the rule and hyperparameters, and each parameter's state.
+With `--explain`: the rule and hyperparameters, each parameter's state, and which result
+replaces which argument.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import ClassVar
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.memory import MoveOp, with_tier
 from lamina.ir.program_builder import Builder, info_of
+from lamina.ir.updates import UPDATES_ATTR, set_updates, updates_problem
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
     GRADIENTS_ATTR,
@@ -185,14 +189,28 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
         count.name_hint = "step"
     loss = ret.operands[0]
     results = [*step.run(params, count, log), loss]
+    # which argument each result replaces, in result order (`lamina.ir.updates`): the parameters,
+    # then each parameter's (m, v), then the step count; the loss replaces none
+    replaced: list[SSAValue | None] = [q.w for q in params]
+    if step.adam:
+        replaced += [s for q in params for s in (q.m, q.v)]
+    if count is not None:
+        replaced.append(count)
+    assert len(replaced) == len(results) - 1
     ret.detach()
     ret.erase()
     block.add_op(ReturnOp(*results))
     func.function_type = FunctionType.from_lists([a.type for a in block.args],
                                                  [v.type for v in results])
     del func.attributes[GRADIENTS_ATTR]
+    position: dict[SSAValue, int] = {a: i for i, a in enumerate(block.args)}
+    updates = {r: position[a] for r, a in enumerate(replaced) if a is not None}
+    set_updates(func, updates)
     old = func.sym_name.data
     func.sym_name = StringAttr((old[:-len("_grad")] if old.endswith("_grad") else old) + "_step")
+    problem = updates_problem(func)
+    if problem is not None:  # a result not typed like its argument: a bug of this pass
+        raise error_at(func, f"{PASS}: internal error: {problem}")
     if log is not None:
         hyper = f"lr={p.lr}, weight-decay={p.weight_decay}"
         if step.adam:
@@ -200,6 +218,10 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
                      f"{str(p.bias_correction).lower()}"
         log.add(func, f"@{old} -> @{func.sym_name.data}: {p.kind} ({hyper}) on "
                 f"{len(params)} parameter(s)")
+        names = arg_names(func)
+        pairs = ", ".join(f"#{r} -> %{names[a]}" for r, a in sorted(updates.items()))
+        log.add(func, f"@{func.sym_name.data}: {UPDATES_ATTR} (result -> the argument it "
+                f"replaces): {pairs}; #{len(results) - 1} (the loss) replaces none")
 
 
 @dataclass(frozen=True)

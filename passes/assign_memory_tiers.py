@@ -36,7 +36,9 @@ definition; its HBM copy is freed after the last use before it leaves HBM, and a
 the uses up to the next time it leaves. An argument may start in any tier (the plan gives the
 function's signature its tiers); an argument declared `tier = host` (ZeRO-Offload style) stays
 there and is prefetched before each use. A result either stays in HBM after its last use or is
-returned from its offload copy. The frees of the planned values are redone for their copies.
+returned from its offload copy; a result that replaces an argument (`lamina.updates`) is then
+moved to the tier the argument arrives in, where the plan put them apart (a move the model does
+not cost yet). The frees of the planned values are redone for their copies.
 
 Recompute
 ---------

@@ -39,7 +39,8 @@ Two walks, each linear in the number of ops:
    5. The last resort: the other operands replicated and the main operand's splits dropped from
       its last dimension backwards until the rule holds (replicated operands always do).
    6. Default: a value nothing says anything about is replicated (constants always are).
-   An unplaced function result keeps its value's splits, with any pending sum reduced.
+   An unplaced function result keeps its value's splits, with any pending sum reduced; one that
+   replaces an argument (`lamina.updates`: a training step's new parameter) is placed like it.
 `lamina.fused` ops (from fuse-elementwise) are placed through their bodies by the same rules, as if
 written inline; a reshard never goes inside a fused op: one needed between two of its ops splits
 the group there (see `_refuse`), reshards of its inputs precede it.
@@ -65,6 +66,7 @@ from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
 from lamina.ir.sharding import Hint, Linearity, ShardingError, Spec, infer
 from lamina.ir.target import Target, load_target
+from lamina.ir.updates import UPDATES_ATTR, updates_of
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.sharding_choice import Candidate, Coster, drop_candidates, drop_from_end, us
 from xdsl.context import Context
@@ -396,11 +398,18 @@ def _place_function(func: FuncOp, mesh: MeshOp, target: Target, log: ExplainLog 
                    "default, replicated)")
     outs = []
     if ret is not None:
+        updates = updates_of(func)
         for k, (v, t) in enumerate(zip(ret.operands, func.function_type.outputs.data,
                                        strict=True)):
             want = spec_of(t)
             s = st.spec[v]
-            if want is None:
+            if want is None and k in updates:
+                # it replaces an argument (`lamina.updates`): placed like it, for the next call
+                want = st.spec[block.args[updates[k]]]
+                t = with_spec(t, st.mesh, want)
+                st.say(ret, f"result {k} was not placed: placed {want}, like argument "
+                       f"{st.name(block.args[updates[k]])}, which it replaces ({UPDATES_ATTR})")
+            elif want is None:
                 want = _reduction_target(st, v, s) if s.partial else s
                 t = with_spec(t, st.mesh, want)
                 st.say(ret, f"result {k} was not placed: placed {want} (its value's splits, "

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from lamina.analysis.recompute import chain_of, defining_op
 from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, with_tier
+from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, value_label, with_tier
+from lamina.ir.placement import tier_of
+from lamina.ir.updates import UPDATES_ATTR, updates_of
 from lamina.passes.explain import ExplainLog
 from lamina.passes.tier_plan.problem import RECOMPUTE, Plan, Problem, gaps_of
 from xdsl.dialects.builtin import FunctionType, TensorType
@@ -54,9 +56,36 @@ def rewrite(fm: FuncModel, plan: Plan, log: ExplainLog | None) -> tuple[int, int
     rw.wire_recomputes()
     rw.insert()
     _fix_fused(func)
+    rw.moves += _keep_updates(fm, log)
     func.function_type = FunctionType.from_lists([a.type for a in block.args],
                                                  [r.type for r in fm.ret.operands])
     return rw.moves, rw.recomputes
+
+
+def _keep_updates(fm: FuncModel, log: ExplainLog | None) -> int:
+    """A result that replaces an argument (`lamina.updates`, e.g. a training step's new
+    parameter or moment) leaves in the tier the argument arrives in, since the next call takes it
+    there: where the plan put the two apart, a `lamina.move` before the return brings the result
+    there (a transfer the plan's cost does not model). Returns the number of moves."""
+    func, ret = fm.func, fm.ret
+    args = func.body.block.args
+    operands = list(ret.operands)
+    moves = 0
+    for r, a in sorted(updates_of(func).items()):
+        v, arg = operands[r], args[a]
+        want = tier_of(arg.type)
+        if want is None or tier_of(v.type) == want or with_tier(v.type, want) != arg.type:
+            continue  # the same tier, or types that differ in more than the tier
+        m = MoveOp(v, want)
+        func.body.block.insert_op_before(m, ret)
+        operands[r] = m.result
+        moves += 1
+        if log is not None:
+            log.add(ret, f"move result #{r} ({value_label(v)}) to {want} before the return: it "
+                    f"replaces argument {value_label(arg)} ({UPDATES_ATTR}), which arrives there")
+    if moves:
+        ret.operands = operands
+    return moves
 
 
 class _Rewrite:
