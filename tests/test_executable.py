@@ -158,21 +158,26 @@ def test_bad_calls_are_diagnostics_and_the_executable_stays_usable() -> None:
     assert np.array_equal(exe(x).outputs["out0"], good)
 
 
+def _state(module: ModuleOp, seed: int) -> dict[str, np.ndarray]:
+    """Random inputs of the step, with second moments made non-negative (as Adam's are)."""
+    x = lamina.inputs(module, "loss_step", seed=seed)
+    return {k: (np.abs(v) if k.startswith("v_") else v) for k, v in x.items()}
+
+
 def _step_module() -> ModuleOp:
     return lamina.apply(lamina.parse(STEP), "derive-backward{data=x},append-optimizer{kind=adamw}")
 
 
 def test_donation_updates_the_callers_arrays_in_place() -> None:
     module = _step_module()
-    x = lamina.inputs(module, seed=1)
-    x = {k: (np.abs(v) if k.startswith("v_") else v) for k, v in x.items()}
-    want = lamina.run(module, {k: v.copy() for k, v in x.items()})
-    exe = lamina.compile(module, donate=True)
+    x = _state(module, 1)
+    want = lamina.run(module, {k: v.copy() for k, v in x.items()}, entry="loss_step")
+    exe = lamina.compile(module, "loss_step", donate=True)
     assert set(exe.donated) >= {"w", "b"}
     given = {k: v.copy() for k, v in x.items()}
     run = exe(given)
     _same(run.outputs, want.outputs)
-    func = find_entry(module, None)
+    func = find_entry(module, "loss_step")
     names = exe.arg_names
     for r, a in updates_of(func).items():
         assert run.outputs[f"out{r}"] is given[names[a]]   # the input array, updated
@@ -182,20 +187,20 @@ def test_donation_updates_the_callers_arrays_in_place() -> None:
 def test_donation_is_refused_where_it_cannot_be_in_place() -> None:
     module = _step_module()
     with pytest.raises(lamina.LaminaError, match=r"no result of @loss_step updates argument 'x'"):
-        lamina.compile(module, donate=("x",))
+        lamina.compile(module, "loss_step", donate=("x",))
     with pytest.raises(lamina.LaminaError, match=r"has no argument 'nope'"):
-        lamina.compile(module, donate=("nope",))
+        lamina.compile(module, "loss_step", donate=("nope",))
     with pytest.raises(lamina.LaminaError, match=r"has no 'lamina.updates' attribute"):
         lamina.compile(lamina.parse(MLP), donate=True)
-    exe = lamina.compile(module, donate=("w",))
-    x = lamina.inputs(module, seed=2)
+    exe = lamina.compile(module, "loss_step", donate=("w",))
+    x = _state(module, 2)
     with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*not C-contiguous"):
         exe({**x, "w": np.asfortranarray(x["w"])})
     ro = x["w"].copy()
     ro.flags.writeable = False
     with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*read-only"):
         exe({**x, "w": ro})
-    with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*dtype float64"):
+    with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*its dtype is float64, the argument stores float32"):
         exe({**x, "w": x["w"].astype(np.float64)})
     shared = np.ascontiguousarray(x["w"])
     with pytest.raises(lamina.LaminaError, match=r"donated input 'w' .*shares memory with input"):
@@ -234,10 +239,9 @@ def test_jax_traces_and_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_jax_arrays_stay_on_their_devices_and_donation_deletes_them() -> None:
     jax = _jax()
     module = _step_module()
-    x = lamina.inputs(module, seed=1)
-    x = {k: (np.abs(v) if k.startswith("v_") else v) for k, v in x.items()}
-    want = lamina.run(module, x).outputs
-    exe = lamina.compile(module, backend="jax", donate=True)
+    x = _state(module, 1)
+    want = lamina.run(module, x, entry="loss_step").outputs
+    exe = lamina.compile(module, "loss_step", backend="jax", donate=True)
     with jax.enable_x64(True):
         on_device = {k: jax.device_put(v) for k, v in x.items()}
     run = exe(on_device)
