@@ -201,7 +201,18 @@ def _check_function(func: FuncOp, p: ArenaPlan) -> None:
 @settings(max_examples=20, deadline=None)
 @given(programs(min_ops=2, max_ops=14, dtypes=("f32", "bf16", "f64")))
 def test_plan_function_random_programs(prog) -> None:
-    module = lamina.parse(prog.text)
+    _check_program(prog.text)
+
+
+# views (reshapes) read later than their operand, elementwise ops on both sides of layout ops
+@settings(max_examples=20, deadline=None)
+@given(programs(min_ops=4, max_ops=14, families=("layout", "layout_between", "elementwise")))
+def test_plan_function_random_layout_programs(prog) -> None:
+    _check_program(prog.text)
+
+
+def _check_program(text: str) -> None:
+    module = lamina.parse(text)
     for func in _functions(module):
         _check_function(func, plan_function(func))
     lamina.apply(module, "fuse-elementwise")
@@ -282,3 +293,15 @@ def test_arena_within_goal(path: str, name: str, pipeline: str | None) -> None:
             f"({size / peak:.3f}x)"
         assert plan_function(func, alignment=1).arena_bytes[tier] <= GOAL * peak
         assert size <= GOAL * _aligned_floor(p, tier)
+
+
+def test_one_arena_per_tier() -> None:
+    """After assign-memory-tiers offloads to host, each tier has its own arena."""
+    module = lamina.load(os.path.join(ROOT, "samples", "mlp_training_offload.mlir"))
+    lamina.apply(module, "fuse-elementwise,annotate-lifetimes,assign-memory-tiers{target=tiny}")
+    (func,) = _functions(module)
+    p = plan_function(func)
+    _check_function(func, p)
+    assert {"hbm", "host"} <= set(p.arena_bytes)
+    for tier, size in p.arena_bytes.items():
+        assert size <= GOAL * p.peak_live_bytes[tier]
