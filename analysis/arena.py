@@ -58,7 +58,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import fmt_bytes, local_bytes
 from lamina.ir.dtypes import tensor_dtype, tensor_shape
