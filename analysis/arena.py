@@ -278,6 +278,10 @@ class ArenaPlan:
                      in-place pair counted once): the least any arena could be
     slots            intermediate -> its Slot; views, arguments and returned values have none
     in_place         value -> the operand whose bytes it overwrites (same tier and offset)
+    names            value -> its printed name (`%x`, `%3`), for `report` and messages
+
+    An executor allocates one buffer of `arena_bytes[tier]` per tier before the run and gives
+    each intermediate the bytes `slots[v]` names; a view reads its operand's bytes.
     """
 
     arena_bytes: Mapping[str, int]
@@ -314,7 +318,9 @@ def plan_function(func: FuncOp, storage_bytes: Callable[[SSAValue], int] | None 
                   alignment: int = DEFAULT_ALIGNMENT) -> ArenaPlan:
     """The arena plan of `func`'s intermediates (what counts, and their lifetimes: the module
     docstring). `storage_bytes(v)`: bytes one device stores for value `v` (default: its local
-    shard at device element widths); `alignment`: of every offset, a power of two."""
+    shard at device element widths; the NumPy interpreter, which keeps bf16 in 4 bytes, passes
+    its local shape times `lamina.ir.dtypes.STORAGE[dtype].itemsize`); `alignment`: of every
+    offset, a power of two."""
     size_of = storage_bytes or (lambda v: local_bytes(v, func))
     ops = list(func.body.block.ops)
     root: dict[SSAValue, SSAValue] = {}        # a view's result -> the buffer it reads
