@@ -11,6 +11,11 @@ arrays with no planning per call (on the NumPy backend only: the compiled backen
 kernel); every other op calls its runner (`runner.op_runner`, or the backend's own, as the
 compiled backend's fused runner), which plans its tiles per call in O(body).
 
+Memory: the intermediates of op-table kernels live at offsets fixed at compile time in one arena
+per tier (`arena_steps`), so a steady-state call allocates only its outputs, the temporaries of
+kernels without an `out=` form and the results of other runners, which the `arena` statistic
+lists. Calls of one program are serialized (they share its arena).
+
 The first call is the *checked* call: it runs exactly as `runner.run_function` (or the SPMD runner,
 for a placed function) always did, with checked execution (`memory.MemoryChecker`: use after
 free, tiers compute cannot read, capacity overflow with a target) and every statistic counted.
@@ -28,6 +33,7 @@ writeable, of the argument's storage dtype and share no memory with another inpu
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +41,7 @@ from typing import Any
 
 import numpy as np
 from lamina.backends.interface import RunResult, arg_names
+from lamina.backends.numpy.arena_steps import Arena, plan_steps
 from lamina.backends.numpy.fused import KIND_RUNNERS, one_tile
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.memory import MemoryChecker
@@ -147,7 +154,10 @@ class _Builder:
     memo: dict[Any, Any] = field(default_factory=dict)
 
     def block(self, args: Sequence[SSAValue], ops: Sequence[Operation],
-              returned: Sequence[SSAValue]) -> Steps:
+              returned: Sequence[SSAValue], arena: Callable[[list[Operation], list[Step]], None]
+              | None = None) -> Steps:
+        """`ops` as steps; with `arena`, the steps are also handed to it to place their results
+        (the function's top level: `arena_steps.plan_steps`)."""
         slot: dict[SSAValue, int] = {a: i for i, a in enumerate(args)}
         body = [o for o in ops if not isinstance(o, FreeOp)]  # a free is the last use's drop
         last = last_uses(body)
@@ -163,6 +173,8 @@ class _Builder:
             dead = {v for v in op.operands if last.get(v) == i and v not in keep}
             dead |= {r for r in op.results if r not in last and r not in keep}
             steps.append(Step(self.step(op), ins, tuple(outs), tuple(sorted(slot[v] for v in dead))))
+        if arena is not None:
+            arena(body, steps)
         return Steps(len(args), len(slot), steps, tuple(slot[v] for v in returned))
 
     def step(self, op: Operation) -> StepFn:
@@ -197,15 +209,22 @@ class NumpyProgram:
         self.gap = first_unplaced(func) if mesh is not None else None
         self.mesh = mesh if mesh is not None and self.gap is None else None
         self.memo: dict[Any, Any] = {}
+        self.lock = threading.Lock()
         self.args = _Arg.of(func)
         self.checked: RunResult | None = None   # the first call's result: stats, trace, notes
         self.steps: Steps | None = None
+        self.arena: Arena | None = None
         if self.mesh is None:
             builder = _Builder(options, self.runners, whole_small_fused, self.context, self.memo)
             block = func.body.block
             ret = block.last_op
             assert ret is not None
-            self.steps = builder.block(list(block.args), list(block.ops)[:-1], list(ret.operands))
+            returned = list(ret.operands)
+
+            def place(ops: list[Operation], steps: list[Step]) -> None:
+                self.arena = plan_steps(func, ops, returned, steps)
+
+            self.steps = builder.block(list(block.args), list(block.ops)[:-1], returned, place)
 
     def context(self) -> RunContext:
         """A run context for one call of an op runner (its counters are the checked call's)."""
@@ -227,11 +246,13 @@ class NumpyProgram:
         start = time.perf_counter()
         if self.checked is None or self.steps is None:
             result = self._checked_run(arrays)
+            if self.arena is not None:
+                result.stats["arena"] = self.arena.report()
             if self.steps is not None:
                 self.checked = result
         else:
             c = self.checked
-            with np.errstate(all="ignore"):
+            with self.lock, np.errstate(all="ignore"):   # one call at a time: one arena
                 outs = self.steps.run(arrays)
             result = RunResult(outs, dict(c.stats), c.memory, list(c.notes), list(c.explain))
         self._write_donated(arrays, result.outputs)
