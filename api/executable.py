@@ -79,13 +79,16 @@ class Executable:
         if len(args) == 1 and isinstance(args[0], Mapping):
             given: Mapping[str, Any] = args[0]
             names = self.arg_names
-            if len(given) != len(names) or any(n not in given for n in names):
-                missing = [n for n in names if n not in given]
-                extra = sorted(str(k) for k in given if k not in self._index)
-                raise LaminaError(f"inputs for @{self.entry} must be exactly its arguments "
-                                  f"({', '.join(names)}); missing: {', '.join(missing) or 'none'}"
-                                  f", unknown: {', '.join(extra) or 'none'}")
-            return [given[n] for n in names]
+            if len(given) == len(names):
+                try:
+                    return [given[n] for n in names]
+                except KeyError:
+                    pass
+            missing = [n for n in names if n not in given]
+            extra = sorted(str(k) for k in given if k not in self._index)
+            raise LaminaError(f"inputs for @{self.entry} must be exactly its arguments "
+                              f"({', '.join(names)}); missing: {', '.join(missing) or 'none'}"
+                              f", unknown: {', '.join(extra) or 'none'}")
         if len(args) == 1 and isinstance(args[0], list | tuple):
             args = tuple(args[0])
         if len(args) != len(self.arg_names):
