@@ -11,6 +11,8 @@ then allocates only:
   lists them by op;
 - the results of ops that are not op-table kernels (`lamina.fused`, moves, placement ops), which
   their runners allocate (`kernel_results` lists them).
+Values of attributes alone (constants, iotas) that the caller never receives are computed once,
+at compile time, into read-only arrays of their own (`precomputed`).
 
 Kernels with an `out=` form write straight into their slot: an elementwise row whose formula is a
 NumPy ufunc (`OpInfo.ufunc`), on operands of the result's own native float type, and a matmul of
@@ -84,6 +86,7 @@ class Arena:
     peak_live_bytes: dict[str, int] = field(default_factory=dict)
     values: int = 0
     in_place: int = 0
+    precomputed: int = 0
     temporaries: list[dict[str, Any]] = field(default_factory=list)
     kernel_results: list[dict[str, Any]] = field(default_factory=list)
 
@@ -92,8 +95,8 @@ class Arena:
         allocation a steady-state call still makes besides its outputs."""
         return {"arena_bytes": dict(self.arena_bytes),
                 "peak_live_bytes": dict(self.peak_live_bytes), "values": self.values,
-                "in_place": self.in_place, "temporaries": list(self.temporaries),
-                "kernel_results": list(self.kernel_results)}
+                "in_place": self.in_place, "precomputed": self.precomputed,
+                "temporaries": list(self.temporaries), "kernel_results": list(self.kernel_results)}
 
 
 @dataclass
@@ -130,10 +133,14 @@ def plan_steps(func: FuncOp, ops: Sequence[Operation], returned: Sequence[SSAVal
     """Place the intermediates of `ops` (a block's ops, aligned with `steps`) in arenas and
     rewrite their steps to write into their slots; the plan's report."""
     life = _Lifetimes(ops, returned)
+    names = Namer(func)
+    out = Arena()
+    for v in precompute(ops, steps, life):
+        del life.first[v]
+        out.precomputed += 1
     buffers = [v for v in life.first if v not in life.escaping]
     index = {v: k for k, v in enumerate(buffers)}
-    names = Namer(func)
-    out = Arena(values=len(buffers))
+    out.values = len(buffers)
     by_tier: dict[str, list[SSAValue]] = {}
     for v in buffers:
         by_tier.setdefault(effective_tier(v.type), []).append(v)
@@ -157,6 +164,28 @@ def plan_steps(func: FuncOp, ops: Sequence[Operation], returned: Sequence[SSAVal
             out.kernel_results += [{"op": op.name, "value": names(r), "bytes": storage_bytes(r)}
                                    for r in op.results if r not in returned]
     return out
+
+
+def precompute(ops: Sequence[Operation], steps: Sequence[Any], life: _Lifetimes | None = None,
+               returned: Sequence[SSAValue] = ()) -> list[SSAValue]:
+    """Make every step whose result depends on attributes alone (a constant, an iota) and never
+    reaches the block's results hand out one array computed now; the values so computed."""
+    life = life or _Lifetimes(ops, returned)
+    done: list[SSAValue] = []
+    for i, op in enumerate(ops):
+        if isinstance(op, LaminaOp) and not op.operands and op.results[0] in life.first \
+                and op.results[0] not in life.escaping:
+            steps[i].run = _precomputed(op, steps[i].run)
+            done.append(op.results[0])
+    return done
+
+
+def _precomputed(op: LaminaOp, run: StepFn) -> StepFn:
+    """A step whose result depends on its attributes alone (a constant, an iota): computed at
+    compile time, read-only (no step writes over it: it is in no arena), handed out every call."""
+    (value,) = run([])
+    value.flags.writeable = False
+    return lambda xs: [value]
 
 
 def _in_place(v: SSAValue, life: _Lifetimes, pos: dict[SSAValue, int]) -> int | None:

@@ -35,13 +35,14 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from lamina.backends.interface import RunResult, arg_names
-from lamina.backends.numpy.arena_steps import Arena, plan_steps
+from lamina.backends.numpy.arena_steps import Arena, plan_steps, precompute
 from lamina.backends.numpy.fused import KIND_RUNNERS, one_tile
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.memory import MemoryChecker
@@ -64,6 +65,7 @@ from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import Fusion
+from numpy.lib.array_utils import byte_bounds
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
@@ -175,6 +177,8 @@ class _Builder:
             steps.append(Step(self.step(op), ins, tuple(outs), tuple(sorted(slot[v] for v in dead))))
         if arena is not None:
             arena(body, steps)
+        else:
+            precompute(body, steps, returned=returned)
         return Steps(len(args), len(slot), steps, tuple(slot[v] for v in returned))
 
     def step(self, op: Operation) -> StepFn:
@@ -241,8 +245,10 @@ class NumpyProgram:
 
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
         arrays = self._inputs(inputs)
-        for i in self.donate:
-            arrays[i] = self._donated(i, inputs[i], arrays)
+        if self.donate:
+            owners = _Owners(arrays)
+            for i in self.donate:
+                arrays[i] = self._donated(i, inputs[i], arrays, owners)
         start = time.perf_counter()
         if self.checked is None or self.steps is None:
             result = self._checked_run(arrays)
@@ -274,11 +280,12 @@ class NumpyProgram:
         result.memory = checker.trace()
         return result
 
-    def _donated(self, i: int, given: Any, arrays: list[np.ndarray]) -> np.ndarray:
+    def _donated(self, i: int, given: Any, arrays: list[np.ndarray], owners: _Owners
+                 ) -> np.ndarray:
         """The caller's array for donated argument `i`, checked to be updatable in place."""
         name = self.names[i]
-        t = tensor_info(self.func.function_type.inputs.data[i])
-        want = STORAGE[t.dtype]
+        spec = self.args[i]
+        want = spec.dtype if spec is not None else np.dtype(np.float32)   # bf16: in float32
         why = None
         if not isinstance(given, np.ndarray):
             why = f"it is a {type(given).__name__}, not a NumPy array"
@@ -288,11 +295,8 @@ class NumpyProgram:
             why = "it is not C-contiguous"
         elif not given.flags.writeable:
             why = "it is read-only"
-        else:
-            for j, other in enumerate(arrays):
-                if j != i and isinstance(other, np.ndarray) and np.may_share_memory(given, other):
-                    why = f"it shares memory with input '{self.names[j]}'"
-                    break
+        elif (j := owners.overlapping(given, i)) is not None:
+            why = f"it shares memory with input '{self.names[j]}'"
         if why is not None:
             raise LaminaError(f"donated input '{name}' of @{self.func.sym_name.data} cannot be "
                               f"updated in place: {why}")
@@ -300,12 +304,51 @@ class NumpyProgram:
 
     def _write_donated(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         """Each donated argument's array takes the result that updates it, and is returned."""
+        owners = _Owners(outs)
         for i, j in self.donate.items():
             buf = arrays[i]
             if outs[j] is buf:
                 continue
-            for k, o in enumerate(outs):   # another result viewing the buffer keeps its value
-                if k != j and np.may_share_memory(o, buf):
-                    outs[k] = o.copy()
+            while (k := owners.overlapping(buf, j)) is not None:   # a result viewing the
+                outs[k] = outs[k].copy()                           # buffer keeps its value
+                owners = _Owners(outs)
             np.copyto(buf, outs[j])
             outs[j] = buf
+
+
+def _owner(a: Any) -> np.ndarray | None:
+    """The array that owns `a`'s memory (None when a foreign buffer does: bytes, an mmap)."""
+    if not isinstance(a, np.ndarray):
+        return None
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a if a.base is None else None
+
+
+class _Owners:
+    """Which arrays of a list may share memory with a given one, in O(n): arrays of two
+    different owners never do; the rest are compared byte range to byte range."""
+
+    def __init__(self, arrays: Sequence[Any]):
+        self.arrays = arrays
+        self.owners = [_owner(a) for a in arrays]
+        self.count = Counter(id(o) for o in self.owners if o is not None)
+        self.foreign = any(isinstance(a, np.ndarray) and o is None
+                           for a, o in zip(arrays, self.owners, strict=True))
+
+    def overlapping(self, a: np.ndarray, skip: int) -> int | None:
+        """The index of the first array (but `skip`) whose bytes may overlap `a`'s."""
+        mine = _owner(a)
+        if mine is not None and not self.foreign and self.count[id(mine)] == (
+                1 if skip < len(self.owners) and self.owners[skip] is mine else 0):
+            return None
+        for k, o in enumerate(self.arrays):
+            if k == skip or not isinstance(o, np.ndarray) or not o.size or not a.size:
+                continue
+            theirs = self.owners[k]
+            if mine is not None and theirs is not None and mine is not theirs:
+                continue
+            (lo, hi), (olo, ohi) = byte_bounds(a), byte_bounds(o)
+            if olo < hi and lo < ohi:
+                return k
+        return None
