@@ -177,7 +177,8 @@ class NumpyProgram:
 
     def context(self) -> RunContext:
         """A run context for one call of an op runner (its counters are the checked call's)."""
-        return RunContext(RunStats(), self.options, None, self.runners, [], self.memo)
+        return RunContext(RunStats(), self.options, None, self.runners, [], self.memo,
+                          counting=False)
 
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
         arrays = check_inputs(self.func, inputs)
