@@ -29,6 +29,7 @@ import pytest
 from hypothesis import given, settings
 from lamina.backends.compare import compare
 from lamina.backends.compiled.backend import CompiledBackend
+from lamina.backends.compiled.cache import KERNELS
 from lamina.backends.compiled.intrinsics import SUM_LEAF, row_sum, sum_error_bound
 from lamina.backends.compiled.libm import (
     GELU_TANH_BOUNDS,
@@ -619,3 +620,122 @@ def test_an_elementwise_group_gets_long_rows() -> None:
     want, got = run_both(m, [x, y])
     assert_close(m, got, want)
     assert np.array_equal(got.outputs[0] == 0, want.outputs[0] == 0)
+
+
+# ---- a compiled program plans each kernel once (`lamina.backends.compiled.replay`) ------------
+
+REPLAYED = """
+func.func @f(%x: tensor<16x64x{t}>, %w: tensor<64x64x{t}>, %b: tensor<64x{t}>, %s: tensor<64x{t}>, %v: tensor<8x32x{t}>) -> (tensor<16x64x{t}>, tensor<16x64x{t}>, tensor<8x32x{t}>) {{
+  %h = lamina.matmul %x, %w : (tensor<16x64x{t}>, tensor<64x64x{t}>) -> tensor<16x64x{t}>
+  %hb = lamina.add %h, %b : (tensor<16x64x{t}>, tensor<64x{t}>) -> tensor<16x64x{t}>
+  %n = lamina.layernorm %hb {{axis = -1 : i64, eps = 1.0e-05 : f64}} : tensor<16x64x{t}>
+  %g = lamina.gelu %n {{approximate = "tanh"}} : tensor<16x64x{t}>
+  %d = lamina.dropout %g {{rate = 0.3 : f64, seed = 7 : i64}} : tensor<16x64x{t}>
+  %bs = lamina.broadcast_in_dim %s {{broadcast_dimensions = array<i64: 1>}} : (tensor<64x{t}>) -> tensor<16x64x{t}>
+  %y = lamina.mul %d, %bs : tensor<16x64x{t}>
+  %z = lamina.tanh %x : tensor<16x64x{t}>
+  %e = lamina.add %z, %bs : tensor<16x64x{t}>
+  %u = lamina.exp %v : tensor<8x32x{t}>
+  %uv = lamina.mul %u, %v : tensor<8x32x{t}>
+  func.return %y, %e, %uv : tensor<16x64x{t}>, tensor<16x64x{t}>, tensor<8x32x{t}>
+}}
+"""
+
+
+def _replay_inputs(gen: np.random.Generator, t: str, strided: bool) -> list[np.ndarray]:
+    """Fresh inputs; `strided` gives `x`, `w` and `v` other layouts (a column slice, transposes)."""
+    dt = np.float64 if t == "f64" else np.float32
+    x = gen.standard_normal((16, 128 if strided else 64)).astype(dt)
+    w = gen.standard_normal((64, 64)).astype(dt) / 8
+    v = gen.standard_normal((32, 8) if strided else (8, 32)).astype(dt)
+    return [x[:, ::2] if strided else x, w.T if strided else w,
+            gen.standard_normal(64).astype(dt), gen.standard_normal(64).astype(dt),
+            v.T if strided else v]
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[int]:
+    """Count the calls of `owner.name` (one list entry each)."""
+    calls: list[int] = []
+    fn = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_a_program_called_many_times_gives_the_full_runs_bits(t: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lamina.compile` once, then calls on fresh inputs, contiguous and not: every call's
+    outputs are a full run's (`run_function` with the compiled runners) bit for bit, for a kernel
+    rooted at a matmul, with dropout and a per-kernel value (a broadcast of an input), and a loop.
+    A layout's first call runs the full way, later ones replay it (a new layout is kept too)."""
+    import lamina
+    import lamina.backends.compiled.replay as replay
+
+    m = fused(REPLAYED.format(t=t))
+    assert [o.fusion_kind for o in m.walk() if isinstance(o, FusedOp)] == ["matmul", "loop"]
+    func = find_entry(m, None)
+    exe = lamina.compile(m, backend="compiled")
+    gen = np.random.default_rng(11)
+    full = _count_calls(monkeypatch, replay, "run_full")
+    layouts = [False, False, False, True, False, True, True, False]
+    for i, strided in enumerate(layouts):
+        xs = _replay_inputs(gen, t, strided)
+        before = len(full)
+        got = list(exe(xs).outputs.values())
+        ran_full = len(full) - before
+        want = run_function(func, xs, runners=COMPILED).outputs
+        assert ran_full == (2 if strided not in layouts[:i] else 0), i
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), i
+        assert 0 < np.count_nonzero(got[0] == 0) < got[0].size
+
+
+def test_a_program_plans_and_generates_each_kernel_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over 100 calls of a compiled program, each fused kernel is planned, traced and looked up
+    in the kernel cache once (at the first, checked call), and the statistics are that call's."""
+    import lamina
+
+    m = fused(REPLAYED.format(t="f32"))
+    exe = lamina.compile(m, backend="compiled")
+    plans = _count_calls(monkeypatch, compiled_exec, "plan_fused")
+    gets = _count_calls(monkeypatch, KERNELS, "get")
+    gen = np.random.default_rng(2)
+    first = stats = exe(_replay_inputs(gen, "f32", False)).stats
+    for _ in range(99):
+        stats = exe(_replay_inputs(gen, "f32", False)).stats
+    assert (len(plans), len(gets)) == (2, 2)
+    assert stats is not first
+    first.pop("run_seconds")
+    stats.pop("run_seconds")
+    assert stats == first and first["kernels"] >= 2
+
+
+def test_a_program_call_with_flagged_rows_runs_them_the_full_way(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later call whose kernel flags a row (its squares overflow) is run again the full way,
+    which recomputes that row with the interpreter: the full run's bits."""
+    import lamina
+    import lamina.backends.compiled.replay as replay
+
+    m = fused(LAYERNORM)
+    func = find_entry(m, None)
+    exe = lamina.compile(m, backend="compiled")
+    gen = np.random.default_rng(4)
+    full = _count_calls(monkeypatch, replay, "run_full")
+    for huge in (False, False, True, False):
+        before = len(full)
+        x = gen.standard_normal((6, 32)).astype(np.float32)
+        if huge:
+            x[2, ::2], x[2, 1::2] = 3e30, -3e30
+        xs = [x, gen.standard_normal(32).astype(np.float32)]
+        got = exe(xs).outputs["out0"]
+        ran_full = len(full) - before
+        want = run_function(func, xs, runners=COMPILED).outputs[0]
+        assert ran_full == (1 if huge or before == 0 else 0)
+        assert got.tobytes() == want.tobytes()
+        assert np.isfinite(got).all()

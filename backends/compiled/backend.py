@@ -5,7 +5,9 @@ checked memory) runs exactly as in `lamina.backends.numpy`: this backend is that
 fused-op runner replaced for whole-array runs (`NumpyBackend.op_runners`). A fused kernel is
 generated from its body's rows (`OpInfo.scalar`), compiled by numba once per body, shapes and
 dtypes and cached on disk (`lamina.backends.compiled.cache`), and computes each row whole in one
-parallel loop over rows (`lamina.backends.compiled.fused`). Its outputs match the interpreter's
+parallel loop over rows (`lamina.backends.compiled.fused`); a compiled program (`lamina.compile`)
+plans each kernel once per argument layout and later calls only run it
+(`lamina.backends.compiled.replay`). Its outputs match the interpreter's
 within `lamina.backends.compare`'s tolerances: a row's sum is added in 64 vector partial sums,
 within the rounding bound `lamina.backends.compiled.intrinsics` states of the interpreter's
 pairwise sum (and the same bits on any thread count), dropout masks are the same bits, and exp,
@@ -17,7 +19,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 import lamina.backends.compiled.attention  # noqa: F401  (registers the attention kind's runner)
-from lamina.backends.compiled.fused import run_fused_compiled
+from lamina.backends.compiled.replay import run_fused_replayed
 from lamina.backends.interface import Feature
 from lamina.backends.numpy.backend import NumpyBackend
 from lamina.backends.numpy.runner import OpRunner
@@ -30,5 +32,5 @@ class CompiledBackend(NumpyBackend):
 
     name: ClassVar[str] = "compiled"
     features: ClassVar[frozenset[Feature]] = frozenset(Feature)
-    op_runners: ClassVar[dict[type[Operation], OpRunner]] = {FusedOp: run_fused_compiled}
+    op_runners: ClassVar[dict[type[Operation], OpRunner]] = {FusedOp: run_fused_replayed}
     whole_small_fused: ClassVar[bool] = False

@@ -35,7 +35,7 @@ from lamina.backends.compiled.trace import CannotCompile, Domain, Sym, Tracer
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import fused as tiles
 from lamina.backends.numpy.fused import FusedPlan, Space, plan_fused, run_tiles
-from lamina.backends.numpy.runner import RunContext
+from lamina.backends.numpy.runner import OpRunner, RunContext
 from lamina.backends.numpy.tile_threads import run_workers, tile_threads
 from lamina.ir.diagnostics import op_loc
 from lamina.ir.dtypes import STORAGE
@@ -182,23 +182,54 @@ def body_text(op: FusedOp) -> str:
     return out.getvalue()
 
 
+@dataclass(frozen=True)
+class Compaction:
+    """How one input is laid out for the kernel ([rows?] + [present groups], C-contiguous),
+    decided from its shape alone: a compiled program's later calls apply the same views and at
+    most one copy without deciding anything again (`replay`)."""
+
+    pad: tuple[int, ...]                 # the input aligned to the loop's rank and domain
+    index: tuple[slice, ...]             # the dims it does not run along, cut to one element
+    broadcast: tuple[int, ...] | None    # repeated along the rows (`Layout.rows`)
+    shape: tuple[int, ...]               # what the kernel reads
+    f16: bool                            # read as its bits (uint16)
+    direct: bool                         # every element kept in order: a reshape is the layout
+
+    def apply(self, w: np.ndarray) -> np.ndarray:
+        """`w` laid out: the same values, in the same order, whichever way is taken."""
+        if self.direct:
+            a = np.ascontiguousarray(w.reshape(self.shape))
+        else:
+            v = w.reshape(self.pad)[self.index]
+            if self.broadcast is not None:
+                v = np.broadcast_to(v, self.broadcast)
+            a = np.ascontiguousarray(v.reshape(self.shape))
+        return a.view(np.uint16) if self.f16 else a
+
+
+def compaction(shape: tuple[int, ...], rank: int, lay: Layout, groups: tuple[tuple[int, ...], ...],
+               domain: Domain, f16: bool) -> Compaction:
+    """The layout of an input of `shape` seen at rank `rank` (see `Compaction`)."""
+    pad = (1,) * (rank - len(shape)) + shape + (1,) * (domain.nd - rank)
+    present = {d for g, p in zip(groups, lay.groups, strict=True) if p for d in g}
+    keep = [d in present or (d < domain.nl and lay.rows) for d in range(domain.nd)]
+    index = tuple(slice(None) if k else slice(0, 1) for k in keep)
+    cut = tuple(n if k else min(n, 1) for n, k in zip(pad, keep, strict=True))
+    broadcast = domain.lead + cut[domain.nl:] if lay.rows else None
+    rows = math.prod(domain.lead)
+    out = ([rows] if lay.rows else []) + \
+        [math.prod(domain.dims[d] for d in g) for g, p in zip(groups, lay.groups, strict=True) if p]
+    if lay.full:
+        out = [rows, math.prod(out[1:])]
+    size = math.prod(broadcast if broadcast is not None else cut)
+    direct = math.prod(shape) == math.prod(cut) == size
+    return Compaction(pad, index, broadcast, tuple(out) or (1,), f16, direct)
+
+
 def _compact(w: np.ndarray, rank: int, lay: Layout, groups: tuple[tuple[int, ...], ...],
              domain: Domain, f16: bool) -> np.ndarray:
     """Input `w` as the kernel reads it: [rows?] + [present groups], C-contiguous."""
-    v = w.reshape((1,) * (rank - w.ndim) + w.shape)
-    v = v.reshape(v.shape + (1,) * (domain.nd - rank))
-    present = {d for g, p in zip(groups, lay.groups, strict=True) if p for d in g}
-    v = v[tuple(slice(None) if d in present or (d < domain.nl and lay.rows) else slice(0, 1)
-                for d in range(domain.nd))]
-    rows = math.prod(domain.lead)
-    if lay.rows:
-        v = np.broadcast_to(v, domain.lead + v.shape[domain.nl:])
-    shape = ([rows] if lay.rows else []) + \
-        [math.prod(domain.dims[d] for d in g) for g, p in zip(groups, lay.groups, strict=True) if p]
-    if lay.full:
-        shape = [rows, math.prod(shape[1:])]
-    a = np.ascontiguousarray(v.reshape(shape) if shape else v.reshape(1))
-    return a.view(np.uint16) if f16 else a
+    return compaction(tuple(w.shape), rank, lay, groups, domain, f16).apply(w)
 
 
 def _arg_type(a: np.ndarray, readonly: bool) -> Any:
@@ -221,6 +252,8 @@ class CompiledCall:
     T: int                        # elements per row
     arrays: list[np.ndarray]      # the kernel's inputs, then its outputs (the plan's out2d)
     per_row: int = 1              # the interpreter's rows in one kernel row (`kernel_domain`)
+    recipe: _Recipe | None = None             # what the plan's trace found (`replay` keeps it)
+    compactions: list[Compaction] = field(default_factory=list)   # by input slot
 
     def run(self, options: NumpyOptions, index_base: int = 0) -> np.ndarray:
         """Run every row; return the flags of rows left to the interpreter. `index_base` is the
@@ -295,8 +328,9 @@ def prepare(plan: FusedPlan, memo: dict[Any, Any] | None = None) -> CompiledCall
     domain = kernel_domain(space)
     rows = math.prod(domain.lead)
     env = list(plan.env.values())
-    ins = [_compact(env[e], rank, lay, gen.groups, domain, k in r.f16_slots)
-           for k, (e, rank, lay) in enumerate(zip(r.env_index, r.frames, gen.layouts, strict=True))]
+    lays = [compaction(tuple(env[e].shape), rank, lay, gen.groups, domain, k in r.f16_slots)
+            for k, (e, rank, lay) in enumerate(zip(r.env_index, r.frames, gen.layouts, strict=True))]
+    ins = [c.apply(env[e]) for c, e in zip(lays, r.env_index, strict=True)]
     T = math.prod(math.prod(domain.dims[d] for d in g) for g in gen.groups)
     outs: list[np.ndarray] = []
     for step, full in zip(r.out_steps, r.full, strict=True):
@@ -307,7 +341,7 @@ def prepare(plan: FusedPlan, memo: dict[Any, Any] | None = None) -> CompiledCall
     sig = (nbt.int64, nbt.int64, nbt.int64, nbt.Array(nbt.uint8, 1, "C"),
            *(_arg_type(a, True) for a in ins), *(_arg_type(a, False) for a in outs))
     kernel, reused = KERNELS.get(gen.source, sig)
-    return CompiledCall(kernel, reused, rows, T, ins + outs, space.rows // rows)
+    return CompiledCall(kernel, reused, rows, T, ins + outs, space.rows // rows, r, lays)
 
 
 def count_kernel(ctx: RunContext, call: CompiledCall) -> dict[str, Any]:
@@ -336,11 +370,12 @@ def explain_fallback(ctx: RunContext, op: Operation, reason: str, runs_on: str) 
                        f"on {runs_on}")
 
 
-def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
+def run_compiled(plan: FusedPlan, ctx: RunContext) -> CompiledCall | None:
     """Compute the plan's steps with its compiled kernel, and the rows it flags with the
-    interpreter's tile loop; CannotCompile when the generator cannot compile the body."""
+    interpreter's tile loop; CannotCompile when the generator cannot compile the body. Returns
+    the kernel's call (None: no steps to run)."""
     if not plan.steps:
-        return
+        return None
     call = prepare(plan, ctx.memo)
     stats = count_kernel(ctx, call)
     bad = np.flatnonzero(call.run(ctx.options))
@@ -348,6 +383,7 @@ def run_compiled(plan: FusedPlan, ctx: RunContext) -> None:
         rows = (bad[:, None] * call.per_row + np.arange(call.per_row)).ravel()
         stats["rows_to_interpreter"] += int(rows.size)
         run_tiles(plan, ctx.options, only_rows=[int(r) for r in rows])
+    return call
 
 
 def _run_chunks(entry: Any, rows: int, T: int, index_base: int, flags: np.ndarray,
@@ -372,24 +408,52 @@ OWN_RUNNERS: dict[str, Callable[[Operation, list[np.ndarray | None], RunContext]
                                 list[np.ndarray]]] = {}
 
 
-def run_fused_compiled(op: Operation, args: list[np.ndarray | None],
-                       ctx: RunContext) -> list[np.ndarray]:
-    """The compiled backend's runner for `lamina.fused` (see the module docstring)."""
-    assert isinstance(op, FusedOp)
-    if (own := OWN_RUNNERS.get(op.fusion_kind)) is not None:
-        return own(op, args, ctx)
-    if (own := tiles.KIND_RUNNERS.get(op.fusion_kind)) is not None:
-        explain_fallback(ctx, op, f"the \"{op.fusion_kind}\" kind has no row-loop form",
-                         "the NumPy interpreter's own kernel")
-        return own(op, args, ctx)
-    plan = plan_fused(op, args, min_rows=1)
-    plan = split_root(plan) or plan
+@dataclass
+class FullRun:
+    """One call of a fused op the full way: its results, its plan before and after the matmul
+    root's split (the same plan without one), and the kernel's call (None: not compiled)."""
+
+    outs: list[np.ndarray]
+    planned: FusedPlan
+    plan: FusedPlan
+    call: CompiledCall | None
+
+
+def run_full(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext) -> FullRun:
+    """Plan, split, trace (or find the trace), lay out and run the kernel, counting statistics
+    when the run counts them (`RunContext.counting`)."""
+    planned = plan_fused(op, args, min_rows=1)
+    plan = split_root(planned) or planned
+    call = None
     try:
         with np.errstate(all="ignore"):
-            run_compiled(plan, ctx)
+            call = run_compiled(plan, ctx)
     except CannotCompile as e:
         explain_fallback(ctx, op, str(e), "the NumPy tile loop")
         run_tiles(plan, ctx.options)
     outs = tiles.fused_results(plan)
-    tiles.record_fused_stats(ctx.stats, plan, args, outs)
-    return outs
+    if ctx.counting:
+        tiles.record_fused_stats(ctx.stats, plan, args, outs)
+    return FullRun(outs, planned, plan, call)
+
+
+def own_runner(op: FusedOp, ctx: RunContext) -> OpRunner | None:
+    """The runner of a kind this backend or the interpreter runs its own way (an explain line
+    for the interpreter's), None for a kind compiled as one row loop."""
+    if (own := OWN_RUNNERS.get(op.fusion_kind)) is not None:
+        return own
+    if (own := tiles.KIND_RUNNERS.get(op.fusion_kind)) is not None:
+        explain_fallback(ctx, op, f"the \"{op.fusion_kind}\" kind has no row-loop form",
+                         "the NumPy interpreter's own kernel")
+        return own
+    return None
+
+
+def run_fused_compiled(op: Operation, args: list[np.ndarray | None],
+                       ctx: RunContext) -> list[np.ndarray]:
+    """The compiled backend's runner for `lamina.fused`, the full way at every call (see the
+    module docstring; a compiled program runs `replay.run_fused_replayed` instead)."""
+    assert isinstance(op, FusedOp)
+    if (own := own_runner(op, ctx)) is not None:
+        return own(op, args, ctx)
+    return run_full(op, args, ctx).outs

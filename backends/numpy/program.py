@@ -232,7 +232,8 @@ class NumpyProgram:
 
     def context(self) -> RunContext:
         """A run context for one call of an op runner (its counters are the checked call's)."""
-        return RunContext(RunStats(), self.options, None, self.runners, [], self.memo)
+        return RunContext(RunStats(), self.options, None, self.runners, [], self.memo,
+                          counting=False)
 
     def _inputs(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """The inputs as the kernels take them: as given where each already is an array of its

@@ -20,6 +20,7 @@ the pool holds at most MAX_BYTES of arrays, dropping the least recently handed o
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from collections import OrderedDict
@@ -67,7 +68,7 @@ def empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     nobody refers to any more (module docstring)."""
     global _held
     dt = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    nbytes = math.prod(shape) * dt.itemsize   # not np.prod: ~3 us, per kernel call
     if nbytes < MIN_BYTES:
         return np.empty(shape, dtype=dt)
     key = (tuple(shape), dt.str)

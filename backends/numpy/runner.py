@@ -77,6 +77,9 @@ class RunContext:
     # what a runner derives from an op alone (a kernel's cache key), kept for one compiled
     # program's calls (`lamina.backends.numpy.program`): the program's ops never change
     memo: dict[Any, Any] = field(default_factory=dict)
+    # whether this run counts statistics: a compiled program's later calls reuse its checked
+    # call's (`lamina.backends.numpy.program`), so a runner may skip what only counting needs
+    counting: bool = True
 
 
 def device_nbytes(a: np.ndarray, dtype: str) -> int:
