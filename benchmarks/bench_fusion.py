@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.compiled.backend import CompiledBackend  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
-from lamina.backends.numpy.options import NumpyOptions
+from lamina.backends.numpy.options import NumpyOptions  # noqa: E402
 from lamina.backends.numpy.runner import run_function  # noqa: E402
 from lamina.backends.numpy.tile_threads import thread_count  # noqa: E402
 from lamina.ir import rng  # noqa: E402

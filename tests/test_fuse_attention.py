@@ -17,8 +17,8 @@ from lamina.analysis.fusion import fused_least_tiles
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
-from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.attention import block_sizes, run_attention
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import ExecutionObserver, run_function
 from lamina.ir.fused import FusedOp
 from lamina.ir.source import make_context, parse_text, verify

@@ -36,8 +36,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.compare import compare
 from lamina.backends.interface import find_entry
-from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import tile_threads as tile_exec
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.ir.collectives import PlacementOp, ReshardOp

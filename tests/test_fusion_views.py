@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
-from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.fused_views import box_tiling
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.formulas import Call
 from lamina.ir.fused import FusedOp

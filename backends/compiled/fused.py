@@ -15,6 +15,10 @@ A body the generator cannot compile runs on the interpreter's tile loop instead,
 in `RunResult.explain` naming the op and the reason; `--stats-json` has the counts under
 `compiled` (`kernels_compiled` in this process, `kernels_loaded` from the disk cache,
 `kernels_reused` in memory, `compile_seconds`, `fallbacks`, `rows_to_interpreter`).
+
+This module is the full way, at every call (`run_full`). A compiled program (`lamina.compile`)
+keeps what its first call with an argument layout found and later calls only run the kernel
+(`lamina.backends.compiled.replay`, the backend's runner).
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from lamina.backends.compiled.cache import KERNELS, Kernel
 from lamina.backends.compiled.emit import Generated, Layout, Output, generate
 from lamina.backends.compiled.matmul_root import split_root
 from lamina.backends.compiled.trace import CannotCompile, Domain, Sym, Tracer
-from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import fused as tiles
 from lamina.backends.numpy.fused import FusedPlan, Space, plan_fused, run_tiles
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import OpRunner, RunContext
 from lamina.backends.numpy.tile_threads import run_workers, tile_threads
 from lamina.ir.diagnostics import op_loc

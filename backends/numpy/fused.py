@@ -39,7 +39,6 @@ from typing import Any
 
 import numpy as np
 from lamina.analysis.fusion import iteration_domain, row_split
-from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import result_pool
 from lamina.backends.numpy.fused_views import (
     BoxTiling,
@@ -50,6 +49,7 @@ from lamina.backends.numpy.fused_views import (
     write_paths,
 )
 from lamina.backends.numpy.kernels import kernel
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import (
     RunContext,
     RunStats,

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 from lamina.backends.interface import RunResult, arg_names
-from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.kernels import kernel
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage, unrepresentable
 from lamina.ir.formulas import Call

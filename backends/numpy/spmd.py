@@ -39,8 +39,8 @@ import numpy as np
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.analysis.fusion import intermediate_bytes
 from lamina.backends.interface import RunResult
-from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy import runner as base
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import (
     ExecutionObserver,
     RunContext,
