@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
+from lamina.analysis.placed import first_unplaced, partly_placed_note, placed_mesh
 from lamina.backends.interface import Feature, RunOptions, RunResult, find_entry
 from lamina.backends.numpy.memory import MemoryChecker
 from lamina.backends.numpy.runner import OpRunner, run_function
-from lamina.backends.numpy.spmd import first_unplaced, partly_placed_note, placed_mesh, run_spmd
+from lamina.backends.numpy.spmd import run_spmd
 from lamina.backends.numpy.tile_threads import thread_count
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
