@@ -1,7 +1,8 @@
 """SPMD execution: run a placed program the way every device of its mesh would.
 
 Devices are numbered row-major over the mesh axes (as `Target.axis_level` assumes). Every value is
-held as one local array per device:
+held as one local array per device (cut and assembled by `lamina.backends.arrays`, which the JAX
+backend shares):
 - a dimension split over axes [a, b] (major to minor) is cut into size(a) * size(b) blocks; the
   device with coordinates (i, j) on (a, b) holds block i * size(b) + j;
 - a value `partial = sum[axes]` holds local partial sums: inputs put the whole value on the devices
@@ -11,8 +12,9 @@ held as one local array per device:
   this, and a value whose type says replicated but whose shards differ is an error at that op.
 - types without a placement are read as replicated on the entry function's mesh where that
   follows every rule; a partially placed program (an unplaced value whose replicated reading breaks
-  its op's rule, e.g. a matmul result of split operands) is rejected up front (`check_placed`),
-  naming the first such value and telling the user to run propagate-sharding.
+  its op's rule, e.g. a matmul result of split operands) is rejected up front
+  (`lamina.analysis.placed.check_placed`), naming the first such value and telling the user to
+  run propagate-sharding.
 
 Local ops run their op-table kernels on local shapes (`Call` with local `TensorInfo`s) and the
 blocks they see (`Block(global_shape, offsets, operands)`): dropout's mask is the single-device
