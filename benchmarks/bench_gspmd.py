@@ -133,10 +133,13 @@ def run_jax() -> dict[str, str] | str:
 
 
 def run_lamina(path: str) -> dict:
+    from lamina.analysis.placed import placed_mesh
+    from lamina.backends.arrays import block
     from lamina.backends.interface import find_entry
-    from lamina.backends.numpy.spmd import block, placed_mesh, run_spmd, spec_or_replicated
+    from lamina.backends.numpy.spmd import run_spmd
     from lamina.ir.collectives import PlacementOp
     from lamina.ir.opbase import LaminaOp, tensor_info
+    from lamina.ir.placement import spec_or_replicated
     from lamina.ir.source import load, make_context
     from lamina.passes.pipeline import build_pipeline, run_pipeline
     from xdsl.dialects.builtin import TensorType

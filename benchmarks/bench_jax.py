@@ -44,6 +44,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402  (after XLA_FLAGS)
 import numpy as np  # noqa: E402
+from lamina.analysis.placed import placed_mesh  # noqa: E402
 from lamina.backends.inputs import random_inputs  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.backends.jax import hlo  # noqa: E402
@@ -55,7 +56,8 @@ from lamina.backends.jax.backend import (  # noqa: E402
 )
 from lamina.backends.jax.collectives import in_spec  # noqa: E402
 from lamina.backends.jax.lower import Lowering  # noqa: E402
-from lamina.backends.numpy.spmd import placed_mesh, run_spmd, spec_or_replicated  # noqa: E402
+from lamina.backends.numpy.spmd import run_spmd  # noqa: E402
+from lamina.ir.placement import spec_or_replicated  # noqa: E402
 from lamina.ir.source import load, make_context  # noqa: E402
 from lamina.passes.pipeline import build_pipeline, run_pipeline  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402

@@ -115,10 +115,11 @@ def sigmoid(xp: Namespace, x: Array) -> Array:
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
+GELU_TANH = "tanh"   # gelu's `approximate` value selecting the tanh form (a backend reads it here)
 
 
 def gelu(xp: Namespace, x: Array, approximate: str = "none") -> Array:
-    if approximate == "tanh":
+    if approximate == GELU_TANH:
         inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
         return 0.5 * x * (1.0 + xp.tanh(inner))
     return 0.5 * x * (1.0 + erf(xp, x * _INV_SQRT2))

@@ -6,9 +6,11 @@ its own array namespace), its class for fusion, whether a pending-reduction (`pa
 pass through it, its sharding rule (a `lamina.ir.sharding.ShardingRule`) and its cost. The
 dialect's op classes are generated from these entries (`lamina.ir.lamina`, by `lamina.ir.opgen`),
 interpreters run their formulas, and passes read their classes, rules and costs: no other module
-keeps a list of op names. Adding an elementwise op is one line in `UNARY_OPS` / `BINARY_OPS` below
-(its formula is the namespace's function of the same name, or one in `lamina.ir.formulas`), then
-`python -m lamina.ir.opgen` to regenerate the op classes.
+keeps a list of op names. Nothing here is specific to one backend: a backend's faster forms of a
+row's formula are registered against the row in that backend (the NumPy interpreter's:
+`lamina.backends.numpy.specialized`). Adding an elementwise op is one line in `UNARY_OPS` /
+`BINARY_OPS` below (its formula is the namespace's function of the same name, or one in
+`lamina.ir.formulas`), then `python -m lamina.ir.opgen` to regenerate the op classes.
 """
 
 from __future__ import annotations
@@ -17,10 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-import numpy as np
 from lamina.ir import formulas as fm
 from lamina.ir import intervals as iv
-from lamina.ir import numpy_kernels as npk
 from lamina.ir import scalar_forms as sf
 from lamina.ir import shapes
 from lamina.ir import sharding as sh
@@ -104,12 +104,8 @@ class OpInfo:
     # True when an element's result depends on its place in the global tensor (dropout's mask):
     # a backend running the op on a block (a tile, a device's shard) must pass `Call.block`
     position_dependent: bool = False
-    # NumPy specializations of the formula, same bits (`lamina.ir.numpy_kernels`)
     # when the linearity depends on the element types (casts): (operands, result) -> Linearity
     type_linearity: Callable[[Sequence[TensorInfo | None], TensorInfo], Linearity] | None = None
-    numpy: npk.Kernel | None = None    # a faster whole-array kernel
-    ufunc: np.ufunc | None = None      # the one NumPy ufunc the formula is (in-place tiles)
-    tile: npk.TileFactory | None = None  # an in-place form for fused tiles
     # value-range facts: the result's interval, the operands' domains, exactness
     # (`lamina.ir.intervals`); None for ops whose range is their literal (constant)
     interval: IntervalRule | None = None
@@ -176,47 +172,45 @@ XY = (OperandSpec("lhs"), OperandSpec("rhs"))
 NONE = Linearity.NONE
 ELEMENTWISE = sh.Elementwise()
 
-# name, summary, flops per element, linearity, linear operands, formula (None: the namespace's
-# function of the same name), NumPy ufunc (the same function, for in-place tiles), value range
-EwRow = tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, np.ufunc | None,
-              IntervalRule]
+# name, summary, flops per element, linearity, linear operands, formula (`fm.via(name)`: the
+# namespace's function of that name), value range
+EwRow = tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, IntervalRule]
 UNARY_OPS: tuple[EwRow, ...] = (
-    ("neg", "negation", 1, Linearity.ADDITIVE, (0,), fm.neg, np.negative, iv.NEG),
-    ("abs", "absolute value", 1, NONE, (), fm.via("abs"), np.absolute, iv.ABS),
-    ("exp", "natural exponential", 4, NONE, (), fm.via("exp"), np.exp, iv.EXP),
-    ("log", "natural logarithm", 4, NONE, (), fm.via("log"), np.log, iv.LOG),
-    ("tanh", "hyperbolic tangent", 6, NONE, (), fm.via("tanh"), np.tanh, iv.TANH),
-    ("sigmoid", "logistic sigmoid 1 / (1 + exp(-x))", 6, NONE, (), fm.sigmoid, None, iv.SIGMOID),
-    ("relu", "max(x, 0)", 1, NONE, (), fm.relu, None, iv.RELU),
+    ("neg", "negation", 1, Linearity.ADDITIVE, (0,), fm.neg, iv.NEG),
+    ("abs", "absolute value", 1, NONE, (), fm.via("abs"), iv.ABS),
+    ("exp", "natural exponential", 4, NONE, (), fm.via("exp"), iv.EXP),
+    ("log", "natural logarithm", 4, NONE, (), fm.via("log"), iv.LOG),
+    ("tanh", "hyperbolic tangent", 6, NONE, (), fm.via("tanh"), iv.TANH),
+    ("sigmoid", "logistic sigmoid 1 / (1 + exp(-x))", 6, NONE, (), fm.sigmoid, iv.SIGMOID),
+    ("relu", "max(x, 0)", 1, NONE, (), fm.relu, iv.RELU),
     ("gelu", "Gaussian error linear unit (erf form, or tanh form with approximate = \"tanh\")",
-     12, NONE, (), fm.gelu, None, iv.GELU),
-    ("erf", "error function", 10, NONE, (), fm.erf, None, iv.ERF),
-    ("sqrt", "square root", 2, NONE, (), fm.via("sqrt"), np.sqrt, iv.SQRT),
-    ("rsqrt", "1 / sqrt(x)", 3, NONE, (), fm.rsqrt, None, iv.RSQRT),
-    ("reciprocal", "1 / x", 1, NONE, (), fm.reciprocal, None, iv.RECIPROCAL),
+     12, NONE, (), fm.gelu, iv.GELU),
+    ("erf", "error function", 10, NONE, (), fm.erf, iv.ERF),
+    ("sqrt", "square root", 2, NONE, (), fm.via("sqrt"), iv.SQRT),
+    ("rsqrt", "1 / sqrt(x)", 3, NONE, (), fm.rsqrt, iv.RSQRT),
+    ("reciprocal", "1 / x", 1, NONE, (), fm.reciprocal, iv.RECIPROCAL),
 )
 
 BINARY_OPS: tuple[EwRow, ...] = (
-    ("add", "sum", 1, Linearity.ADDITIVE, (0, 1), fm.via("add"), np.add, iv.ADD),
-    ("sub", "difference", 1, Linearity.ADDITIVE, (0, 1), fm.via("subtract"), np.subtract, iv.SUB),
-    ("mul", "product", 1, Linearity.ONE_SIDED, (0, 1), fm.via("multiply"), np.multiply, iv.MUL),
-    ("div", "quotient", 1, Linearity.ONE_SIDED, (0,), fm.via("divide"), np.divide, iv.DIV),
-    ("max", "elementwise maximum (NaN-propagating)", 1, NONE, (), fm.via("maximum"), np.maximum, iv.MAX),
-    ("min", "elementwise minimum (NaN-propagating)", 1, NONE, (), fm.via("minimum"), np.minimum, iv.MIN),
-    ("pow", "lhs raised to rhs", 8, NONE, (), fm.via("pow"), np.power, iv.POW),
+    ("add", "sum", 1, Linearity.ADDITIVE, (0, 1), fm.via("add"), iv.ADD),
+    ("sub", "difference", 1, Linearity.ADDITIVE, (0, 1), fm.via("subtract"), iv.SUB),
+    ("mul", "product", 1, Linearity.ONE_SIDED, (0, 1), fm.via("multiply"), iv.MUL),
+    ("div", "quotient", 1, Linearity.ONE_SIDED, (0,), fm.via("divide"), iv.DIV),
+    ("max", "elementwise maximum (NaN-propagating)", 1, NONE, (), fm.via("maximum"), iv.MAX),
+    ("min", "elementwise minimum (NaN-propagating)", 1, NONE, (), fm.via("minimum"), iv.MIN),
+    ("pow", "lhs raised to rhs", 8, NONE, (), fm.via("pow"), iv.POW),
 )
 
 # name, symbol, the namespace's function
-COMPARE_OPS: tuple[tuple[str, str, str, np.ufunc], ...] = (
-    ("eq", "==", "equal", np.equal), ("ne", "!=", "not_equal", np.not_equal),
-    ("lt", "<", "less", np.less), ("le", "<=", "less_equal", np.less_equal),
-    ("gt", ">", "greater", np.greater), ("ge", ">=", "greater_equal", np.greater_equal),
+COMPARE_OPS: tuple[tuple[str, str, str], ...] = (
+    ("eq", "==", "equal"), ("ne", "!=", "not_equal"),
+    ("lt", "<", "less"), ("le", "<=", "less_equal"),
+    ("gt", ">", "greater"), ("ge", ">=", "greater_equal"),
 )
 
 _UNARY_ATTRS: dict[str, tuple[AttrSpec, ...]] = {
-    "gelu": (AttrSpec("approximate", AttrKind.STR, "none", choices=("none", "tanh")),),
+    "gelu": (AttrSpec("approximate", AttrKind.STR, "none", choices=("none", fm.GELU_TANH)),),
 }
-_TILES: dict[str, npk.TileFactory] = {"gelu": npk.gelu_tile}
 # the VJP of each UNARY_OPS / BINARY_OPS row (`lamina.ir.vjp`)
 _VJP: dict[str, vj.Vjp] = {
     "neg": vj.neg, "abs": vj.abs_, "exp": vj.exp, "log": vj.log, "tanh": vj.tanh,
@@ -251,24 +245,23 @@ def _cast_linearity(operands: Sequence[TensorInfo | None], result: TensorInfo) -
 
 def _elementwise_rows() -> list[OpInfo]:
     rows: list[OpInfo] = []
-    for name, summary, flops, lin, lin_ops, ew, ufunc, interval in UNARY_OPS:
+    for name, summary, flops, lin, lin_ops, ew, interval in UNARY_OPS:
         rule = shapes.unary_numeric if name in _INTEGER_OK else shapes.unary
         rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), rule,
                            fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
-                           per_output(flops), lin_ops, ew=ew, ufunc=ufunc, tile=_TILES.get(name),
-                           interval=interval, vjp=_VJP.get(name),
+                           per_output(flops), lin_ops, ew=ew, interval=interval, vjp=_VJP.get(name),
                            scalar=fm.elementwise(ew)))
-    for name, summary, flops, lin, lin_ops, ew, ufunc, interval in BINARY_OPS:
+    for name, summary, flops, lin, lin_ops, ew, interval in BINARY_OPS:
         rule = shapes.binary_numeric if name in _INTEGER_OK else shapes.binary
         rows.append(OpInfo(name, summary, XY, (), rule, fm.elementwise(ew),
                            Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
-                           ew=ew, ufunc=ufunc, interval=interval, vjp=_VJP.get(name),
+                           ew=ew, interval=interval, vjp=_VJP.get(name),
                            scalar=fm.elementwise(ew)))
-    for name, symbol, fn, ufunc in COMPARE_OPS:
+    for name, symbol, fn in COMPARE_OPS:
         ew = fm.via(fn)
         rows.append(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (),
                            shapes.compare, fm.elementwise(ew), Fusion.ELEMENTWISE, NONE,
-                           ELEMENTWISE, per_output(1), ew=ew, arith=False, ufunc=ufunc,
+                           ELEMENTWISE, per_output(1), ew=ew, arith=False,
                            interval=iv.COMPARE, vjp=vj.COMPARE,
                            scalar=fm.elementwise(ew)))
     rows.append(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
@@ -287,7 +280,7 @@ def _elementwise_rows() -> list[OpInfo]:
                         AttrSpec("seed", AttrKind.INT)),
                        shapes.dropout, fm.dropout, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
                        ELEMENTWISE, per_output(8), (0,), position_dependent=True,
-                       numpy=npk.dropout, tile=npk.dropout_tile, interval=iv.DROPOUT,
+                       interval=iv.DROPOUT,
                        vjp=vj.dropout, scalar=sf.dropout))
     return rows
 
@@ -316,8 +309,8 @@ def _structural_rows() -> list[OpInfo]:
                        "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
                                         OperandSpec("bias", optional=True)),
                        _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
-                       sh.RowReduction(trailing=True), per_input(8), numpy=npk.layernorm,
-                       tile=npk.layernorm_tile, interval=iv.NORMALIZATION, vjp=vj.layernorm,
+                       sh.RowReduction(trailing=True), per_input(8),
+                       interval=iv.NORMALIZATION, vjp=vj.layernorm,
                        scalar=sf.layernorm))
     rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
                        (OperandSpec("input"), OperandSpec("scale", optional=True)),
@@ -335,7 +328,7 @@ def _structural_rows() -> list[OpInfo]:
     rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
                        shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
                        _matmul_flops, (0, 1), interval=iv.MATMUL, vjp=vj.matmul,
-                       row_tiled=True, tile=npk.matmul_tile))
+                       row_tiled=True))
     rows.append(OpInfo("transpose", "permute dimensions", X,
                        (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
                        fm.transpose, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Transpose(),

@@ -354,6 +354,16 @@ def spec_of(t: Attribute) -> Spec | None:
                 place.partial_kind.data)
 
 
+def spec_or_replicated(t: Attribute) -> Spec:
+    """`spec_of(t)`, or replicated for a tensor type not placed on a mesh (how every backend
+    reads an unplaced value of a placed program)."""
+    s = spec_of(t)
+    if s is not None:
+        return s
+    assert isinstance(t, TensorType)
+    return Spec.replicated(len(t.get_shape()))
+
+
 def sharding_problem(op: Operation, info: OpInfo, operand_types: Sequence[Attribute | None],
                      attrs: dict, operand_infos: Sequence, result_info) -> str | None:
     """Why a fully placed op breaks its sharding rule, or None (also None when not fully placed)."""

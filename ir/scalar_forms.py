@@ -25,7 +25,7 @@ For most rows the form IS the formula, which is written in calls that hold eleme
 those rows point `scalar` at their formula. The forms below are the ones that differ: dropout,
 whose formula builds the indices of a whole block, and the normalizations, whose formulas guard
 every row against overflowing squares with a rescaling that costs two more passes; here that
-guard is a `require`, as in `lamina.ir.numpy_kernels.layernorm`, and a row that needs it takes
+guard is a `require`, as in the NumPy interpreter's whole-array layernorm form, and a row that needs it takes
 the formula. Each form computes the formula's bits on every row it accepts.
 """
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
 import lamina
-import numpy as np
 import pytest
 from lamina.backends.interface import (
     Feature,

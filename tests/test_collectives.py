@@ -177,7 +177,7 @@ def test_two_operand_only_for_all_reduce() -> None:
 
 def test_spmd_exchanges_follow_the_op() -> None:
     # all_to_all on real data: each device's local block is checked against the global layout
-    from lamina.backends.numpy.spmd import block, distribute
+    from lamina.backends.arrays import block, distribute
     from lamina.ir.placement import Mesh
     from lamina.ir.sharding import Spec
 
@@ -221,8 +221,9 @@ def test_replicated_type_with_differing_shards_is_reported() -> None:
     assert e.value.message == ("the result of lamina.reduce_sum is not placed while its operands "
                                "are; run -p propagate-sharding first")
     # ... and the runner itself still checks the data against the claim, op by op
+    from lamina.analysis.placed import placed_mesh
     from lamina.backends.numpy.runner import RunContext, RunStats
-    from lamina.backends.numpy.spmd import SpmdRun, placed_mesh
+    from lamina.backends.numpy.spmd import SpmdRun
 
     with pytest.raises(LaminaError) as e:
         mesh_op = placed_mesh(func)
@@ -264,8 +265,9 @@ def test_hierarchical_needs_its_inner_group_and_stats_use_it() -> None:
     # as a ring (2 * 7/8 B): hierarchical moves the bytes onto the fast links, it does not send
     # fewer. The stats come from the recorded group size through the cost model's formula.
     from lamina.analysis.comm_cost import sent_bytes
+    from lamina.analysis.placed import placed_mesh
     from lamina.backends.numpy.runner import RunContext, RunStats
-    from lamina.backends.numpy.spmd import SpmdRun, placed_mesh
+    from lamina.backends.numpy.spmd import SpmdRun
     from xdsl.dialects.func import FuncOp
 
     m = parse_text(prog('algorithm = "hierarchical", inner = 4 : i64'), "p.mlir")

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lamina.backends.numpy import program as numpy_program
 from lamina.backends.interface import find_entry
+from lamina.backends.numpy import program as numpy_program
 from lamina.ir.updates import updates_of
 from strategies.programs import GeneratedProgram, programs
 from xdsl.dialects.builtin import ModuleOp
@@ -230,8 +230,7 @@ def test_jax_traces_and_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
     exe = lamina.compile(module, backend="jax")
     x = lamina.inputs(module)
     want = lamina.run(module, x).outputs["out0"]
-    for _ in range(100):
-        got = exe(x).outputs["out0"]
+    got = [exe(x).outputs["out0"] for _ in range(100)][-1]
     assert len(traces) == 1
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 

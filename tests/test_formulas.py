@@ -1,10 +1,10 @@
 """The op table's formulas against their NumPy specializations, bit for bit, and erf's accuracy.
 
-Every row's semantics is its array-API formula (`lamina.ir.formulas`); a row may also carry faster
-NumPy forms (`OpInfo.numpy`, `OpInfo.ufunc`, `OpInfo.tile`). Each of those must compute exactly the
-formula's bits, or the NumPy interpreter and any other backend evaluating the formula would drift
-apart; this file checks every one of them, for every row that has one (new rows are covered
-without editing this file).
+Every row's semantics is its array-API formula (`lamina.ir.formulas`); the NumPy interpreter
+registers faster forms against some rows (`lamina.backends.numpy.specialized`: `numpy`, `ufunc`,
+`tile`). Each of those must compute exactly the formula's bits, or the NumPy interpreter and any
+other backend evaluating the formula would drift apart; this file checks every one of them, for
+every row that has one (new registrations are covered without editing this file).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.numpy.kernels import to_compute
+from lamina.backends.numpy.specialized import Forms, forms, registered
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Block, Call, erf
 from lamina.ir.optable import OPS, AttrKind, OpInfo
@@ -57,9 +58,9 @@ def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, positi
     return x
 
 
-UFUNC_ROWS = [i for i in OPS.values() if i.ufunc is not None]
-TILE_ROWS = [i for i in OPS.values() if i.tile is not None]
-NUMPY_ROWS = [i for i in OPS.values() if i.numpy is not None]
+UFUNC_ROWS = [i for i, f in registered() if f.ufunc is not None]
+TILE_ROWS = [i for i, f in registered() if f.tile is not None]
+NUMPY_ROWS = [i for i, f in registered() if f.numpy is not None]
 
 
 def test_specializations_exist() -> None:
@@ -67,6 +68,15 @@ def test_specializations_exist() -> None:
     assert {"add", "tanh", "eq"} <= {i.name for i in UFUNC_ROWS}
     assert {"dropout", "gelu", "layernorm"} <= {i.name for i in TILE_ROWS}
     assert {"dropout"} <= {i.name for i in NUMPY_ROWS}
+    assert forms(OPS["sigmoid"]) == Forms()     # a row with no registered form has none
+
+
+def test_every_registered_form_is_checked_here() -> None:
+    """Each registered tile form has a case below (the ufunc and whole-array forms are checked
+    for every row that has one, by the parametrized tests and the per-row ones)."""
+    covered = {n for n, _ in TILE_CASES} | {"matmul"}
+    assert {i.name for i in TILE_ROWS} <= covered
+    assert {i.name for i in NUMPY_ROWS} <= {"dropout", "layernorm"}
 
 
 @pytest.mark.parametrize("info", UFUNC_ROWS, ids=lambda i: i.name)
@@ -78,8 +88,9 @@ def test_ufunc_is_the_formula(info: OpInfo, dtype: Any) -> None:
     call = Call(_default_attrs(info), [TensorInfo((7, 9), "f32")] * len(xs), TensorInfo((7, 9), "f32"))
     with np.errstate(all="ignore"):
         want = np.asarray(info.formula(np, xs, call))
-        assert info.ufunc is not None
-        got = info.ufunc(*xs)
+        ufunc = forms(info).ufunc
+        assert ufunc is not None
+        got = ufunc(*xs)
     assert _same_bits(got, want), info.name
 
 
@@ -104,7 +115,8 @@ def test_tile_forms_are_the_formula(name: str, attrs: dict[str, Any], dtype: str
     """A tile of rows r0..r0+tr of a [rows, 96] tensor, in place, against the formula on the
     same tile with the tile's position (dropout's mask is a function of the global index)."""
     info = OPS[name]
-    assert info.tile is not None
+    tile_form = forms(info).tile
+    assert tile_form is not None
     npdt = STORAGE[dtype]
     rows, cols, r0, tr = 64, 96, 16, 8
     rng = np.random.default_rng(1)
@@ -115,7 +127,7 @@ def test_tile_forms_are_the_formula(name: str, attrs: dict[str, Any], dtype: str
         args += [rng.standard_normal(cols).astype(npdt), rng.standard_normal(cols).astype(npdt)]
     call = _call_for(info, (tr, cols), dtype, **attrs)
     call.block = Block((rows, cols), (r0, 0))
-    run = info.tile(call, np.dtype(npdt), _Scratch())
+    run = tile_form(call, np.dtype(npdt), _Scratch())
     assert run is not None
     out = np.empty_like(tile)
     run(list(args), out, r0, tr)
@@ -125,9 +137,10 @@ def test_tile_forms_are_the_formula(name: str, attrs: dict[str, Any], dtype: str
 
 def test_tile_form_declines_what_it_does_not_cover() -> None:
     gelu = OPS["gelu"]
-    assert gelu.tile is not None
+    tile_form = forms(gelu).tile
+    assert tile_form is not None
     call = _call_for(gelu, (4, 8), "f32", approximate="none")
-    assert gelu.tile(call, np.dtype(np.float32), _Scratch()) is None
+    assert tile_form(call, np.dtype(np.float32), _Scratch()) is None
 
 
 @settings(max_examples=scaled(0.5))
@@ -139,7 +152,8 @@ def test_dropout_numpy_kernel_is_the_formula(shape, seed, rate, dtype, offset, s
     per-element key, including blocks that straddle a 2**32 boundary of the global index and a
     seed given as an operand (two's complement read as the unsigned 64-bit seed)."""
     info = OPS["dropout"]
-    assert info.numpy is not None
+    whole = forms(info).numpy
+    assert whole is not None
     npdt = STORAGE[dtype]
     x = np.random.default_rng(2).standard_normal(shape).astype(npdt)
     glob = (offset + (shape[0] if shape else 1),) + shape[1:] if shape else ()
@@ -152,7 +166,7 @@ def test_dropout_numpy_kernel_is_the_formula(shape, seed, rate, dtype, offset, s
         args.append(np.asarray(signed, dtype=np.int64))
         operands[1] = TensorInfo((), "i64")
     call = Call(attrs, operands, TensorInfo(shape, dtype), Block(glob, offs))
-    got = info.numpy(args, call)
+    got = whole(args, call)
     want = np.asarray(info.formula(np, args, call))
     assert _same_bits(np.asarray(got), want)
 
@@ -217,7 +231,8 @@ def test_every_row_has_a_formula_and_kind() -> None:
 def test_layernorm_forms_on_rows_that_overflow(dtype: str) -> None:
     """The rescaling path (rows whose squares overflow) is the formula's in every form."""
     info = OPS["layernorm"]
-    assert info.numpy is not None and info.tile is not None
+    whole, tile_form = forms(info).numpy, forms(info).tile
+    assert whole is not None and tile_form is not None
     npdt = STORAGE[dtype]
     big = np.finfo(npdt).max / 4
     x = np.array([[big, -big, big, 0.0], [1.0, 2.0, 3.0, 4.0], [np.inf, 1.0, 2.0, 3.0],
@@ -227,8 +242,8 @@ def test_layernorm_forms_on_rows_that_overflow(dtype: str) -> None:
     with np.errstate(all="ignore"):
         want = np.asarray(info.formula(np, [x], call))
         assert np.all(np.isfinite(want[[0, 1, 3]]))
-        assert _same_bits(info.numpy([x], call), want)
-        run = info.tile(call, np.dtype(npdt), _Scratch())
+        assert _same_bits(whole([x], call), want)
+        run = tile_form(call, np.dtype(npdt), _Scratch())
         assert run is not None
         out = np.empty_like(x)
         run([x], out, 0, x.shape[0])
@@ -241,7 +256,8 @@ def test_matmul_tile_is_the_formula(dtype: str) -> None:
     has the formula's bits on that block; a right operand with batch dims is declined (a block
     of rows would need more than one matrix)."""
     info = OPS["matmul"]
-    assert info.tile is not None
+    tile_form = forms(info).tile
+    assert tile_form is not None
     npdt = STORAGE[dtype]
     rng = np.random.default_rng(3)
     a = rng.standard_normal((64, 48)).astype(npdt)
@@ -249,7 +265,7 @@ def test_matmul_tile_is_the_formula(dtype: str) -> None:
     r0, tr = 16, 24
     call = Call({}, [TensorInfo((tr, 48), dtype), TensorInfo((48, 40), dtype)],
                 TensorInfo((tr, 40), dtype))
-    run = info.tile(call, np.dtype(npdt), _Scratch())
+    run = tile_form(call, np.dtype(npdt), _Scratch())
     assert run is not None
     out = np.full((tr, 40), np.nan, dtype=npdt)
     run([a[r0:r0 + tr], w], out, r0, tr)
@@ -257,4 +273,4 @@ def test_matmul_tile_is_the_formula(dtype: str) -> None:
     assert _same_bits(out, want)
     batched = Call({}, [TensorInfo((2, tr, 48), dtype), TensorInfo((2, 48, 40), dtype)],
                    TensorInfo((2, tr, 40), dtype))
-    assert info.tile(batched, np.dtype(npdt), _Scratch()) is None
+    assert tile_form(batched, np.dtype(npdt), _Scratch()) is None

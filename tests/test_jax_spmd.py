@@ -20,11 +20,11 @@ jax = pytest.importorskip("jax")
 import lamina  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from lamina.analysis.placed import placed_mesh  # noqa: E402
 from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.backends.jax import hlo, plan  # noqa: E402
 from lamina.backends.jax.backend import compare_collectives  # noqa: E402
-from lamina.backends.numpy.spmd import placed_mesh  # noqa: E402
 from lamina.ir.dtypes import tensor_dtype  # noqa: E402
 from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
 from strategies import scaled  # noqa: E402

@@ -1,8 +1,9 @@
 """The package's architecture rules, checked: layers, one op table, generated typed op classes.
 
 - The import contracts (`[tool.importlinter]` in pyproject.toml: ir <- analysis <- passes |
-  backends | frontends <- cli) hold, and they are not vacuous: the same check on a copy of the
-  package with one upward import added fails.
+  backends | frontends <- cli; the numpy, jax and compiled backends independent but for compiled
+  building on numpy) hold, and they are not vacuous: the same check on a copy of the package with
+  one upward import, or one import of a backend by another, added fails.
 - No pass or backend names an op in a string literal: what they know about ops comes from the
   table's rows and the typed op classes.
 - `lamina/ir/lamina.py` is what `lamina.ir.opgen` generates from the table, with one class per row.
@@ -39,20 +40,35 @@ def test_import_contracts_hold() -> None:
     assert "0 broken" in r.stdout
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
-    """Copy the installed package (its files, links resolved), make one ir module import a pass,
-    and check that lint-imports now fails naming the broken layers contract."""
+def _lint_with_import(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports on a copy of the installed package (its files, links resolved) in which
+    `module` (a path under the package) ends with the import `line`."""
     pkg = Path(lamina.__file__).resolve().parent
     src = Path(lamina.__file__).parent            # the install's tree (links into the sources)
     copy = tmp_path / "lamina"
     shutil.copytree(src, copy, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
-    assert (copy / "ir" / "dtypes.py").exists(), f"unexpected install layout under {src} ({pkg})"
-    with open(copy / "ir" / "dtypes.py", "a") as f:
-        f.write("\nfrom lamina.passes import pipeline as _upward  # noqa\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    r = _lint_imports(env)
+    assert (copy / module).exists(), f"unexpected install layout under {src} ({pkg})"
+    with open(copy / module, "a") as f:
+        f.write(f"\n{line}  # noqa\n")
+    return _lint_imports({**os.environ, "PYTHONPATH": str(tmp_path)})
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
+    """Make one ir module import a pass: lint-imports fails naming the broken layers contract."""
+    r = _lint_with_import(tmp_path, "ir/dtypes.py", "from lamina.passes import pipeline as _upward")
     assert r.returncode != 0, r.stdout
     assert "BROKEN" in r.stdout and "lamina.ir.dtypes -> lamina.passes.pipeline" in r.stdout
+
+
+def test_a_backend_importing_another_breaks_the_contract(tmp_path: Path) -> None:
+    """Make the JAX backend's lowering import the NumPy backend's SPMD runner: lint-imports fails
+    naming the backends' independence contract and the import."""
+    r = _lint_with_import(tmp_path, "backends/jax/lower.py",
+                          "from lamina.backends.numpy import spmd as _sideways")
+    assert r.returncode != 0, r.stdout
+    assert "backends numpy | jax | compiled are independent" in r.stdout
+    assert "BROKEN" in r.stdout and "lamina.backends.jax.lower -> lamina.backends.numpy.spmd" \
+        in r.stdout
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:

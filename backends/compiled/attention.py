@@ -51,12 +51,12 @@ from lamina.backends.numpy import attention as interp
 from lamina.backends.numpy.blas import one_blas_thread
 from lamina.backends.numpy.fused import fused_results, plan_fused
 from lamina.backends.numpy.runner import RunContext
+from lamina.backends.numpy.specialized import TileRun, forms
 from lamina.backends.numpy.tile_threads import TileScratch, run_workers, tile_threads
 from lamina.ir.attention import AttentionParts, attention_parts, masked_fill, shape_of
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Call
 from lamina.ir.fused import FusedOp, YieldOp
-from lamina.ir.numpy_kernels import TileRun
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.shapes import TensorInfo
 from xdsl.dialects.builtin import TensorType
@@ -172,13 +172,14 @@ class _Kernel:
 
 
 def _tile_form(op: LaminaOp, dtype: np.dtype) -> TileRun:
-    """The matmul row's in-place form (`OpInfo.tile`) for one block's matrices: the formula's
+    """The matmul row's in-place form (its NumPy `tile` form) for one block's matrices: the formula's
     matmul with `out=`, so a block's scores and context are written where they go."""
     t = [x for x in op.operand_infos() if x is not None]
     res = tensor_info(op.results[0].type)
     call = Call(op.attr_values(), [TensorInfo(x.shape[-2:], x.dtype) for x in t],
                 TensorInfo(res.shape[-2:], res.dtype))
-    run = op.info.tile(call, dtype, TileScratch()) if op.info.tile is not None else None
+    factory = forms(op.info).tile
+    run = factory(call, dtype, TileScratch()) if factory is not None else None
     if run is None:
         raise CannotCompile(f"{op.name} has no in-place tile form")
     return run

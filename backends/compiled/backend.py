@@ -12,6 +12,13 @@ within `lamina.backends.compare`'s tolerances: a row's sum is added in 64 vector
 within the rounding bound `lamina.backends.compiled.intrinsics` states of the interpreter's
 pairwise sum (and the same bits on any thread count), dropout masks are the same bits, and exp,
 log and tanh differ from NumPy's by the few ulp that `lamina.backends.compiled.libm` states.
+
+Imports: the three backends (numpy, jax, compiled) are independent of each other, sharing only
+`lamina.ir`, `lamina.analysis` and the top-level modules of `lamina.backends`, with one named
+exception, this backend: being the NumPy interpreter with compiled fused kernels, it builds on
+that interpreter (its backend class, runner, fused-op plans and tile loop, attention kernel,
+result pool and NumPy forms), so `lamina.backends.compiled` may import `lamina.backends.numpy`
+and never the other way (pyproject.toml's independence contract, `ignore_imports`).
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ the epilogue runs single-threaded on tiles that live in memory, not in cache (me
 MLP's GeLU epilogue took ~40 ms of the 155 ms up-projection kernel).
 
 Here the kernel is split at its root (`split_root`): the matmul runs first, once over every row
-(BLAS threading itself over all cores; the row's in-place tile form, the same call on the same
-operands as the interpreter's whole-result block), into an array from the interpreter's
-`result_pool` (a fresh 32 MiB one would cost ~6 ms of page faults per call). What is left is an
+(BLAS threading itself over all cores; the row's in-place tile form, the NumPy interpreter's
+`specialized.matmul_tile`: the same call on the same operands as the interpreter's whole-result
+block), into an array from the interpreter's `result_pool` (a fresh 32 MiB one would cost ~6 ms
+of page faults per call). What is left is an
 ordinary plan whose input is that buffer: the compiled backend compiles it into one parallel row
 loop like any other body, or, where it cannot, runs it on the interpreter's tile loop, now with
 cache-sized tiles on every core. The result bits of the matmul are the interpreter's; the epilogue
@@ -28,6 +29,7 @@ import numpy as np
 from lamina.backends.numpy import result_pool
 from lamina.backends.numpy.fused import FusedPlan
 from lamina.backends.numpy.runner import make_call, run_kernel
+from lamina.backends.numpy.specialized import forms
 from lamina.backends.numpy.tile_threads import TileScratch
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.opbase import tensor_info
@@ -49,7 +51,8 @@ def split_root(plan: FusedPlan) -> FusedPlan | None:
     lhs = x.reshape((space.rows,) + x.shape[space.nl:])
     native = {t.dtype for t in root.call.operands if t is not None} == {root.call.result.dtype} \
         and dtype in (np.float32, np.float64)
-    tile = o.info.tile(root.call, dtype, TileScratch()) if native and o.info.tile else None
+    factory = forms(o.info).tile
+    tile = factory(root.call, dtype, TileScratch()) if native and factory else None
     if tile is not None:
         tile([lhs, w], out, 0, space.rows)
     else:   # a storage type without a native BLAS call (f16, bf16): the row's formula, whole

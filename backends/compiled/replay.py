@@ -43,6 +43,7 @@ from lamina.backends.numpy.fused import FusedPlan
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import RunContext, make_call, run_kernel
+from lamina.backends.numpy.specialized import forms
 from lamina.backends.numpy.tile_threads import TileScratch
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Call
@@ -110,7 +111,7 @@ class _Root:
     def run(self, vals: Values) -> None:
         x, w = vals[self.x], vals[self.w]
         out = result_pool.empty(self.alloc, self.dtype)
-        make_tile = self.op.info.tile if self.tiled else None
+        make_tile = forms(self.op.info).tile if self.tiled else None
         tile = make_tile(self.call, self.dtype, TileScratch()) if make_tile is not None else None
         if tile is not None:
             tile([x.reshape((self.rows,) + x.shape[self.nl:]), w], out, 0, self.rows)
@@ -126,8 +127,9 @@ def _root(planned: FusedPlan, pos: dict[SSAValue, int]) -> _Root:
     dtype = np.dtype(STORAGE[root.call.result.dtype])
     native = {t.dtype for t in root.call.operands if t is not None} == {root.call.result.dtype} \
         and dtype in (np.float32, np.float64)
-    tiled = native and o.info.tile is not None and \
-        o.info.tile(root.call, dtype, TileScratch()) is not None
+    make_tile = forms(o.info).tile
+    tiled = native and make_tile is not None and \
+        make_tile(root.call, dtype, TileScratch()) is not None
     res = o.results[0]
     return _Root(o, root.call, x, w, pos[res], space.rows, space.nl, (space.rows,) + root.tail,
                  dtype, tensor_info(res.type).shape, tiled)

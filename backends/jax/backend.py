@@ -42,6 +42,8 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from lamina.analysis.placed import first_unplaced, partly_placed_note, placed_mesh
+from lamina.backends.arrays import assemble, check_inputs
 from lamina.backends.interface import Feature, RunResult, arg_names
 from lamina.backends.jax import collectives as coll
 from lamina.backends.jax import devices as devs
@@ -49,20 +51,12 @@ from lamina.backends.jax import hlo, plan
 from lamina.backends.jax.devices import Device
 from lamina.backends.jax.lower import Lowering, Moves, unsupported_op
 from lamina.backends.jax.options import JaxOptions
-from lamina.backends.numpy.runner import check_inputs
-from lamina.backends.numpy.spmd import (
-    assemble,
-    first_unplaced,
-    partly_placed_note,
-    placed_mesh,
-    spec_or_replicated,
-)
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import native_dtype
 from lamina.ir.memory import MoveOp
 from lamina.ir.opbase import tensor_info
-from lamina.ir.placement import Mesh
+from lamina.ir.placement import Mesh, spec_or_replicated
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 
@@ -170,7 +164,7 @@ class Program:
 
     def fetch(self, results: Sequence[jax.Array]) -> list[np.ndarray]:
         """The results as whole host arrays in storage dtypes (partial results reduced as the
-        NumPy runner's `assemble` does, from every device's block)."""
+        SPMD interpreter does, `lamina.backends.arrays.assemble`, from every device's block)."""
         out: list[np.ndarray] = []
         for t, r in zip(self.res_types, results, strict=True):
             info = tensor_info(t)

@@ -40,7 +40,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from lamina.backends.numpy.spmd import spec_or_replicated
 from lamina.ir.collectives import (
     AllGatherOp,
     AllReduceOp,
@@ -52,7 +51,7 @@ from lamina.ir.collectives import (
 )
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.placement import Mesh
+from lamina.ir.placement import Mesh, spec_or_replicated
 from lamina.ir.sharding import Spec
 
 NARROW = ("f16", "bf16")   # element types whose sums run in float32

@@ -26,7 +26,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from lamina.backends.jax import collectives as coll
-from lamina.backends.numpy.spmd import spec_or_replicated
 from lamina.ir.collectives import PlacementOp
 from lamina.ir.diagnostics import error_at
 from lamina.ir.formulas import Block, Call, compute_dtype, native_dtype
@@ -34,7 +33,7 @@ from lamina.ir.fused import FusedOp, YieldOp
 from lamina.ir.memory import FreeOp, MoveOp
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import OpInfo
-from lamina.ir.placement import Mesh, Placement
+from lamina.ir.placement import Mesh, Placement, spec_or_replicated
 from lamina.ir.shapes import TensorInfo
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue

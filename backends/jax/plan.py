@@ -33,7 +33,6 @@ from typing import Any
 
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.analysis.sizes import local_bytes
-from lamina.backends.numpy.spmd import spec_or_replicated
 from lamina.ir.collectives import (
     AllGatherOp,
     AllReduceOp,
@@ -44,7 +43,7 @@ from lamina.ir.collectives import (
     ReshardOp,
 )
 from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.placement import Mesh
+from lamina.ir.placement import Mesh, spec_or_replicated
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 

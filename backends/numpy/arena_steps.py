@@ -36,6 +36,7 @@ from lamina.analysis.arena import Buffer, plan
 from lamina.analysis.naming import Namer
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import make_call
+from lamina.backends.numpy.specialized import forms
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.memory import effective_tier
 from lamina.ir.opbase import LaminaOp, tensor_info
@@ -52,7 +53,7 @@ def _is_view(op: LaminaOp) -> bool:
     return op.info.fusion is Fusion.LAYOUT and not op.info.launches_kernel
 
 
-def out_form(op: LaminaOp) -> Callable[[list[Any], np.ndarray], None] | None:
+def out_form(op: LaminaOp) -> Callable[[list[Any], np.ndarray], Any] | None:
     """How `op` writes its result into a given array (`out=`), or None when its kernel has no
     such form (the same bits as its kernel: the formula's own ufunc or matmul call)."""
     call = make_call(op)
@@ -63,7 +64,7 @@ def out_form(op: LaminaOp) -> Callable[[list[Any], np.ndarray], None] | None:
     (dt,) = dtypes
     if dt not in _NATIVE:
         return None
-    ufunc = op.info.ufunc
+    ufunc = forms(op.info).ufunc
     if ufunc is not None and op.info.fusion is Fusion.ELEMENTWISE and res in (dt, "i1"):
         return lambda xs, out: ufunc(*xs, out=out)
     if op.info.fusion is Fusion.OPAQUE and res == dt and op.info.row_tiled:   # matmul

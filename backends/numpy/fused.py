@@ -13,10 +13,11 @@ inputs are sliced per tile (a [rows, 1] value takes its rows; a [T] value is use
 
 Position-dependent ops (dropout) receive the tile's place in the global tensor (`Call.block`), so
 masks are the global ones bit for bit. The optional in-place fast paths are the rows' own NumPy
-specializations (`OpInfo.ufunc`, `OpInfo.tile`, from `lamina.ir.numpy_kernels`, each checked bit
-for bit against the row's formula); any op without one runs its row's kernel on the tile, so
-correctness never depends on them. Fast paths share a worker's scratch
-buffers (`TileScratch`), so a tile's working set is its tile buffers plus two scratch tiles.
+specializations (their `ufunc` and `tile` forms, registered against the rows in
+`lamina.backends.numpy.specialized`, each checked bit for bit against the row's formula); any op
+without one runs its row's kernel on the tile, so correctness never depends on them. Fast paths
+share a worker's scratch buffers (`TileScratch`), so a tile's working set is its tile buffers
+plus two scratch tiles.
 
 Tiles run on one thread per core (`thread_count`), each thread with its own tile buffers and
 scratch, on a long-lived pool; a tile is computed the same way on any thread, so results never
@@ -59,12 +60,12 @@ from lamina.backends.numpy.runner import (
     register_op_runner,
     run_kernel,
 )
+from lamina.backends.numpy.specialized import TileRun, forms
 from lamina.backends.numpy.tile_threads import TileScratch, run_workers, tile_threads
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp
-from lamina.ir.numpy_kernels import TileRun
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import Fusion
 from lamina.ir.shapes import TensorInfo
@@ -611,8 +612,8 @@ def _generic(o: LaminaOp, st: Step, xs: list[np.ndarray | None], r0: int, tr: in
 
 def _fast_path(o: LaminaOp, infos: list[TensorInfo | None], call: Call,
                scratch: TileScratch) -> TileRun | None:
-    """The row's in-place tile form (`OpInfo.ufunc` / `OpInfo.tile`), when its operands share one
-    native float type; None runs the row's kernel on the tile instead."""
+    """The row's in-place tile form (its `ufunc` / `tile` form, `specialized.forms`), when its
+    operands share one native float type; None runs the row's kernel on the tile instead."""
     info = o.info
     dts = {t.dtype for t in infos if t is not None}
     res = call.result.dtype
@@ -621,14 +622,15 @@ def _fast_path(o: LaminaOp, infos: list[TensorInfo | None], call: Call,
     (dt,) = dts
     if dt not in _NATIVE:
         return None
-    ufunc = info.ufunc
+    row_forms = forms(info)
+    ufunc = row_forms.ufunc
     if ufunc is not None and info.fusion == Fusion.ELEMENTWISE and (res == dt or res == "i1"):
         def run(xs: list[Any], out: np.ndarray, r0: int, tr: int, fn: np.ufunc = ufunc) -> None:
             fn(*xs, out=out)
 
         return run
-    if info.tile is not None and res == dt:
-        return info.tile(call, np.dtype(_NATIVE[dt]), scratch)
+    if row_forms.tile is not None and res == dt:
+        return row_forms.tile(call, np.dtype(_NATIVE[dt]), scratch)
     return None
 
 

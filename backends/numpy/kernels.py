@@ -1,10 +1,11 @@
 """The NumPy interpreter's kernel for every op-table row: its formula on NumPy arrays.
 
 `kernel(info)` is the row's array-API formula evaluated with `numpy` as the namespace (or the
-row's NumPy specialization, `OpInfo.numpy`, which computes the same bits faster), wrapped in the
-storage rules: for arithmetic rows (`OpInfo.arith`) float operands are converted to their compute
-type first (float32 for f16/bf16) and the result is rounded to its element type once
-(`lamina.ir.dtypes.to_storage`: bf16 stays in float32 arrays, rounded to bf16).
+row's whole-array NumPy form, `Forms.numpy` registered in `lamina.backends.numpy.specialized`,
+which computes the same bits faster), wrapped in the storage rules: for arithmetic rows
+(`OpInfo.arith`) float operands are converted to their compute type first (float32 for f16/bf16)
+and the result is rounded to its element type once (`lamina.ir.dtypes.to_storage`: bf16 stays in
+float32 arrays, rounded to bf16).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from lamina.backends.numpy.specialized import Kernel, forms
 from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage
 from lamina.ir.formulas import Call
-from lamina.ir.numpy_kernels import Kernel
 from lamina.ir.optable import OpInfo
 
 _KERNELS: dict[str, Kernel] = {}
@@ -27,7 +28,7 @@ def to_compute(a: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _make(info: OpInfo) -> Kernel:
-    special = info.numpy
+    special = forms(info).numpy
 
     def compute(args: Sequence[np.ndarray | None], call: Call) -> np.ndarray:
         if special is not None:

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from lamina.analysis.placed import first_unplaced, partly_placed_note, placed_mesh
+from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import RunResult, arg_names
 from lamina.backends.numpy.arena_steps import Arena, plan_steps, precompute
 from lamina.backends.numpy.fused import KIND_RUNNERS, one_tile
@@ -51,13 +53,13 @@ from lamina.backends.numpy.runner import (
     OpRunner,
     RunContext,
     RunStats,
-    check_inputs,
     last_uses,
     make_call,
     op_runner,
     run_function,
 )
-from lamina.backends.numpy.spmd import first_unplaced, partly_placed_note, placed_mesh, run_spmd
+from lamina.backends.numpy.specialized import forms
+from lamina.backends.numpy.spmd import run_spmd
 from lamina.backends.numpy.tile_threads import thread_count
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import STORAGE
@@ -111,13 +113,13 @@ _NATIVE = ("f32", "f64")
 def _table_step(op: LaminaOp) -> StepFn:
     """An op-table op on whole arrays: its row's kernel with the op's `Call`, built once; an
     elementwise row whose operands and result share one native float type calls its ufunc
-    (`OpInfo.ufunc`: the function its formula is, checked bit for bit against it) directly,
+    (`specialized.forms(row).ufunc`: the function its formula is, checked bit for bit against it) directly,
     without the storage rule's conversions, which are the identity there."""
     call = make_call(op)
     if math.prod(call.result.shape) == 0:   # as run_kernel: nothing to compute
         shape, dtype = call.result.shape, STORAGE[call.result.dtype]
         return lambda xs: [np.zeros(shape, dtype)]
-    ufunc = op.info.ufunc
+    ufunc = forms(op.info).ufunc
     dtypes = {t.dtype for t in call.operands if t is not None}
     if ufunc is not None and op.info.fusion == Fusion.ELEMENTWISE and len(dtypes) == 1 and \
             call.result.dtype in dtypes and call.result.dtype in _NATIVE and \

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
-from lamina.backends.interface import RunResult, arg_names
+from lamina.backends.arrays import check_inputs
+from lamina.backends.interface import RunResult
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import ITEMSIZE, STORAGE, to_storage, unrepresentable
+from lamina.ir.dtypes import ITEMSIZE, STORAGE
 from lamina.ir.formulas import Call
 from lamina.ir.opbase import LaminaOp, tensor_info
 from lamina.ir.optable import OpInfo
@@ -129,30 +130,6 @@ def run_table_op(op: LaminaOp, args: list[np.ndarray | None], ctx: RunContext) -
         stats.bytes_moved += distinct_nbytes(op.operand_slots(), args) + \
             device_nbytes(out, call.result.dtype)
     return [out]
-
-
-def check_inputs(func: FuncOp, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Inputs converted to the arguments' storage dtypes; LaminaError on count/shape/kind mismatch."""
-    names = arg_names(func)
-    types = func.function_type.inputs.data
-    if len(inputs) != len(types):
-        raise error_at(func, f"@{func.sym_name.data} takes {len(types)} arguments, got "
-                       f"{len(inputs)} inputs")
-    out: list[np.ndarray] = []
-    for name, t, a in zip(names, types, inputs, strict=True):
-        info = tensor_info(t)
-        a = np.asarray(a)
-        if tuple(a.shape) != info.shape:
-            raise error_at(func, f"input '{name}' has shape {tuple(a.shape)}, argument type "
-                           f"is {t}")
-        want = STORAGE[info.dtype]
-        if a.dtype != want and not np.can_cast(a.dtype, want, casting="same_kind"):
-            raise error_at(func, f"input '{name}' has dtype {a.dtype}, argument type is {t}")
-        if (a.dtype != want or info.dtype == "bf16") and \
-                (why := unrepresentable(a, info.dtype)) is not None:
-            raise error_at(func, f"input '{name}' does not fit its argument type {t}: {why}")
-        out.append(to_storage(a, info.dtype) if a.dtype != want or info.dtype == "bf16" else a)
-    return out
 
 
 def last_uses(ops: Sequence[Operation]) -> dict[SSAValue, int]:

@@ -1,7 +1,8 @@
 """SPMD execution: run a placed program the way every device of its mesh would.
 
 Devices are numbered row-major over the mesh axes (as `Target.axis_level` assumes). Every value is
-held as one local array per device:
+held as one local array per device (cut and assembled by `lamina.backends.arrays`, which the JAX
+backend shares):
 - a dimension split over axes [a, b] (major to minor) is cut into size(a) * size(b) blocks; the
   device with coordinates (i, j) on (a, b) holds block i * size(b) + j;
 - a value `partial = sum[axes]` holds local partial sums: inputs put the whole value on the devices
@@ -11,8 +12,9 @@ held as one local array per device:
   this, and a value whose type says replicated but whose shards differ is an error at that op.
 - types without a placement are read as replicated on the entry function's mesh where that
   follows every rule; a partially placed program (an unplaced value whose replicated reading breaks
-  its op's rule, e.g. a matmul result of split operands) is rejected up front (`check_placed`),
-  naming the first such value and telling the user to run propagate-sharding.
+  its op's rule, e.g. a matmul result of split operands) is rejected up front
+  (`lamina.analysis.placed.check_placed`), naming the first such value and telling the user to
+  run propagate-sharding.
 
 Local ops run their op-table kernels on local shapes (`Call` with local `TensorInfo`s) and the
 blocks they see (`Block(global_shape, offsets, operands)`): dropout's mask is the single-device
@@ -38,6 +40,8 @@ from typing import Any
 import numpy as np
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.analysis.fusion import intermediate_bytes
+from lamina.analysis.placed import check_placed, placed_mesh
+from lamina.backends.arrays import Shards, assemble, block, check_inputs, distribute, reduce_parts
 from lamina.backends.interface import RunResult
 from lamina.backends.numpy import runner as base
 from lamina.backends.numpy.options import NumpyOptions
@@ -45,7 +49,6 @@ from lamina.backends.numpy.runner import (
     ExecutionObserver,
     RunContext,
     RunStats,
-    check_inputs,
     device_nbytes,
     distinct_nbytes,
 )
@@ -58,84 +61,16 @@ from lamina.ir.collectives import (
     ReduceScatterOp,
     ReshardOp,
 )
-from lamina.ir.diagnostics import LaminaError, error_at, op_loc
-from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage
+from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp, YieldOp
-from lamina.ir.memory import FreeOp, value_label
+from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.placement import Mesh, MeshOp, find_mesh, place_of, spec_of
+from lamina.ir.placement import Mesh, MeshOp, spec_or_replicated
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.sharding import Spec
-from xdsl.dialects.builtin import TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Operation, SSAValue
-
-Shards = list[np.ndarray]
-
-
-def spec_or_replicated(t: Attribute) -> Spec:
-    s = spec_of(t)
-    if s is not None:
-        return s
-    assert isinstance(t, TensorType)
-    return Spec.replicated(len(t.get_shape()))
-
-
-def block(mesh: Mesh, spec: Spec, shape: Sequence[int], dev: int
-          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(offsets, local shape) of device `dev`'s block of a value placed `spec`."""
-    c = mesh.coords(dev)
-    offs, local = [], []
-    for d, size in enumerate(shape):
-        axes = spec.splits[d]
-        n = mesh.size(axes)
-        k = size // n
-        offs.append(mesh.index(c, axes) * k)
-        local.append(k)
-    return tuple(offs), tuple(local)
-
-
-def _index(offs: Sequence[int], local: Sequence[int]) -> tuple[slice, ...]:
-    return tuple(slice(o, o + k) for o, k in zip(offs, local, strict=True))
-
-
-def distribute(mesh: Mesh, spec: Spec, a: np.ndarray) -> Shards:
-    shards: Shards = []
-    cache: dict[tuple, np.ndarray] = {}
-    for dev in range(mesh.devices):
-        offs, local = block(mesh, spec, a.shape, dev)
-        c = mesh.coords(dev)
-        owner = spec.partial_kind == "max" or all(c[x] == 0 for x in spec.partial)
-        key = (offs, owner)
-        if key not in cache:
-            piece = a[_index(offs, local)]
-            piece = np.array(piece)  # a copy; keeps 0-d arrays 0-d
-            cache[key] = piece if owner else np.zeros_like(piece)
-        shards.append(cache[key])
-    return shards
-
-
-def _reduce(parts: Sequence[np.ndarray], kind: str, dtype: str) -> np.ndarray:
-    if len(parts) == 1 or all(p is parts[0] for p in parts) and kind == "max":
-        return parts[0]
-    comp = COMPUTE.get(dtype, STORAGE[dtype])
-    acc = parts[0].astype(comp)
-    for p in parts[1:]:
-        acc = acc + p.astype(comp) if kind == "sum" else np.maximum(acc, p.astype(comp))
-    return to_storage(acc, dtype)
-
-
-def assemble(mesh: Mesh, spec: Spec, shards: Shards, shape: Sequence[int], dtype: str) -> np.ndarray:
-    out = np.empty(tuple(shape), dtype=shards[0].dtype)
-    done: set[tuple[int, ...]] = set()
-    for group in mesh.groups(spec.partial) if spec.partial else [[d] for d in range(mesh.devices)]:
-        offs, local = block(mesh, spec, shape, group[0])
-        if offs in done:
-            continue
-        done.add(offs)
-        out[_index(offs, local)] = _reduce([shards[d] for d in group], spec.partial_kind, dtype)
-    return out
+from xdsl.ir import Operation, SSAValue
 
 
 def check_replicated(mesh: Mesh, spec: Spec, shards: Shards, shape: Sequence[int],
@@ -268,14 +203,14 @@ class SpmdRun:
                 payload += local_in
             elif isinstance(op, AllReduceOp):
                 for g in mesh.groups(axes):
-                    red = _reduce([shards[d] for d in g], op.reduce_kind(), xt.dtype)
+                    red = reduce_parts([shards[d] for d in g], op.reduce_kind(), xt.dtype)
                     for d in g:
                         out[d] = red
                 payload += local_in
             elif isinstance(op, ReduceScatterOp):
                 dim = op.int_attr("dim")
                 for g in mesh.groups(axes):
-                    red = _reduce([shards[d] for d in g], op.reduce_kind(), xt.dtype)
+                    red = reduce_parts([shards[d] for d in g], op.reduce_kind(), xt.dtype)
                     for j, piece in enumerate(np.split(red, len(g), axis=dim)):
                         out[g[j]] = piece
                 payload += local_in
@@ -346,82 +281,6 @@ class SpmdRun:
         # sizes are per device (device 0's shard)
         return base.drive(func, args, execute, lambda s: s[0].nbytes, finish, self.stats,
                           observer)
-
-
-def placed_mesh(func: FuncOp) -> MeshOp | None:
-    """The mesh the function's values are placed on (None when nothing is on a mesh)."""
-    names: set[str] = set()
-
-    def note(t: Attribute) -> None:
-        p = place_of(t)
-        if p is not None and p.mesh_name is not None:
-            names.add(p.mesh_name)
-
-    for t in (*func.function_type.inputs.data, *func.function_type.outputs.data):
-        note(t)
-    for op in func.walk():
-        for r in op.results:
-            note(r.type)
-    if not names:
-        return None
-    if len(names) > 1:
-        raise error_at(func, f"@{func.sym_name.data} uses several meshes ({', '.join(sorted(names))});"
-                       " the SPMD interpreter runs one mesh per function")
-    mesh = find_mesh(func, names.pop())
-    if mesh is None:
-        raise error_at(func, "placement refers to an unknown mesh")
-    return mesh
-
-
-def check_placed(func: FuncOp) -> None:
-    """Reject, at the first offending op, a value left unplaced where reading it as replicated
-    would not follow the op's sharding rule (a partially placed program: the user must run
-    propagate-sharding). Unplaced values whose replicated reading is consistent are accepted."""
-    gap = first_unplaced(func)
-    if gap is not None:
-        raise error_at(gap[0], f"{gap[1]}; run -p propagate-sharding first")
-
-
-def partly_placed_note(func: FuncOp, gap: tuple[Operation, str]) -> str:
-    """The note a backend gives when it ran partly placed `func` (`first_unplaced` found `gap`)
-    on one device with its placements ignored, as every backend does."""
-    loc = op_loc(gap[0])
-    return (f"@{func.sym_name.data} is only partly placed ({gap[1]}"
-            f"{f', at {loc}' if loc else ''}): it ran on one device with its placements "
-            "ignored; run -p propagate-sharding to run it on its mesh")
-
-
-def first_unplaced(func: FuncOp) -> tuple[Operation, str] | None:
-    """The first op of a partially placed `func` (see `check_placed`) and what is unplaced
-    there, or None when the mesh can run it as placed."""
-    from lamina.ir.sharding import ShardingError, infer
-
-    for op in func.walk():
-        if not isinstance(op, LaminaOp) or not op.results:
-            continue
-        slots = op.operand_slots()
-        vals = [v for v in slots if v is not None]
-        r = op.results[0]
-        unplaced = [v for v in vals if spec_of(v.type) is None]
-        r_unplaced = spec_of(r.type) is None
-        if not unplaced and not r_unplaced:
-            continue  # fully placed: the verifier checked its rule
-        if r_unplaced and len(unplaced) == len(vals):
-            continue  # nothing placed here: replicated throughout
-        specs = [None if v is None else spec_or_replicated(v.type) for v in slots]
-        try:
-            want = infer(op.info, op.operand_infos(), specs, op.attr_values(),
-                         tensor_info(r.type))
-        except ShardingError:
-            want = None
-        if want == spec_or_replicated(r.type):
-            continue
-        what = f"{value_label(r)} = {op.name}" if r.name_hint else f"the result of {op.name}"
-        if r_unplaced:
-            return op, f"{what} is not placed while its operands are"
-        return op, (f"operand {value_label(unplaced[0])} of {what} is not placed while the "
-                    f"result is (read as replicated it breaks the {op.info.sharding.name} rule)")
-    return None
 
 
 def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None = None,

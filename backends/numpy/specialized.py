@@ -1,31 +1,37 @@
-"""NumPy specializations some op-table rows carry: faster forms of their formula, same bits.
+"""NumPy specializations of some op-table rows: faster forms of their formula, same bits.
 
 The definition of every op is its array-API formula (`lamina.ir.formulas`). The NumPy interpreter
-may run a faster form where one matters, and each form is attached to its row (`OpInfo.numpy`,
-`OpInfo.tile`, `OpInfo.ufunc`), never looked up by op name; `tests/test_formulas.py` checks every
-one bit for bit against the row's formula.
+may run a faster form where one matters. Each form is registered here against its row (`register`,
+keyed by the row's formula function, which is the row's own: never by op name), and the
+interpreter reads a row's forms with `forms(row)`; `tests/test_formulas.py` checks every
+registered form bit for bit against the row's formula.
 
-- `OpInfo.numpy`: a whole-array kernel (dropout's mask from contiguous index ranges and one key per
+- `Forms.numpy`: a whole-array kernel (dropout's mask from contiguous index ranges and one key per
   2**32 block, instead of the formula's per-element key; layernorm without its overflow guard's
-  extra passes on rows that do not overflow);
-- `OpInfo.ufunc`: the NumPy ufunc an elementwise row's formula is, so a fused tile can write its
+  extra passes on rows that do not overflow), run by `lamina.backends.numpy.kernels`;
+- `Forms.ufunc`: the NumPy ufunc an elementwise row's formula is, so a fused tile can write its
   result in place (`out=`);
-- `OpInfo.tile`: an in-place form for a fused kernel's tiles, built once per kernel for one call
+- `Forms.tile`: an in-place form for a fused kernel's tiles, built once per kernel for one call
   and float dtype, working in the tile buffers and the worker's scratch (dropout's few-pass mask,
-  tanh-GeLU and LayerNorm without temporaries). A factory returns None where its form does not
-  apply (GeLU without approximate = "tanh", dropout with a seed operand), and the executor then
-  runs the formula on the tile.
+  tanh-GeLU and LayerNorm without temporaries, a block of a matmul's result rows). A factory
+  returns None where its form does not apply (GeLU without approximate = "tanh", dropout with a
+  seed operand, a matmul by a batched right operand), and the executor then runs the formula on
+  the tile. The fused tile loop (`lamina.backends.numpy.fused`), the attention kernel and the
+  compiled backend's matmul-rooted and attention kernels use the tile forms.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 from lamina.ir import formulas, rng
-from lamina.ir.formulas import Block, Call
+from lamina.ir import lamina as ops
+from lamina.ir.formulas import Block, Call, Formula
+from lamina.ir.optable import OPS, OpInfo
 
 Kernel = Callable[[Sequence[np.ndarray | None], Call], np.ndarray]
 # fast(operands, out, first_row, rows): write the tile's result into `out`
@@ -39,6 +45,39 @@ class Scratch(Protocol):
 
 
 TileFactory = Callable[[Call, np.dtype, Scratch], TileRun | None]
+
+
+@dataclass(frozen=True)
+class Forms:
+    """A row's NumPy specializations (each None where the row has none)."""
+
+    numpy: Kernel | None = None        # a faster whole-array kernel
+    ufunc: np.ufunc | None = None      # the one NumPy ufunc the formula is (in-place tiles)
+    tile: TileFactory | None = None    # an in-place form for fused tiles
+
+
+_NO_FORMS = Forms()
+_FORMS: dict[Formula, Forms] = {}
+
+
+def register(row: OpInfo, *, numpy: Kernel | None = None, ufunc: np.ufunc | None = None,
+             tile: TileFactory | None = None) -> None:
+    """Attach NumPy forms to op-table row `row` (once per row), keyed by its formula function:
+    every row has a formula of its own, so a form can never reach another row."""
+    assert OPS.get(row.name) is row, f"{row.name} is not a row of the op table"
+    assert sum(1 for r in OPS.values() if r.formula is row.formula) == 1, row.name
+    assert row.formula not in _FORMS, f"{row.name} has its forms already"
+    _FORMS[row.formula] = Forms(numpy, ufunc, tile)
+
+
+def forms(row: OpInfo) -> Forms:
+    """The NumPy forms registered for op-table row `row` (all None when it has none)."""
+    return _FORMS.get(row.formula, _NO_FORMS)
+
+
+def registered() -> list[tuple[OpInfo, Forms]]:
+    """Every row with registered forms, in table order, with its forms."""
+    return [(row, f) for row in OPS.values() if (f := _FORMS.get(row.formula)) is not None]
 
 
 # ---- dropout -------------------------------------------------------------------------------------
@@ -178,7 +217,7 @@ def layernorm(args: Sequence[np.ndarray | None], call: Call) -> np.ndarray:
 
 def gelu_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | None:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) left to right, in one scratch buffer."""
-    if call.attrs.get("approximate") != "tanh":
+    if call.attrs.get("approximate") != formulas.GELU_TANH:
         return None
     c = dtype.type
     k0, k1 = c(math.sqrt(2.0 / math.pi)), c(0.044715)
@@ -242,3 +281,21 @@ def layernorm_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | N
             np.add(out, bias, out=out)
 
     return run
+
+
+# ---- the registrations ---------------------------------------------------------------------------
+
+# the elementwise rows whose formula is one NumPy ufunc (the namespace's function of that name)
+for _cls, _ufunc in (
+        (ops.NegOp, np.negative), (ops.AbsOp, np.absolute), (ops.ExpOp, np.exp),
+        (ops.LogOp, np.log), (ops.TanhOp, np.tanh), (ops.SqrtOp, np.sqrt),
+        (ops.AddOp, np.add), (ops.SubOp, np.subtract), (ops.MulOp, np.multiply),
+        (ops.DivOp, np.divide), (ops.MaxOp, np.maximum), (ops.MinOp, np.minimum),
+        (ops.PowOp, np.power),
+        (ops.EqOp, np.equal), (ops.NeOp, np.not_equal), (ops.LtOp, np.less),
+        (ops.LeOp, np.less_equal), (ops.GtOp, np.greater), (ops.GeOp, np.greater_equal)):
+    register(_cls.INFO, ufunc=_ufunc)
+register(ops.GeluOp.INFO, tile=gelu_tile)
+register(ops.DropoutOp.INFO, numpy=dropout, tile=dropout_tile)
+register(ops.LayernormOp.INFO, numpy=layernorm, tile=layernorm_tile)
+register(ops.MatmulOp.INFO, tile=matmul_tile)
