@@ -71,6 +71,15 @@ class Executable:
         self._program = program
         self._index = {n: i for i, n in enumerate(self.arg_names)}
 
+    @property
+    def memory_plan(self) -> dict[str, Any] | None:
+        """The static memory plan the NumPy and compiled backends made at compile time (the
+        `arena` statistic: arena per tier against the peak of live bytes, and what a call still
+        allocates); None where the backend plans its own buffers (JAX: XLA) or the function runs
+        on a simulated mesh."""
+        arena = getattr(self._program, "arena", None)
+        return arena.report() if arena is not None else None
+
     def __repr__(self) -> str:
         return (f"<lamina.Executable @{self.entry} on {self.backend}: "
                 f"({', '.join(self.arg_names)}) -> ({', '.join(self.output_names)})>")

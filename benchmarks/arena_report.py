@@ -54,6 +54,32 @@ def _rows(label: str, module: ModuleOp, alignment: int) -> list[tuple[list[str],
     return rows
 
 
+def executables(fused_samples: bool) -> None:
+    """The plan each compiled NumPy program actually runs with (`lamina.Executable.memory_plan`):
+    its arena against its peak, and what a steady-state call still allocates besides its
+    outputs (kernels without an out= form, fused kernels' and other runners' results)."""
+    print("\nexecutables (`lamina.compile`, numpy backend; functions on one device):\n")
+    print("| program | function | arena bytes | peak live bytes | ratio | values | temporaries "
+          "| kernel results |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|")
+    cases = [(os.path.basename(p), lamina.load(p)) for p in _samples()]
+    gpt2 = os.path.join(ROOT, "samples", "gpt2_block.mlir")
+    cases.append(("gpt2_block.mlir + fusion", lamina.apply(lamina.load(gpt2), FUSION)))
+    if fused_samples:
+        cases += [(f"{os.path.basename(p)} + fusion", lamina.apply(lamina.load(p), FUSION))
+                  for p in _samples()]
+    for label, module in cases:
+        for func in _functions(module):
+            plan = lamina.compile(module, func.sym_name.data).memory_plan
+            if plan is None:
+                continue
+            arena, peak = sum(plan["arena_bytes"].values()), sum(plan["peak_live_bytes"].values())
+            ratio = f"{arena / peak:.3f}" if peak else "-"
+            print(f"| {label} | {func.sym_name.data} | {arena:,} | {peak:,} | {ratio} | "
+                  f"{plan['values']} | {len(plan['temporaries'])} | "
+                  f"{len(plan['kernel_results'])} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="static memory plans of every sample: arena vs peak")
     ap.add_argument("--alignment", type=int, default=DEFAULT_ALIGNMENT)
@@ -92,6 +118,7 @@ def main() -> None:
     misses = [r for r, _ in rows if r[6] != "-" and float(r[6]) > 1.1]
     for r in misses:
         print(f"over 1.1: {r[0]} @{r[1]} ({r[2]}): {r[5]} B for a {r[4]} B peak")
+    executables(args.fused_samples)
     if args.largest:
         unfused = [p for r, p in rows if r[0] == "gpt2_block.mlir"]
         for label, plans in (("gpt2_block.mlir", unfused),

@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,7 +285,8 @@ def _run_blocks(k: _Kernel, states: list[_Worker]) -> bool:
                 if not _block(k, w, *tasks[t], flags):
                     ok[0] = False
 
-    with one_blas_thread():   # each block's small matmuls run on the worker's own thread
+    # each block's small matmuls run on the worker's own thread (one worker: BLAS left as it is)
+    with one_blas_thread() if len(states) > 1 else nullcontext():
         run_workers(worker, len(states))
     return ok[0]
 

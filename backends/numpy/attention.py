@@ -50,6 +50,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,7 +337,9 @@ def _run_blocks(k: _Kernel, ctx: RunContext) -> tuple[int, int]:
         return held
 
     n = tile_threads(ctx.options, math.prod(k.shape), len(tasks))
-    with one_blas_thread():   # the blocks' small matmuls run on the kernel's own threads
+    # the blocks' small matmuls run on the kernel's own threads; a kernel on one thread leaves
+    # BLAS as it is (switching its thread count costs more than a small kernel's whole run)
+    with one_blas_thread() if n > 1 else nullcontext():
         held = run_workers(worker, n)
     return held, sum(skipped)
 
