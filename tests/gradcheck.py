@@ -13,6 +13,14 @@ gradient in both frameworks, and a derived gradient may not be more than 4 times
 PyTorch's. Measured on the random programs of the property tests (`tests/strategies`): f64 at most
 1e-12 s; f32 at most 20x PyTorch's error where that is below 4e-9 s (so within the floor), and
 equal to it elsewhere; f16 and bf16 within 1.0x-1.2x of PyTorch's where errors are large.
+
+A gradient that is zero by cancellation (a key bias under softmax, which is invariant to a shift
+of its row: the sample GPT-2 block's `b_k`) is the difference of terms as large as the loss's
+other gradients, so in a low-precision type it is rounding noise of their size, not of its own:
+where max |R| is below rtol[D] S, S the largest reference gradient of the same loss, the scale s
+is S, the scale of the terms that cancel. (Measured on `gpt2_block_parallel` with a sum-of-squares loss: S = 3.1e7, R for
+b_k below 1, PyTorch's float32 error 1.14 and Lamina's 4.75 to 4.97 depending on BLAS's thread
+count: 1.5e-7 of S.)
 """
 
 from __future__ import annotations
@@ -50,12 +58,15 @@ class Check:
 
 
 def check_gradient(got: np.ndarray, ref: np.ndarray | None, own: np.ndarray | None,
-                   dtype: str) -> Check:
+                   dtype: str, loss_scale: float = 0.0) -> Check:
     """`got` (Lamina) against `ref` (float64 autograd; None: no path, so zeros) and `own`
-    (autograd in `dtype`), by the module docstring's rule."""
+    (autograd in `dtype`), by the module docstring's rule; `loss_scale` is the largest reference
+    gradient of the same loss, the scale of a gradient that cancels to zero."""
     g = np.asarray(got, dtype=np.float64)
     r = np.zeros_like(g) if ref is None else np.asarray(ref, dtype=np.float64)
     scale = max(float(np.abs(r).max(initial=0.0)), 1.0)
+    if dtype != "f64" and scale < RTOL[dtype] * loss_scale:
+        scale = loss_scale   # zero by cancellation: see the module docstring
     err = float(np.abs(g - r).max(initial=0.0))
     allowed = RTOL[dtype] * scale
     if dtype != "f64":
@@ -96,7 +107,9 @@ def compare_with_torch(module: ModuleOp, fwd: str, inputs: Sequence[np.ndarray],
     dtype = float_dtype(f)
     _, ref = torch_ref.gradients(f, inputs, wrt, loss, seed, upcast=dtype)
     own = ref if dtype == "f64" else torch_ref.gradients(f, inputs, wrt, loss, seed)[1]
-    return [check_gradient(a, r, o, tensor_info(f.body.block.args[i].type).dtype)
+    loss_scale = max((float(np.abs(np.asarray(r, dtype=np.float64)).max(initial=0.0))
+                      for r in ref if r is not None), default=0.0)
+    return [check_gradient(a, r, o, tensor_info(f.body.block.args[i].type).dtype, loss_scale)
             for a, r, o, i in zip(got[1:], ref, own, wrt, strict=True)]
 
 
