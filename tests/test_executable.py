@@ -1,8 +1,9 @@
 """`lamina.compile`: compiled once, called many times, the same bits as `lamina.run`.
 
 Random programs (before and after fusion) are compiled once per backend and called on fresh
-inputs several times; every call equals a fresh `lamina.run` of the same inputs bit for bit on the
-NumPy backends. The executable owns its program (a module changed after compile does not change
+inputs several times; every call equals a fresh `lamina.run` of the same inputs, and the
+interpreter's full run of every op (the backend's own runners, no prepared step), bit for bit on
+the NumPy backends. The executable owns its program (a module changed after compile does not change
 it), donation updates the caller's arrays in place and is refused where it cannot, bad calls are
 diagnostics that leave the executable usable, and results do not depend on `threads`.
 """
@@ -15,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
+from lamina.backends.numpy.runner import run_function
+from lamina.backends.registry import get_backend
 from lamina.backends.numpy import program as numpy_program
 from lamina.ir.updates import updates_of
 from strategies.programs import GeneratedProgram, programs
@@ -72,9 +75,14 @@ def test_executable_calls_equal_lamina_run(backend: str, prog: GeneratedProgram,
     if fuse:
         lamina.apply(module, "fuse-elementwise")
     exe = lamina.compile(module, backend=backend)
+    func = find_entry(module, None)
+    runners = get_backend(backend).op_runners   # type: ignore[attr-defined]
     for seed in range(4):
         inputs = prog.inputs if seed == 0 else _fresh(prog, seed)
-        _same(exe(inputs).outputs, lamina.run(module, inputs, backend=backend).outputs)
+        got = exe(inputs).outputs
+        _same(got, lamina.run(module, inputs, backend=backend).outputs)
+        full = run_function(func, inputs, runners=runners).outputs   # every op the full way
+        _same(got, dict(zip(exe.output_names, full, strict=True)))
 
 
 def test_compiled_once_steps_built_once(monkeypatch: pytest.MonkeyPatch) -> None:

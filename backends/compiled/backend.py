@@ -41,3 +41,6 @@ class CompiledBackend(NumpyBackend):
     features: ClassVar[frozenset[Feature]] = frozenset(Feature)
     op_runners: ClassVar[dict[type[Operation], OpRunner]] = {FusedOp: run_fused_replayed}
     whole_small_fused: ClassVar[bool] = False
+    # `lamina.compile` makes the checked call on zeros: numba compiles (or loads) every kernel
+    # then, inside `compile_seconds`, not in the first real call
+    warm: ClassVar[bool] = True

@@ -40,12 +40,14 @@ class NumpyBackend:
     op_runners: ClassVar[dict[type[Operation], OpRunner]] = {}
     # a fused kernel that fits one tile runs as its body's steps (the compiled backend compiles it)
     whole_small_fused: ClassVar[bool] = True
+    # the checked call made at compile time, on zeros (the compiled backend: it compiles kernels)
+    warm: ClassVar[bool] = False
 
     def compile(self, module: ModuleOp, func: FuncOp, options: NumpyOptions,
                 donate: frozenset[int] = frozenset()) -> NumpyProgram:
         by_arg = {a: r for r, a in updates_of(func).items()}
         return NumpyProgram(func, options, self.op_runners, {i: by_arg[i] for i in donate},
-                            self.whole_small_fused)
+                            self.whole_small_fused, self.warm)
 
 
 def reference_run(module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray]) -> RunResult:

@@ -16,7 +16,10 @@ per tier (`arena_steps`), so a steady-state call allocates only its outputs, the
 kernels without an `out=` form and the results of other runners, which the `arena` statistic
 lists. Calls of one program are serialized (they share its arena).
 
-The first call is the *checked* call: it runs exactly as `runner.run_function` (or the SPMD runner,
+The first call is the *checked* call (with `warm`, the compiled backend's choice, it is made at
+compile time on zeros of the argument types, so the kernels it compiles or loads, its plans and
+its statistics are all ready before the first real call; statistics that depend on the data,
+such as the rows a compiled kernel left to the interpreter, are then the warm-up's): it runs exactly as `runner.run_function` (or the SPMD runner,
 for a placed function) always did, with checked execution (`memory.MemoryChecker`: use after
 free, tiers compute cannot read, capacity overflow with a target) and every statistic counted.
 The statistics depend only on the program and the options, so later calls reuse them and run the
@@ -204,7 +207,7 @@ class NumpyProgram:
 
     def __init__(self, func: FuncOp, options: NumpyOptions,
                  runners: Mapping[type[Operation], OpRunner], donate: Mapping[int, int],
-                 whole_small_fused: bool = True):
+                 whole_small_fused: bool = True, warm: bool = False):
         thread_count(options)   # a bad LAMINA_FUSED_THREADS is reported before any work
         self.func = func
         self.options = options
@@ -231,6 +234,23 @@ class NumpyProgram:
                 self.arena = plan_steps(func, ops, returned, steps)
 
             self.steps = builder.block(list(block.args), list(block.ops)[:-1], returned, place)
+            if warm:
+                self.checked = self._first(self._zeros())
+
+    def _zeros(self) -> list[np.ndarray]:
+        """Zeros of every argument type (the warm-up call's inputs)."""
+        out = []
+        for t in self.func.function_type.inputs.data:
+            info = tensor_info(t)
+            out.append(np.zeros(info.shape, STORAGE[info.dtype]))
+        return out
+
+    def _first(self, arrays: list[np.ndarray]) -> RunResult:
+        """The checked call, with the program's static memory plan in its statistics."""
+        result = self._checked_run(arrays)
+        if self.arena is not None:
+            result.stats["arena"] = self.arena.report()
+        return result
 
     def context(self) -> RunContext:
         """A run context for one call of an op runner (its counters are the checked call's)."""
@@ -254,9 +274,7 @@ class NumpyProgram:
                 arrays[i] = self._donated(i, inputs[i], arrays, owners)
         start = time.perf_counter()
         if self.checked is None or self.steps is None:
-            result = self._checked_run(arrays)
-            if self.arena is not None:
-                result.stats["arena"] = self.arena.report()
+            result = self._first(arrays)
             if self.steps is not None:
                 self.checked = result
         else:
