@@ -215,8 +215,6 @@ class JaxProgram:
         if mesh is not None:
             self.stats.update(compare_collectives(func, mesh, self.compiled.as_text(),
                                                   self.program.lowered_hlo))
-        self.specs = [(tensor_info(t).shape, np.dtype(native_dtype(jnp, tensor_info(t).dtype)))
-                      for t in func.function_type.inputs.data]
         self.compile_seconds = time.perf_counter() - start
 
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
@@ -237,18 +235,14 @@ class JaxProgram:
         return RunResult(outs, stats, notes=list(self.notes))
 
     def _run_on_device(self, inputs: Sequence[jax.Array]) -> Any:
-        """The executable on `jax.Array` arguments: as given when their shapes and dtypes are the
-        arguments' (XLA checks their placement), else, and after XLA refuses them (an array on
-        other devices, or one an earlier call deleted), checked one by one: a diagnostic naming
-        the argument, or the array put where the argument lives."""
-        if len(inputs) == len(self.specs) and all(
-                a.shape == shape and a.dtype == dtype
-                for a, (shape, dtype) in zip(inputs, self.specs, strict=True)):
-            try:
-                return self.compiled(*inputs)
-            except (ValueError, RuntimeError, TypeError):
-                pass
-        return self.compiled(*self.program.check_device_arrays(inputs, self.names))
+        """The executable on `jax.Array` arguments: as given (XLA checks their shapes, dtypes and
+        placement itself), and where XLA refuses them (a wrong shape, an array on other devices,
+        one an earlier call deleted), checked one by one: a diagnostic naming the argument, or the
+        array put where the argument lives."""
+        try:
+            return self.compiled(*inputs)
+        except (ValueError, RuntimeError, TypeError):
+            return self.compiled(*self.program.check_device_arrays(inputs, self.names))
 
 
 class JaxBackend:
