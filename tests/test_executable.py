@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
+from lamina.backends.numpy import program as numpy_program
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.registry import get_backend
-from lamina.backends.numpy import program as numpy_program
 from lamina.ir.updates import updates_of
 from strategies.programs import GeneratedProgram, programs
 from xdsl.dialects.builtin import ModuleOp

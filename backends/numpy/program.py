@@ -16,12 +16,13 @@ per tier (`arena_steps`), so a steady-state call allocates only its outputs, the
 kernels without an `out=` form and the results of other runners, which the `arena` statistic
 lists. Calls of one program are serialized (they share its arena).
 
-The first call is the *checked* call (with `warm`, the compiled backend's choice, it is made at
-compile time on zeros of the argument types, so the kernels it compiles or loads, its plans and
-its statistics are all ready before the first real call; statistics that depend on the data,
-such as the rows a compiled kernel left to the interpreter, are then the warm-up's): it runs exactly as `runner.run_function` (or the SPMD runner,
-for a placed function) always did, with checked execution (`memory.MemoryChecker`: use after
-free, tiers compute cannot read, capacity overflow with a target) and every statistic counted.
+The first call is the *checked* call: it runs exactly as `runner.run_function` (or the SPMD
+runner, for a placed function) always did, with checked execution (`memory.MemoryChecker`: use
+after free, tiers compute cannot read, capacity overflow with a target) and every statistic
+counted. With `warm` (the compiled backend's choice) it is made at compile time, on zeros of the
+argument types, so the kernels it compiles or loads, its plans and its statistics are ready
+before the first real call (statistics that depend on the data, such as the rows a compiled
+kernel left to the interpreter, are then the warm-up's).
 The statistics depend only on the program and the options, so later calls reuse them and run the
 steps alone, bit for bit the same kernels on the same arrays. A placed function runs on every
 device of its simulated mesh at every call (the SPMD runner is the reference for placed programs,
