@@ -53,21 +53,38 @@ def _is_view(op: LaminaOp) -> bool:
     return op.info.fusion is Fusion.LAYOUT and not op.info.launches_kernel
 
 
+def native_type(op: LaminaOp) -> str | None:
+    """The one native float type every operand of `op` has (where its kernel's storage rule
+    converts nothing), else None."""
+    infos = op.operand_infos()
+    dtypes = {t.dtype for t in infos if t is not None}
+    if len(dtypes) != 1 or None in infos:
+        return None
+    (dt,) = dtypes
+    return dt if dt in _NATIVE else None
+
+
+def native_ufunc(op: LaminaOp, results: tuple[str, ...] = ()) -> np.ufunc | None:
+    """The ufunc an elementwise `op` on one native float type is (its row's registered form,
+    checked bit for bit against the formula), when its result is of that type (or `results`)."""
+    dt = native_type(op)
+    ufunc = forms(op.info).ufunc
+    res = tensor_info(op.results[0].type).dtype
+    if dt is None or ufunc is None or op.info.fusion is not Fusion.ELEMENTWISE or \
+            res not in (dt, *results):
+        return None
+    return ufunc
+
+
 def out_form(op: LaminaOp) -> Callable[[list[Any], np.ndarray], Any] | None:
     """How `op` writes its result into a given array (`out=`), or None when its kernel has no
     such form (the same bits as its kernel: the formula's own ufunc or matmul call)."""
-    call = make_call(op)
-    dtypes = {t.dtype for t in call.operands if t is not None}
-    res = call.result.dtype
-    if len(dtypes) != 1 or None in call.operands:
-        return None
-    (dt,) = dtypes
-    if dt not in _NATIVE:
-        return None
-    ufunc = forms(op.info).ufunc
-    if ufunc is not None and op.info.fusion is Fusion.ELEMENTWISE and res in (dt, "i1"):
+    ufunc = native_ufunc(op, ("i1",))
+    if ufunc is not None:
         return lambda xs, out: ufunc(*xs, out=out)
-    if op.info.fusion is Fusion.OPAQUE and res == dt and op.info.row_tiled:   # matmul
+    dt = native_type(op)
+    if dt is not None and op.info.fusion is Fusion.OPAQUE and op.info.row_tiled and \
+            tensor_info(op.results[0].type).dtype == dt:   # matmul
         return lambda xs, out: np.matmul(xs[0], xs[1], out=out)
     return None
 

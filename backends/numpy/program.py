@@ -48,7 +48,7 @@ import numpy as np
 from lamina.analysis.placed import first_unplaced, partly_placed_note, placed_mesh
 from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import RunResult, arg_names
-from lamina.backends.numpy.arena_steps import Arena, plan_steps, precompute
+from lamina.backends.numpy.arena_steps import Arena, native_ufunc, plan_steps, precompute
 from lamina.backends.numpy.fused import KIND_RUNNERS, one_tile
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.memory import MemoryChecker
@@ -62,7 +62,6 @@ from lamina.backends.numpy.runner import (
     op_runner,
     run_function,
 )
-from lamina.backends.numpy.specialized import forms
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.backends.numpy.tile_threads import thread_count
 from lamina.ir.diagnostics import LaminaError, error_at
@@ -70,7 +69,6 @@ from lamina.ir.dtypes import STORAGE
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion
 from numpy.lib.array_utils import byte_bounds
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
@@ -111,23 +109,17 @@ class Steps:
         return [env[k] for k in self.result_slots]
 
 
-_NATIVE = ("f32", "f64")
-
-
 def _table_step(op: LaminaOp) -> StepFn:
     """An op-table op on whole arrays: its row's kernel with the op's `Call`, built once; an
     elementwise row whose operands and result share one native float type calls its ufunc
-    (`specialized.forms(row).ufunc`: the function its formula is, checked bit for bit against it) directly,
-    without the storage rule's conversions, which are the identity there."""
+    (`arena_steps.native_ufunc`: the function its formula is, checked bit for bit against it)
+    directly, without the storage rule's conversions, which are the identity there."""
     call = make_call(op)
     if math.prod(call.result.shape) == 0:   # as run_kernel: nothing to compute
         shape, dtype = call.result.shape, STORAGE[call.result.dtype]
         return lambda xs: [np.zeros(shape, dtype)]
-    ufunc = forms(op.info).ufunc
-    dtypes = {t.dtype for t in call.operands if t is not None}
-    if ufunc is not None and op.info.fusion == Fusion.ELEMENTWISE and len(dtypes) == 1 and \
-            call.result.dtype in dtypes and call.result.dtype in _NATIVE and \
-            None not in call.operands:
+    ufunc = native_ufunc(op)
+    if ufunc is not None:
         return lambda xs: [ufunc(*xs)]
     k = kernel(op.info)
     return lambda xs: [k(xs, call)]
