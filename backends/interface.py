@@ -93,15 +93,6 @@ class Backend(Protocol):
                 donate: frozenset[int] = frozenset()) -> Program: ...
 
 
-def run_once(backend: Backend, module: ModuleOp, entry: str | None, inputs: Sequence[Any],
-             options: Any = None) -> RunResult:
-    """Compile `entry` of `module` on `backend` and call it once (what `lamina.run` does)."""
-    func = find_entry(module, entry)
-    check_supported(backend, func)
-    return backend.compile(module, func, options if options is not None else backend.Options()
-                           )(inputs)
-
-
 def functions(module: ModuleOp) -> list[FuncOp]:
     return [op for op in module.ops if isinstance(op, FuncOp)]
 

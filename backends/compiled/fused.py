@@ -451,13 +451,3 @@ def own_runner(op: FusedOp, ctx: RunContext) -> OpRunner | None:
                          "the NumPy interpreter's own kernel")
         return own
     return None
-
-
-def run_fused_compiled(op: Operation, args: list[np.ndarray | None],
-                       ctx: RunContext) -> list[np.ndarray]:
-    """The compiled backend's runner for `lamina.fused`, the full way at every call (see the
-    module docstring; a compiled program runs `replay.run_fused_replayed` instead)."""
-    assert isinstance(op, FusedOp)
-    if (own := own_runner(op, ctx)) is not None:
-        return own(op, args, ctx)
-    return run_full(op, args, ctx).outs
