@@ -105,5 +105,5 @@ def run(module: ModuleOp, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray
     `inputs` maps argument names (`x` for `%x`) to arrays, or lists them in order; None draws
     them from the argument types and `seed`, as `lamina-run` does. `options` are the backend's
     (`lamina.compile` lists them)."""
-    exe = compile(module, entry, backend, **options)
+    exe = compile(module, entry, backend, warmup=False, **options)
     return exe(random_arrays(module, entry, seed) if inputs is None else inputs)

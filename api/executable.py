@@ -167,12 +167,17 @@ def _donated(func: FuncOp, donate: bool | Sequence[str]) -> dict[int, str]:
 
 
 def compile(module: ModuleOp, entry: str | None = None, backend: str = "numpy",
-            donate: bool | Sequence[str] = False, **options: Any) -> Executable:
+            donate: bool | Sequence[str] = False, warmup: bool = True,
+            **options: Any) -> Executable:
     """Compile function `entry` (the only one by default) of `module` for `backend`, once.
 
     `options` are the backend's (`NumpyOptions`: threads, tile_bytes, target; the compiled
     backend's are the same; `JaxOptions`: devices, coordinator, num_processes, process_id).
-    `donate` lets updated arguments' buffers be reused (see the module docstring)."""
+    `donate` lets updated arguments' buffers be reused (see the module docstring). `warmup`
+    (default) makes the NumPy backends' checked call here, on zeros of the argument types, so
+    that every call runs the prepared steps alone; `warmup=False` leaves it to the first call,
+    on that call's inputs, which is cheaper for a program called once (`lamina.run` does so;
+    the compiled backend warms up regardless: that call compiles its kernels)."""
     from lamina.backends.interface import check_supported, find_entry
     from lamina.backends.registry import get_backend
     from lamina.ir.source import verify
@@ -185,7 +190,7 @@ def compile(module: ModuleOp, entry: str | None = None, backend: str = "numpy",
     func = find_entry(own, entry)
     check_supported(chosen, func)
     donated = _donated(func, donate)
-    program = chosen.compile(own, func, opts, frozenset(donated))
+    program = chosen.compile(own, func, opts, frozenset(donated), warmup)
     return Executable(func, backend, program, tuple(donated.values()),
                       time.perf_counter() - start)
 

@@ -90,7 +90,7 @@ class Backend(Protocol):
     Options: ClassVar[type[Any]]
 
     def compile(self, module: ModuleOp, func: FuncOp, options: Any,
-                donate: frozenset[int] = frozenset()) -> Program: ...
+                donate: frozenset[int] = frozenset(), warmup: bool = True) -> Program: ...
 
 
 def functions(module: ModuleOp) -> list[FuncOp]:

@@ -10,6 +10,8 @@ diagnostics that leave the executable usable, and results do not depend on `thre
 
 from __future__ import annotations
 
+from typing import Any
+
 import lamina
 import numpy as np
 import pytest
@@ -113,6 +115,31 @@ def test_stats_are_the_checked_calls_and_times_are_per_call() -> None:
     assert first.stats["kernels"] == second.stats["kernels"] == lamina.run(module, x).stats["kernels"]
     for r in (first, second):
         assert r.stats["compile_seconds"] == exe.compile_seconds > 0 and r.stats["run_seconds"] > 0
+
+
+@pytest.mark.parametrize("warmup", [True, False])
+def test_the_checked_call_is_made_once_at_compile_unless_told_not(
+        monkeypatch: pytest.MonkeyPatch, warmup: bool) -> None:
+    """With `warmup` (the default) the checked call (checked execution, every statistic) happens
+    inside `lamina.compile`, on zeros, and no call repeats it; with `warmup=False` the first call
+    is the checked one, on its inputs (`lamina.run`'s single call)."""
+    checked: list[int] = []
+    real = numpy_program.NumpyProgram._checked_run
+
+    def counting(self: numpy_program.NumpyProgram, arrays: list[np.ndarray]) -> Any:
+        checked.append(int(any(a.any() for a in arrays)))
+        return real(self, arrays)
+
+    monkeypatch.setattr(numpy_program.NumpyProgram, "_checked_run", counting)
+    module = lamina.apply(lamina.parse(MLP), "fuse-elementwise")
+    exe = lamina.compile(module, warmup=warmup)
+    assert checked == ([0] if warmup else [])
+    x = lamina.inputs(module)
+    runs = [exe(x) for _ in range(5)]
+    assert checked == ([0] if warmup else [1])
+    assert all(r.stats["kernels"] == 2 for r in runs)
+    for r in runs[1:]:
+        _same(r.outputs, runs[0].outputs)
 
 
 def test_the_executable_owns_its_program() -> None:

@@ -266,7 +266,8 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     check_supported(backend, func)
     inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     target = load_target(args.target) if args.target else None
-    exe = lamina.compile(module, entry, args.backend, **run_options(args, backend, target))
+    exe = lamina.compile(module, entry, args.backend, warmup=False,
+                         **run_options(args, backend, target))
     run = exe(inputs)
     result = RunResult(list(run.outputs.values()), {**run.stats,
                        **timed_calls(exe, inputs, args.repeats, run)}, run.memory, run.notes,

@@ -253,7 +253,9 @@ class JaxBackend:
     Options: ClassVar[type[JaxOptions]] = JaxOptions
 
     def compile(self, module: ModuleOp, func: FuncOp, options: JaxOptions,
-                donate: frozenset[int] = frozenset()) -> JaxProgram:
+                donate: frozenset[int] = frozenset(), warmup: bool = True) -> JaxProgram:
+        """The function traced, lowered and compiled by XLA now (`warmup` changes nothing: XLA
+        has nothing left to do at the first call)."""
         return JaxProgram(func, options, donate)
 
 

@@ -40,14 +40,19 @@ class NumpyBackend:
     op_runners: ClassVar[dict[type[Operation], OpRunner]] = {}
     # a fused kernel that fits one tile runs as its body's steps (the compiled backend compiles it)
     whole_small_fused: ClassVar[bool] = True
-    # the checked call made at compile time, on zeros (the compiled backend: it compiles kernels)
+    # the checked call made at compile time even when `warmup` is False (the compiled backend:
+    # that call compiles its kernels, which the first real call must not wait for)
     warm: ClassVar[bool] = False
 
     def compile(self, module: ModuleOp, func: FuncOp, options: NumpyOptions,
-                donate: frozenset[int] = frozenset()) -> NumpyProgram:
+                donate: frozenset[int] = frozenset(), warmup: bool = True) -> NumpyProgram:
+        """`func` as prepared steps; with `warmup` the checked call (checked execution, every
+        statistic, its plans kept) is made now, on zeros of the argument types, so every call
+        runs the steps alone; without it, the first call is the checked one, on its own inputs
+        (what a single run wants: `lamina.run`, `lamina-run`)."""
         by_arg = {a: r for r, a in updates_of(func).items()}
         return NumpyProgram(func, options, self.op_runners, {i: by_arg[i] for i in donate},
-                            self.whole_small_fused, self.warm)
+                            self.whole_small_fused, self.warm or warmup)
 
 
 def reference_run(module: ModuleOp, entry: str | None, inputs: Sequence[np.ndarray]) -> RunResult:
