@@ -35,14 +35,37 @@ if TYPE_CHECKING:
     from xdsl.dialects.func import FuncOp
 
 
+class Outputs(dict[str, Any]):
+    """A run's results by name (`lamina.ir.result_names`: `%loss` -> "loss", unnamed -> `out<i>`),
+    in result order. `out<i>` also finds result i when it is called otherwise: a lookup only, so
+    iterating, `keys()` and `len` see each result once, under its name."""
+
+    def __missing__(self, key: str) -> Any:
+        values = list(self.values())
+        if isinstance(key, str) and key.startswith("out") and key[3:].isdigit() and \
+                int(key[3:]) < len(values) and key == f"out{int(key[3:])}":
+            return values[int(key[3:])]
+        raise KeyError(f"no result '{key}' (results: {', '.join(self) or 'none'})")
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            self[key]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[key] if key in self else default
+
+
 @dataclass
 class Run:
-    """What a run gives back: one array per function result, by name (`out0`, `out1`, ...),
+    """What a run gives back: one array per function result, by name (`Outputs`),
     the statistics `lamina-run --stats-json` writes (fields: the README's "Run statistics"), and
     notes about how the program ran when that differs from how it is written (a partially placed
     program runs on one device with its placements ignored)."""
 
-    outputs: dict[str, Any]
+    outputs: Outputs
     stats: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     explain: list[str] = field(default_factory=list)   # the backend's own decisions (--explain)
@@ -110,7 +133,7 @@ class Executable:
         result = self._program(self._arrays(inputs))
         stats = result.stats
         stats["compile_seconds"] = self.compile_seconds
-        return Run(dict(zip(self.output_names, result.outputs, strict=True)), stats,
+        return Run(Outputs(zip(self.output_names, result.outputs, strict=True)), stats,
                    result.notes, result.explain, result.memory)
 
 

@@ -31,6 +31,7 @@ from lamina.ir.diagnostics import LaminaError, error_at, note_at
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp, MoveOp
 from lamina.ir.placement import place_of
+from lamina.ir.result_names import result_names
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
@@ -131,7 +132,8 @@ def arg_names(func: FuncOp) -> list[str]:
 
 
 def output_names(func: FuncOp) -> list[str]:
-    return [f"out{i}" for i in range(len(func.function_type.outputs.data))]
+    """Each result's name (`lamina.ir.result_names`)."""
+    return result_names(func)
 
 
 def _op_features(op: Operation) -> list[Feature]:

@@ -20,6 +20,7 @@ from lamina.ir.memory import FreeOp, free_problem
 from lamina.ir.opbase import type_problem
 from lamina.ir.placement import placement_problem
 from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
+from lamina.ir.result_names import verify_result_names
 from lamina.ir.updates import verify_updates
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
@@ -157,6 +158,7 @@ def verify(module: Operation) -> None:
     for func in funcs:
         _verify_op(func, _check_signature)
         verify_updates(func)  # which result replaces which argument (`lamina.ir.updates`)
+        verify_result_names(func)  # what results are called (`lamina.ir.result_names`)
 
 
 def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lamina.ir.diagnostics import LaminaError
+from lamina.ir.result_names import keep_result_names, names_by_function
 from lamina.ir.source import verify
 from lamina.passes.explain import LaminaPass, describe_type, option_fields
 from lamina.passes.registry import available_passes
@@ -288,7 +289,9 @@ def run_pipeline(ctx: Context, module: ModuleOp, passes: list[ModulePass],
     each pass and its verification (timing, IR dumps)."""
     for index, p in enumerate(passes):
         start = time.perf_counter()
+        names = names_by_function(module)
         _apply(ctx, module, p)
+        keep_result_names(module, names)   # results keep the names the program gave them
         applied = time.perf_counter()
         verify_seconds = None
         if verify_each:

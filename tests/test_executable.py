@@ -171,7 +171,7 @@ def test_inputs_by_name_by_position_and_as_arguments() -> None:
     order = [x[n] for n in exe.arg_names]
     _same(exe(x).outputs, exe(order).outputs)
     _same(exe(x).outputs, exe(*order).outputs)
-    assert exe.arg_names == ["x", "w1", "b1", "w2", "b2"] and exe.output_names == ["out0"]
+    assert exe.arg_names == ["x", "w1", "b1", "w2", "b2"] and exe.output_names == ["y"]
 
 
 def test_bad_calls_are_diagnostics_and_the_executable_stays_usable() -> None:

@@ -74,8 +74,8 @@ def test_stats_report_compile_and_run_time_and_the_hlo_collectives(
     rc, out, err = cli(megatron, "--backend", "jax", "-p", PLACE, "--repeats", "3", "--check",
                        "--stats-json", stats_path, capsys=capsys)
     assert rc == 0, err
-    assert out.splitlines()[0].startswith("out0: f32[64, 32] mean ")
-    assert out.splitlines()[1].startswith("check out0: ok")
+    assert out.splitlines()[0].startswith("yb: f32[64, 32] mean ")
+    assert out.splitlines()[1].startswith("check yb: ok")
     stats = json.loads(stats_path.read_text())
     assert stats["backend"] == "jax" and stats["platform"] == "cpu" and stats["devices"] == 8
     assert stats["compile_seconds"] > 0 and stats["repeats"] == 3
@@ -167,7 +167,9 @@ def test_memory_moves_run_and_say_how_once(capsys: pytest.CaptureFixture[str]) -
         "hbm back to 'device'; on cpu both are the same RAM and XLA compiles the moves to no "
         "copies"]
     checks = [line for line in out.splitlines() if line.startswith("check ")]
-    assert checks and all(line.startswith("check out") and ": ok " in line for line in checks)
+    assert [c.split(":")[0] for c in checks] == [  # the results, by their names in the IR
+        f"check {n}" for n in ("w1n", "w2n", "m1h", "v1h", "m2h", "v2h", "loss")]
+    assert all(": ok " in line for line in checks)
 
 
 def _free_port() -> int:
@@ -207,5 +209,5 @@ def test_two_processes_of_four_devices_run_one_mesh(megatron: Path, tmp_path: Pa
     module = lamina.apply(lamina.load(str(megatron)), PLACE)
     ref = lamina.run(module, random_inputs(find_entry(module, None), 3))
     with np.load(outs) as got:
-        np.testing.assert_allclose(got["out0"], ref.outputs["out0"], rtol=2e-5,
-                                   atol=2e-5 * float(np.abs(ref.outputs["out0"]).max()))
+        np.testing.assert_allclose(got["yb"], ref.outputs["yb"], rtol=2e-5,
+                                   atol=2e-5 * float(np.abs(ref.outputs["yb"]).max()))

@@ -187,7 +187,7 @@ def test_cli_help_points_to_the_stats_table(capsys: pytest.CaptureFixture[str]) 
 
 def test_the_summary_line_the_readme_shows_is_what_a_run_prints(
         capsys: pytest.CaptureFixture[str]) -> None:
-    shown = re.search(r"for `(samples/\w+\.mlir)`: `(out0: [^`]*)`", README, re.S)
+    shown = re.search(r"for `(samples/\w+\.mlir)`: `(y: [^`]*)`", README, re.S)
     assert shown is not None
     assert run_main([str(ROOT / shown.group(1))]) == 0
     assert capsys.readouterr().out.splitlines()[0] == " ".join(shown.group(2).split())

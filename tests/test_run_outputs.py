@@ -111,7 +111,7 @@ def test_partially_placed_program_runs_on_one_device_with_a_note(tmp_path: Path)
     assert res.stderr == ("note: @mm is only partly placed (%h = lamina.matmul is not placed "
                           "while its operands are, at mm.mlir:3:3): it ran on one device with its "
                           "placements ignored; run -p propagate-sharding to run it on its mesh\n")
-    assert res.stdout.splitlines()[1].startswith("check out0: ok ")
+    assert res.stdout.splitlines()[1].startswith("check y: ok ")
     stats = json.loads((tmp_path / "s.json").read_text())
     assert "devices" not in stats
     # whole arrays: x 128 B, w 96 B, b 24 B, h and y 192 B each

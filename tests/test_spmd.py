@@ -168,7 +168,7 @@ def test_partially_placed_sample_runs_on_one_device_naming_the_first_unplaced_va
     assert err == (f"note: @mlp_megatron is only partly placed (%h = lamina.matmul is not placed "
                    f"while its operands are, at {path}:12:3): it ran on one device with its "
                    "placements ignored; run -p propagate-sharding to run it on its mesh\n")
-    assert out.splitlines()[1].startswith("check out0: ok")
+    assert out.splitlines()[1].startswith("check yb: ok")
     func = find_entry(load(str(path)), None)
     with pytest.raises(LaminaError) as e:
         run_spmd(func, random_inputs(func, 0))
@@ -177,7 +177,7 @@ def test_partially_placed_sample_runs_on_one_device_naming_the_first_unplaced_va
     assert source_excerpt(SourceLoc(str(path), 12, 3))[1] == "  ^"
     rc, out, err = _run_cli(str(path), "--check", "-p",
                             "propagate-sharding,insert-collectives")
-    assert rc == 0 and err == "" and out.splitlines()[1].startswith("check out0: ok"), err
+    assert rc == 0 and err == "" and out.splitlines()[1].startswith("check yb: ok"), err
 
 
 MESH4 = "lamina.mesh @m [data = 4]\n"

@@ -20,7 +20,7 @@
 // OFF: prefetch %a (16384 B) from host
 // OFF: @f: 2 move(s), 0 recompute(s), modeled exposed transfer and recompute time 1.11 us
 
-// EXEC: check out0: ok shape [64, 64] f32 max abs err 0
+// EXEC: check f: ok shape [64, 64] f32 max abs err 0
 
 func.func @f(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<64x64xf32> {
   %a = lamina.exp %x : tensor<64x64xf32>

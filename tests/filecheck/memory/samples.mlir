@@ -22,7 +22,13 @@
 // PLAN: lamina.free
 // PLAN: func.return
 
-// CHECK-COUNT-7: check out{{[0-6]}}: ok
+// CHECK: check w1n: ok
+// CHECK-NEXT: check w2n: ok
+// CHECK-NEXT: check m1n: ok
+// CHECK-NEXT: check v1n: ok
+// CHECK-NEXT: check m2n: ok
+// CHECK-NEXT: check v2n: ok
+// CHECK-NEXT: check loss: ok
 
 // ZERO: "hbm": {{[0-9]+}},
 // ZERO: "moved_bytes": {
