@@ -3,9 +3,9 @@
 Random inputs are drawn for what each argument holds, as the IR says, never from its name: an
 argument with a role (`lamina.role`, the table `lamina.ir.updates.ROLES`) is drawn from its role's
 domain (a second moment >= 0, since the step takes its square root; a step count a small whole
-number), and an integer argument that a `lamina.gather` reads as indices (directly, through a
-`lamina.fused` kernel's body, a `lamina.move` or layout ops) is drawn within the rows of the
-table it indexes, so every index picks a row rather than the zeros of an index out of range.
+number), and an integer argument that a `lamina.gather` reads as indices (directly, or through a
+`lamina.move` or layout ops; a gather never runs inside a fused kernel) is drawn within the rows
+of the table it indexes, so every index picks a row rather than the zeros of an index out of range.
 
 `.npz` files are read with `allow_pickle=False`: an input file can never execute code. Nothing is
 allocated before it is known to fit: every array's header (shape, dtype) is read and checked
@@ -25,7 +25,6 @@ from lamina.analysis.sizes import fmt_bytes
 from lamina.backends.interface import arg_names
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import STORAGE, to_storage
-from lamina.ir.fused import FusedOp
 from lamina.ir.lamina import GatherOp
 from lamina.ir.memory import MoveOp
 from lamina.ir.opbase import LaminaOp, tensor_info
@@ -70,8 +69,8 @@ COUNT_HIGH = 100   # a count (`Domain.COUNT`, a training step's step count) in [
 
 def index_rows(func: FuncOp) -> dict[int, int]:
     """Argument index -> the fewest rows of a table it indexes, for every argument some
-    `lamina.gather` reads as its indices: directly, through a fused kernel's body argument, a
-    `lamina.move` or ops that only move elements (`Fusion.LAYOUT`), which keep the values."""
+    `lamina.gather` reads as its indices: directly, or through a `lamina.move` or ops that only
+    move elements (`Fusion.LAYOUT`), which keep the values."""
     out: dict[int, int] = {}
     for i, arg in enumerate(func.body.block.args if func.body.blocks else ()):
         work: list[SSAValue] = [arg]
@@ -87,8 +86,6 @@ def index_rows(func: FuncOp) -> dict[int, int]:
                     shape = tensor_info(op.input.type).shape
                     rows = int(shape[int(op.attr_values()["axis"]) % len(shape)])
                     out[i] = min(out[i], rows) if i in out else rows
-                elif isinstance(op, FusedOp):
-                    work.append(op.body.block.args[use.index])
                 elif isinstance(op, MoveOp) or \
                         isinstance(op, LaminaOp) and op.info.fusion is Fusion.LAYOUT:
                     work.extend(op.results)
