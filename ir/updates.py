@@ -131,20 +131,17 @@ class Domain(Enum):
 
 @dataclass(frozen=True)
 class Role:
-    """One role of the table: its name (the attribute's value), what it is, and its domain."""
+    """One role of the table: its name (the attribute's value) and the values it may hold."""
 
     name: str
-    meaning: str
     domain: Domain
 
 
 ROLES: dict[str, Role] = {r.name: r for r in (
-    Role("parameter", "a trained weight, replaced by its updated value", Domain.REAL),
-    Role("first_moment", "Adam's running mean of the gradient (m)", Domain.REAL),
-    Role("second_moment", "Adam's running mean of the squared gradient (v); its square root is "
-         "taken", Domain.NONNEGATIVE),
-    Role("step_count", "the number of updates done before this call (PyTorch's state['step'])",
-         Domain.COUNT),
+    Role("parameter", Domain.REAL),            # a trained weight, replaced by its new value
+    Role("first_moment", Domain.REAL),         # Adam's running mean of the gradient (m)
+    Role("second_moment", Domain.NONNEGATIVE),  # ... of the squared gradient (v): sqrt is taken
+    Role("step_count", Domain.COUNT),          # updates done before this call (state['step'])
 )}
 
 

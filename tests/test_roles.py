@@ -31,7 +31,7 @@ from lamina.ir.updates import ROLES, Domain, roles_of, set_roles, updated_argume
 from strategies import scaled
 from strategies.programs import programs
 from test_cli import assert_error, run, write
-from xdsl.dialects.builtin import DictionaryAttr, StringAttr
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr
 from xdsl.dialects.func import FuncOp
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -91,6 +91,10 @@ def test_set_roles_keeps_other_argument_attributes_and_reads_back() -> None:
     for printed in (lamina.to_text(module), lamina.to_text(module, generic=True)):
         again = find_entry(lamina.parse(printed), "s")
         assert roles_of(again) == {1: ROLES["parameter"], 2: ROLES["second_moment"]}
+    func.arg_attrs = ArrayAttr([DictionaryAttr({})])  # written before two arguments were added
+    set_roles(func, {2: "step_count"})
+    assert [dict(d.data) for d in func.arg_attrs.data] == \
+        [{}, {}, {"lamina.role": StringAttr("step_count")}]
     with pytest.raises(ValueError, match="no role 'variance' for argument #1"):
         set_roles(func, {1: "variance"})
     with pytest.raises(ValueError, match="no role 'parameter' for argument #3"):
