@@ -38,17 +38,31 @@ class OutputDiff:
     atol: float
     ok: bool
     reason: str = ""
+    nan: int = 0   # elements NaN on both sides
+    inf: int = 0   # elements the same infinity on both sides
+
+    @property
+    def nonfinite(self) -> bool:
+        """Whether the sides agree only because some elements are NaN or inf on both."""
+        return self.ok and (self.nan > 0 or self.inf > 0)
 
     def as_dict(self) -> dict[str, object]:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
                 "max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err,
-                "rtol": self.rtol, "atol": self.atol, "ok": self.ok}
+                "rtol": self.rtol, "atol": self.atol, "ok": self.ok, "nan": self.nan,
+                "inf": self.inf}
 
-    def line(self) -> str:
-        status = "ok" if self.ok else "MISMATCH"
+    def line(self, allow_nonfinite: bool = False) -> str:
+        """The report line; an agreement on NaN or inf says `NONFINITE` (`ok` when allowed) and
+        counts them."""
+        status = "MISMATCH" if not self.ok else \
+            "NONFINITE" if self.nonfinite and not allow_nonfinite else "ok"
         text = (f"{self.name}: {status} shape {list(self.shape)} {self.dtype} max abs err "
                 f"{self.max_abs_err:.3g} max rel err {self.max_rel_err:.3g} (rtol {self.rtol:g}, "
                 f"atol {self.atol:g})")
+        if self.nonfinite:
+            allowed = " (allowed)" if allow_nonfinite else ""
+            return text + f": {self.nan} NaN, {self.inf} inf on both sides{allowed}"
         return text + (f": {self.reason}" if self.reason else "")
 
 
@@ -84,4 +98,5 @@ def compare(name: str, dtype: str, got: np.ndarray, ref: np.ndarray,
     ok = within and inf_mismatch == 0
     reason = "" if ok else (f"{inf_mismatch} infinities differ" if inf_mismatch else
                             "error exceeds tolerance")
-    return OutputDiff(name, shape, dtype, max_abs, max_rel, rtol, atol, ok, reason)
+    return OutputDiff(name, shape, dtype, max_abs, max_rel, rtol, atol, ok, reason,
+                      int(np.count_nonzero(nan_r)), int(np.count_nonzero(np.isinf(r) & (g == r))))

@@ -1,5 +1,12 @@
 """A run's inputs: random arrays drawn from the argument types, or arrays read from an `.npz`.
 
+Random inputs are drawn for what each argument holds, as the IR says, never from its name: an
+argument with a role (`lamina.role`, the table `lamina.ir.updates.ROLES`) is drawn from its role's
+domain (a second moment >= 0, since the step takes its square root; a step count a small whole
+number), and an integer argument that a `lamina.gather` reads as indices (directly, or through a
+`lamina.move` or layout ops; a gather never runs inside a fused kernel) is drawn within the rows
+of the table it indexes, so every index picks a row rather than the zeros of an index out of range.
+
 `.npz` files are read with `allow_pickle=False`: an input file can never execute code. Nothing is
 allocated before it is known to fit: every array's header (shape, dtype) is read and checked
 against its argument before its data is, so a header declaring a huge shape is one diagnostic,
@@ -18,8 +25,14 @@ from lamina.analysis.sizes import fmt_bytes
 from lamina.backends.interface import arg_names
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.dtypes import STORAGE, to_storage
-from lamina.ir.opbase import tensor_info
+from lamina.ir.lamina import GatherOp
+from lamina.ir.memory import MoveOp
+from lamina.ir.opbase import LaminaOp, tensor_info
+from lamina.ir.optable import Fusion
+from lamina.ir.shapes import TensorInfo
+from lamina.ir.updates import Domain, roles_of
 from xdsl.dialects.func import FuncOp
+from xdsl.ir import SSAValue
 
 
 def physical_memory() -> int | None:
@@ -50,28 +63,66 @@ def check_input_memory(func: FuncOp, limit: int | None = None) -> None:
                        "memory")
 
 
-def random_inputs(func: FuncOp, seed: int) -> list[np.ndarray]:
-    """One array per argument of `func`, a pure function of (argument types, seed).
+INT_HIGH = 1000    # integers without a bound are drawn in [0, INT_HIGH)
+COUNT_HIGH = 100   # a count (`Domain.COUNT`, a training step's step count) in [0, COUNT_HIGH)
 
-    Floats are standard normal, i1 are fair coins, integers uniform in [0, 1000).
+
+def index_rows(func: FuncOp) -> dict[int, int]:
+    """Argument index -> the fewest rows of a table it indexes, for every argument some
+    `lamina.gather` reads as its indices: directly, or through a `lamina.move` or ops that only
+    move elements (`Fusion.LAYOUT`), which keep the values."""
+    out: dict[int, int] = {}
+    for i, arg in enumerate(func.body.block.args if func.body.blocks else ()):
+        work: list[SSAValue] = [arg]
+        seen: set[SSAValue] = set()
+        while work:
+            v = work.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            for use in v.uses:
+                op = use.operation
+                if isinstance(op, GatherOp) and op.indices is v:
+                    shape = tensor_info(op.input.type).shape
+                    rows = int(shape[int(op.attr_values()["axis"]) % len(shape)])
+                    out[i] = min(out[i], rows) if i in out else rows
+                elif isinstance(op, MoveOp) or \
+                        isinstance(op, LaminaOp) and op.info.fusion is Fusion.LAYOUT:
+                    work.extend(op.results)
+    return out
+
+
+def _draw(rng: np.random.Generator, info: TensorInfo, domain: Domain, high: int
+          ) -> np.ndarray:
+    """One argument's array: from `domain`, integers below `high`."""
+    if info.dtype == "i1":
+        return rng.integers(0, 2, size=info.shape).astype(bool)
+    integer = info.dtype in ("i32", "i64")
+    if domain is Domain.COUNT or integer:
+        whole = rng.integers(0, COUNT_HIGH if domain is Domain.COUNT else high, size=info.shape)
+        return whole.astype(STORAGE[info.dtype]) if integer else \
+            to_storage(whole.astype(np.float32), info.dtype)
+    a = rng.standard_normal(size=info.shape) if info.dtype == "f64" else \
+        rng.standard_normal(size=info.shape, dtype=np.float32)
+    return to_storage(np.abs(a) if domain is Domain.NONNEGATIVE else a, info.dtype)
+
+
+def random_inputs(func: FuncOp, seed: int) -> list[np.ndarray]:
+    """One array per argument of `func`, a pure function of (the function, seed).
+
+    Floats are standard normal, i1 are fair coins, integers uniform in [0, 1000); an argument
+    with a role is drawn from its domain (`Domain.NONNEGATIVE`: |standard normal|,
+    `Domain.COUNT`: whole numbers in [0, 100)), and gather indices in [0, rows) of their table
+    (`index_rows`); see the module docstring.
     """
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise LaminaError(f"the seed for random inputs must be a non-negative integer, got {seed!r}")
     check_input_memory(func)
     rng = np.random.default_rng(seed)
-    out: list[np.ndarray] = []
-    for t in func.function_type.inputs.data:
-        info = tensor_info(t)
-        if info.dtype == "i1":
-            a = rng.integers(0, 2, size=info.shape).astype(bool)
-        elif info.dtype in ("i32", "i64"):
-            a = rng.integers(0, 1000, size=info.shape).astype(STORAGE[info.dtype])
-        else:
-            a = to_storage(rng.standard_normal(size=info.shape, dtype=np.float32)
-                           if info.dtype != "f64" else rng.standard_normal(size=info.shape),
-                           info.dtype)
-        out.append(a)
-    return out
+    roles, rows = roles_of(func), index_rows(func)
+    return [_draw(rng, tensor_info(t), roles[i].domain if i in roles else Domain.REAL,
+                  max(1, rows.get(i, INT_HIGH)))
+            for i, t in enumerate(func.function_type.inputs.data)]
 
 
 def input_keys(func: FuncOp) -> list[str]:

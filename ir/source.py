@@ -21,7 +21,7 @@ from lamina.ir.opbase import type_problem
 from lamina.ir.placement import placement_problem
 from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
 from lamina.ir.result_names import verify_result_names
-from lamina.ir.updates import verify_updates
+from lamina.ir.updates import verify_roles, verify_updates
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
 from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
@@ -158,6 +158,7 @@ def verify(module: Operation) -> None:
     for func in funcs:
         _verify_op(func, _check_signature)
         verify_updates(func)  # which result replaces which argument (`lamina.ir.updates`)
+        verify_roles(func)    # what each argument holds (`lamina.role`, the same module)
         verify_result_names(func)  # what results are called (`lamina.ir.result_names`)
 
 

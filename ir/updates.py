@@ -11,14 +11,30 @@ read it instead of guessing from names. Rules, checked by `verify_updates` (whic
 `lamina.ir.source.verify` runs on every function): one entry per result, each -1 or an argument
 index, no argument replaced by two results, and a result has exactly its argument's type (shape,
 element type and the whole placement: mesh splits and memory tier), since it is fed back there.
+
+What an argument holds is its *role*, an argument attribute (MLIR's `arg_attrs`, printed after
+the argument's type):
+
+    func.func @f_step(%x: ..., %w: ... {lamina.role = "parameter"},
+                      %m_w: ... {lamina.role = "first_moment"},
+                      %v_w: ... {lamina.role = "second_moment"}, %step: ... {lamina.role = "step_count"})
+
+`ROLES` is the one table of roles, each with the values such an argument may hold (`Domain`):
+a second moment is never negative, a step count is a whole number. `append-optimizer` writes a
+role on every argument it updates; the input generator (`lamina.backends.inputs`) draws each
+argument from its role's domain rather than guessing from its name. `verify_roles` (run by
+`lamina.ir.source.verify`) refuses a role the table does not hold. An argument without a role
+(a training step's data) may hold anything its type can.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
 
 from lamina.ir.diagnostics import error_at
-from xdsl.dialects.builtin import DenseArrayBase, IntegerType, i64
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, IntegerType, StringAttr, i64
 from xdsl.dialects.func import FuncOp
 
 UPDATES_ATTR = "lamina.updates"
@@ -97,4 +113,87 @@ def updates_problem(func: FuncOp) -> str | None:
 def verify_updates(func: FuncOp) -> None:
     """Raise the diagnostic of `updates_problem` at `func`, if any."""
     if (problem := updates_problem(func)) is not None:
+        raise error_at(func, problem)
+
+
+# ---- roles: what an argument holds ----------------------------------------------------------
+
+ROLE_ATTR = "lamina.role"
+
+
+class Domain(Enum):
+    """The values an argument of a role may hold (what an input generator may draw)."""
+
+    REAL = "any real number"
+    NONNEGATIVE = "a real number >= 0"
+    COUNT = "a whole number >= 0"
+
+
+@dataclass(frozen=True)
+class Role:
+    """One role of the table: its name (the attribute's value) and the values it may hold."""
+
+    name: str
+    domain: Domain
+
+
+ROLES: dict[str, Role] = {r.name: r for r in (
+    Role("parameter", Domain.REAL),            # a trained weight, replaced by its new value
+    Role("first_moment", Domain.REAL),         # Adam's running mean of the gradient (m)
+    Role("second_moment", Domain.NONNEGATIVE),  # ... of the squared gradient (v): sqrt is taken
+    Role("step_count", Domain.COUNT),          # updates done before this call (state['step'])
+)}
+
+
+def _arg_dicts(func: FuncOp) -> list[DictionaryAttr]:
+    """One attribute dictionary per argument (`arg_attrs`, padded with empty ones)."""
+    n = len(func.function_type.inputs.data)
+    have = list(func.arg_attrs.data) if func.arg_attrs is not None else []
+    return (have + [DictionaryAttr({})] * n)[:n]
+
+
+def roles_of(func: FuncOp) -> dict[int, Role]:
+    """Argument index -> its role, for every argument with a known one."""
+    out: dict[int, Role] = {}
+    for i, d in enumerate(_arg_dicts(func)):
+        attr = d.data.get(ROLE_ATTR)
+        if isinstance(attr, StringAttr) and attr.data in ROLES:
+            out[i] = ROLES[attr.data]
+    return out
+
+
+def set_roles(func: FuncOp, roles: Mapping[int, str]) -> None:
+    """Give argument `i` the role `roles[i]`, keeping every other argument attribute; `arg_attrs`
+    gets one dictionary per argument (an argument added since it was written gets an empty one)."""
+    n = len(func.function_type.inputs.data)
+    dicts = [dict(d.data) for d in _arg_dicts(func)]
+    for i, name in roles.items():
+        if name not in ROLES or not 0 <= i < n:
+            raise ValueError(f"@{func.sym_name.data}: no role '{name}' for argument #{i}")
+        dicts[i][ROLE_ATTR] = StringAttr(name)
+    func.arg_attrs = ArrayAttr([DictionaryAttr(d) for d in dicts])
+
+
+def roles_problem(func: FuncOp) -> str | None:
+    """What is wrong with `func`'s argument attributes: not one dictionary per argument (MLIR's
+    rule), or a role the table does not hold."""
+    if func.arg_attrs is None:
+        return None
+    n, have = len(func.function_type.inputs.data), len(func.arg_attrs.data)
+    if have != n:
+        return f"func.func @{func.sym_name.data}: arg_attrs has {have} entr" \
+            f"{'y' if have == 1 else 'ies'} for {n} argument{'' if n == 1 else 's'} (one per argument)"
+    for i, d in enumerate(func.arg_attrs.data):
+        attr = d.data.get(ROLE_ATTR)
+        if attr is None or isinstance(attr, StringAttr) and attr.data in ROLES:
+            continue
+        known = ", ".join(f'"{r}"' for r in ROLES)
+        return f"func.func @{func.sym_name.data}: {_arg(func, i)} has {ROLE_ATTR} {attr}; a " \
+            f"role is one of {known}"
+    return None
+
+
+def verify_roles(func: FuncOp) -> None:
+    """Raise the diagnostic of `roles_problem` at `func`, if any."""
+    if (problem := roles_problem(func)) is not None:
         raise error_at(func, problem)

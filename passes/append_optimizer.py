@@ -20,7 +20,9 @@ starting at 0: this update uses t = step + 1 and returns it as the next `step`; 
 steps exactly up to 2^24). Results: each parameter's new value (placed like the parameter), then
 for adamw each (m', v') pair and the next step, then the loss; the function attribute
 `lamina.updates` records which argument each result replaces (`lamina.ir.updates`; -1 for the
-loss), so nothing downstream guesses it from names. `bias-correction=false` drops the
+loss), and each updated argument's `lamina.role` says what it holds (`parameter`,
+`first_moment`, `second_moment`, `step_count`: the table `lamina.ir.updates.ROLES`), so nothing
+downstream guesses either from names. `bias-correction=false` drops the
 two corrections (the hand-written samples' update). `state-tier=host` (or nvme) keeps the moments
 in that memory tier, ZeRO-Offload-style: they arrive and leave in it, and each is moved to HBM
 right before its update (`lamina.move`), its new value back right after.
@@ -40,7 +42,7 @@ from typing import ClassVar
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.memory import MoveOp, with_tier
 from lamina.ir.program_builder import Builder, info_of
-from lamina.ir.updates import UPDATES_ATTR, set_updates, updates_problem
+from lamina.ir.updates import ROLE_ATTR, UPDATES_ATTR, set_roles, set_updates, updates_problem
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
     GRADIENTS_ATTR,
@@ -206,6 +208,8 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
     position: dict[SSAValue, int] = {a: i for i, a in enumerate(block.args)}
     updates = {r: position[a] for r, a in enumerate(replaced) if a is not None}
     set_updates(func, updates)
+    roles = _roles(params, count)
+    set_roles(func, {position[a]: role for a, role in roles.items()})
     old = func.sym_name.data
     func.sym_name = StringAttr((old[:-len("_grad")] if old.endswith("_grad") else old) + "_step")
     problem = updates_problem(func)
@@ -222,6 +226,20 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
         pairs = ", ".join(f"#{r} -> %{names[a]}" for r, a in sorted(updates.items()))
         log.add(func, f"@{func.sym_name.data}: {UPDATES_ATTR} (result -> the argument it "
                 f"replaces): {pairs}; #{len(results) - 1} (the loss) replaces none")
+        held = ", ".join(f"%{a.name_hint} {role}" for a, role in roles.items())
+        log.add(func, f"@{func.sym_name.data}: {ROLE_ATTR} (what an argument holds): {held}")
+
+
+def _roles(params: list[_Param], count: SSAValue | None) -> dict[SSAValue, str]:
+    """The role (`lamina.ir.updates.ROLES`) of each argument the step updates."""
+    roles: dict[SSAValue, str] = {}
+    for q in params:
+        roles[q.w] = "parameter"
+        if q.m is not None and q.v is not None:
+            roles[q.m], roles[q.v] = "first_moment", "second_moment"
+    if count is not None:
+        roles[count] = "step_count"
+    return roles
 
 
 @dataclass(frozen=True)

@@ -668,7 +668,7 @@ def test_run_check_success(tmp_path: Path) -> None:
     assert stats["kernels"] < stats["reference"]["kernels"]
     assert stats["outputs"] == [{"name": "out0", "shape": [4, 8], "dtype": "f32",
                                  "max_abs_err": 0.0, "max_rel_err": 0.0, "rtol": 2e-05,
-                                 "atol": 2e-06, "ok": True}]
+                                 "atol": 2e-06, "ok": True, "nan": 0, "inf": 0}]
     assert (tmp_path / "o.npz").exists()
 
     write(tmp_path, "two.mlir", TWO)

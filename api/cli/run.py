@@ -1,17 +1,21 @@
 """`lamina-run`: run a function of a Lamina program on a backend (default: the NumPy interpreter).
 
     lamina-run FILE [-p PIPELINE] [--entry NAME] [--backend NAME] [--inputs IN.npz] [--seed N]
-               [--write-inputs IN.npz] [--outputs OUT.npz] [--check] [--stats-json PATH]
+               [--write-inputs IN.npz] [--outputs OUT.npz] [--check [--allow-nonfinite]]
+               [--stats-json PATH]
                [--print-outputs] [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
                [--devices N] [--repeats N] [--coordinator HOST:PORT --num-processes N
                --process-id I]
 
-Without `--inputs`, inputs are drawn from the argument types and `--seed`; `--write-inputs` saves
-the inputs a run used, keyed by argument name, in the form `--inputs` reads back. With `--check`
-the program runs twice on the same inputs, as parsed and after the pipeline, and every output is
-compared (tolerances by element type, see `lamina.backends.compare`); exit 1 with a per-output
-report when they disagree. The program as parsed always runs on the NumPy interpreter, whole
-arrays on one device: `--backend X --check` compares backend X after the pipeline against it.
+Without `--inputs`, inputs are drawn from the argument types, the roles the IR gives arguments
+and `--seed` (`lamina.backends.inputs`); `--write-inputs` saves the inputs a run used, keyed by
+argument name, in the form `--inputs` reads back. With `--check` the program runs twice on the
+same inputs, as parsed and after the pipeline, and every output is compared (tolerances by
+element type, see `lamina.backends.compare`); exit 1 with a per-output report when they disagree,
+and also when an output agrees only by being NaN or inf in the same places on both sides (its
+line says `NONFINITE` and how many), which checks nothing there, unless `--allow-nonfinite`.
+The program as parsed always runs on the NumPy interpreter, whole arrays on one device:
+`--backend X --check` compares backend X after the pipeline against it.
 On the NumPy backend every run is checked execution (`lamina.backends.numpy.memory`): a use after
 `lamina.free`, a double free or a compute op touching a host/nvme value is an error at the op;
 with `--target` so is a tier's capacity overflow (naming what was live). A function with placed
@@ -107,6 +111,9 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--outputs", default=None, help="write the results to this .npz")
     p.add_argument("--check", action="store_true",
                    help="also run the program as parsed and compare every output")
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="with --check: accept outputs that are NaN or inf in the same places on "
+                        "both sides (otherwise such a check exits 1)")
     p.add_argument("--stats-json", default=None,
                    help=f"write run statistics as JSON ('-': stdout); fields: {STATS_DOC}")
     p.add_argument("--print-outputs", action="store_true",
@@ -166,6 +173,8 @@ def check_args(args: argparse.Namespace) -> None:
                          f"{args.num_processes}, got {args.process_id}")
     if args.seed < 0:
         raise UsageError("lamina-run", f"argument --seed: must be non-negative, got {args.seed}")
+    if args.allow_nonfinite and not args.check:
+        raise UsageError("lamina-run", "--allow-nonfinite applies to --check, which is not given")
     for dest, value in vars(args).items():
         if value == "" and dest not in ("passes", "file"):
             raise UsageError("lamina-run", f"argument {_flag(dest)}: expected a value, got ''")
@@ -234,6 +243,7 @@ class Outcome:
     stats: dict[str, Any]
     check_lines: list[str]
     failed: bool
+    nonfinite: list[str]   # outputs that agree only by NaN or inf on both sides, when refused
 
     @property
     def names(self) -> list[str]:
@@ -276,7 +286,7 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
         for line in result.explain:   # the backend's own decisions (a kernel it did not compile)
             print(line, file=sys.stderr)
     stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
-    out = Outcome(func, inputs, result, stats, [], False)
+    out = Outcome(func, inputs, result, stats, [], False, [])
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
                for n, a, d in zip(out.names, result.outputs, out.dtypes, strict=True)]
     if reference is not None:
@@ -286,8 +296,10 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
                                     strict=True):
             diff = compare(n, d, a, r)
             info.update(diff.as_dict())
-            out.check_lines.append(diff.line())
-            out.failed |= not diff.ok
+            out.check_lines.append(diff.line(args.allow_nonfinite))
+            if diff.nonfinite and not args.allow_nonfinite:
+                out.nonfinite.append(n)
+            out.failed |= not diff.ok or n in out.nonfinite
     stats["outputs"] = outputs
     return out
 
@@ -328,10 +340,19 @@ def run(argv: Sequence[str] | None = None) -> int:
         stage_files(staged, args, out)
         staged.commit()
     if out.failed:
-        print(f"lamina-run: error: outputs after '{args.passes}' differ from the program as "
-              "parsed", file=sys.stderr)
+        print(f"lamina-run: error: {_failure(args, out)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _failure(args: argparse.Namespace, out: Outcome) -> str:
+    """Why the check failed: a difference, else outputs that agree only by being non-finite."""
+    if not all(info.get("ok", True) for info in out.stats["outputs"]):
+        return f"outputs after '{args.passes}' differ from the program as parsed"
+    many = len(out.nonfinite) > 1
+    return f"output{'s' if many else ''} {', '.join(out.nonfinite)} agree{'' if many else 's'} " \
+        "only by NaN or inf in the same places on both sides, which checks nothing there " \
+        "(--allow-nonfinite accepts it)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

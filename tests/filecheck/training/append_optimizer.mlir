@@ -12,7 +12,7 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> tensor<f32> {
   func.return %l : tensor<f32>
 }
 
-// CHECK-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>, %m_w: tensor<8x2xf32, #lamina.place<tier = host>>, %v_w: tensor<8x2xf32, #lamina.place<tier = host>>, %step: tensor<f32>) -> (tensor<8x2xf32>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<f32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, 4, -1>} {
+// CHECK-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32> {lamina.role = "parameter"}, %m_w: tensor<8x2xf32, #lamina.place<tier = host>> {lamina.role = "first_moment"}, %v_w: tensor<8x2xf32, #lamina.place<tier = host>> {lamina.role = "second_moment"}, %step: tensor<f32> {lamina.role = "step_count"}) -> (tensor<8x2xf32>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<f32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, 4, -1>} {
 // CHECK:         %d_w = lamina.matmul
 // CHECK:         %[[T:.*]] = lamina.add %step, %[[ONE:.*]] : tensor<f32>
 // CHECK:         lamina.pow %{{.*}}, %[[T]] : tensor<f32>
@@ -27,14 +27,14 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> tensor<f32> {
 // CHECK-NEXT:    %next_step = lamina.add %step, %[[ONE]]
 // CHECK-NEXT:    func.return %new_w, %new_m_w, %new_v_w, %next_step, %l
 
-// SGD-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> (tensor<8x2xf32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, -1>} {
+// SGD-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32> {lamina.role = "parameter"}) -> (tensor<8x2xf32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, -1>} {
 // SGD:         %d_w = lamina.matmul
 // SGD-NEXT:    %[[LR:.*]] = lamina.constant dense<5.000000e-01> : tensor<f32>
 // SGD-NEXT:    %[[S:.*]] = lamina.mul %d_w, %[[LR]] : (tensor<8x2xf32>, tensor<f32>) -> tensor<8x2xf32>
 // SGD-NEXT:    %new_w = lamina.sub %w, %[[S]] : tensor<8x2xf32>
 // SGD-NEXT:    func.return %new_w, %l : tensor<8x2xf32>, tensor<f32>
 
-// NOBC-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>, %m_w: tensor<8x2xf32>, %v_w: tensor<8x2xf32>) -> (tensor<8x2xf32>, tensor<8x2xf32>, tensor<8x2xf32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, -1>} {
+// NOBC-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32> {lamina.role = "parameter"}, %m_w: tensor<8x2xf32> {lamina.role = "first_moment"}, %v_w: tensor<8x2xf32> {lamina.role = "second_moment"}) -> (tensor<8x2xf32>, tensor<8x2xf32>, tensor<8x2xf32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, -1>} {
 // NOBC-NOT:     lamina.pow
 // NOBC:         func.return %new_w, %new_m_w, %new_v_w, %l
 

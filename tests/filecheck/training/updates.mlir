@@ -12,9 +12,9 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> tensor<f32> {
   func.return %l : tensor<f32>
 }
 
-// CHECK-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>, %m_w: tensor<8x2xf32, #lamina.place<tier = host>>, %v_w: tensor<8x2xf32, #lamina.place<tier = host>>, %step: tensor<f32>) -> (tensor<8x2xf32>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<f32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, 4, -1>} {
+// CHECK-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32> {lamina.role = "parameter"}, %m_w: tensor<8x2xf32, #lamina.place<tier = host>> {lamina.role = "first_moment"}, %v_w: tensor<8x2xf32, #lamina.place<tier = host>> {lamina.role = "second_moment"}, %step: tensor<f32> {lamina.role = "step_count"}) -> (tensor<8x2xf32>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<8x2xf32, #lamina.place<tier = host>>, tensor<f32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, 4, -1>} {
 // CHECK:         func.return %new_w, %new_m_w, %new_v_w, %next_step, %l
 
-// SGD-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> (tensor<8x2xf32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, -1>} {
+// SGD-LABEL: func.func @f_step(%x: tensor<4x8xf32>, %w: tensor<8x2xf32> {lamina.role = "parameter"}) -> (tensor<8x2xf32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, -1>} {
 
 // EXPLAIN: [append-optimizer] {{.*}}updates.mlir:9:1: @f_step: lamina.updates (result -> the argument it replaces): #0 -> %w, #1 -> %m_w, #2 -> %v_w, #3 -> %step; #4 (the loss) replaces none
