@@ -11,10 +11,11 @@ math, dropout included (the same counter-based hash, in uint32 jnp ops). Two flo
 larger is the floor the ratios use: the memory floor, compulsory bytes (each input read once, each
 output written once) / copy bandwidth measured with np.copyto on 256 MiB; the compute floor, the
 workload's FLOPs as the op table counts them (`OpInfo.flops`, the cost model's count: the unfused
-run's `flops` stat, every matmul included, attention's two) / the BLAS rate, a 2048^3 f32 np.matmul
-timed in the same run. W1 and W2 sit on the memory floor; W3 and the GPT-2 block are matmuls,
-whose compute floor is about 100x their memory floor. Then the pass's own time on
-generated 10k / 50k-op programs next to xDSL's parse time.
+run's `flops` stat, every matmul included, attention's two) / the BLAS rate, a 2048^3 f32
+np.matmul timed in the same run (NumPy's BLAS, not the machine's peak: jax.jit's own matmuls may
+beat it). W1 and W2 sit on the memory floor; W3 and the GPT-2 block are matmuls, whose compute
+floor is about 100x their memory floor. Then the pass's own time on generated 10k / 50k-op
+programs next to xDSL's parse time.
 
 Each cell is the median of `--repeats` runs with their range (min-max) after it: the machine is
 shared, so the spread says how far one figure can be trusted. "fused" (after
@@ -295,12 +296,13 @@ def copy_bandwidth(threads: int = 1) -> float:
 
 def blas_rate(n: int = 2048) -> float:
     """FLOP per second of an f32 [n, n] @ [n, n] np.matmul (2 n^3 FLOP, the op table's count) on
-    NumPy's BLAS with its own threads: the compute floor's rate, measured in the same run."""
+    NumPy's BLAS with its own threads, the fastest of 5 runs (a floor takes the stricter figure):
+    the compute floor's rate, measured in the same run as the workloads."""
     gen = np.random.default_rng(1)
     a = gen.standard_normal((n, n), dtype=np.float32)
     b = gen.standard_normal((n, n), dtype=np.float32)
     out = np.empty((n, n), np.float32)
-    return 2.0 * n ** 3 / median_time(lambda: np.matmul(a, b, out=out), 5)
+    return 2.0 * n ** 3 / min(timings(lambda: np.matmul(a, b, out=out), 5))
 
 
 def _cell(ts: list[float] | None) -> str:
