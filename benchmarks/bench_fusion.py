@@ -1,4 +1,4 @@
-"""fuse-elementwise benchmark: unfused vs fused (NumPy tiles, compiled) vs jax.jit vs the floor.
+"""fuse-elementwise benchmark: unfused vs fused (NumPy tiles, compiled) vs jax.jit vs the floors.
 
     .venv/bin/python benchmarks/bench_fusion.py [--repeats 5] [--quick] [--only W1,GPT2]
 
@@ -7,9 +7,15 @@ Workloads (f32): W1 the seed example y = dropout(gelu_tanh(layernorm(x) * g + b)
 h = gelu_tanh(x @ W1 + b1) @ W2 + b2 (2048 x 1024 x 4096); GPT2 a whole pre-LN GPT-2 block at
 the anchor sizes of `shared/references.md` (B=2, T=1024, D=1024, 16 heads, MLP 4096; the causal
 mask built in the program, the two residual dropouts as 0/1 mask inputs). jax.jit runs the same
-math, dropout included (the same counter-based hash, in uint32 jnp ops). Floor = compulsory bytes
-(each input read once, each output written once) / copy bandwidth measured with np.copyto on
-256 MiB. Then the pass's own time on generated 10k / 50k-op programs next to xDSL's parse time.
+math, dropout included (the same counter-based hash, in uint32 jnp ops). Two floors, and the
+larger is the floor the ratios use: the memory floor, compulsory bytes (each input read once, each
+output written once) / copy bandwidth measured with np.copyto on 256 MiB; the compute floor, the
+workload's FLOPs as the op table counts them (`OpInfo.flops`, the cost model's count: the unfused
+run's `flops` stat, every matmul included, attention's two) / the BLAS rate, a 2048^3 f32
+np.matmul timed in the same run (NumPy's BLAS, not the machine's peak: jax.jit's own matmuls may
+beat it). W1 and W2 sit on the memory floor; W3 and the GPT-2 block are matmuls, whose compute
+floor is about 100x their memory floor. Then the pass's own time on generated 10k / 50k-op
+programs next to xDSL's parse time.
 
 Each cell is the median of `--repeats` runs with their range (min-max) after it: the machine is
 shared, so the spread says how far one figure can be trusted. "fused" (after
@@ -18,10 +24,15 @@ default: the tile loop on one thread per core (`fused.thread_count()`), as jax.j
 core; "fused x1" is the same loop on one thread, "unfused" whole-array NumPy (one thread) and
 "compiled" the fused program on `--backend compiled` (every fused kernel one numba loop, on the
 same threads as "fused"; its kernels are compiled, or loaded from the disk cache, in the warm-up
-run, and "compile" is that run's `compile_seconds`). The floor uses the faster of the 1-thread
-and all-thread copy bandwidths. Ratios are of medians. W1 and W2 also check that the fused
-outputs equal the unfused ones bit for bit, and every workload that the compiled outputs are
-within `lamina.backends.compare`'s tolerances of the fused NumPy ones.
+run, and "compile" is that run's `compile_seconds`). The memory floor uses the faster of the
+1-thread and all-thread copy bandwidths; the BLAS rate is NumPy's BLAS on its own threads (all
+cores). Ratios are of medians. Every timed run of a workload calls the same function on the same
+inputs, so from the second run on its fused kernels' large results come back from
+`backends/numpy/result_pool.py` already paged in: the figures are a steady state a first call
+does not see (a fresh f32[8192,4096] result costs 23-29 ms of page faults on the 2-core
+machine). W1 and W2 also check that the fused outputs equal the unfused ones bit for bit, and
+every workload that the compiled outputs are within `lamina.backends.compare`'s tolerances of the
+fused NumPy ones.
 """
 
 from __future__ import annotations
@@ -283,6 +294,17 @@ def copy_bandwidth(threads: int = 1) -> float:
     return 2 * a.nbytes / s
 
 
+def blas_rate(n: int = 2048) -> float:
+    """FLOP per second of an f32 [n, n] @ [n, n] np.matmul (2 n^3 FLOP, the op table's count) on
+    NumPy's BLAS with its own threads, the fastest of 5 runs (a floor takes the stricter figure):
+    the compute floor's rate, measured in the same run as the workloads."""
+    gen = np.random.default_rng(1)
+    a = gen.standard_normal((n, n), dtype=np.float32)
+    b = gen.standard_normal((n, n), dtype=np.float32)
+    out = np.empty((n, n), np.float32)
+    return 2.0 * n ** 3 / min(timings(lambda: np.matmul(a, b, out=out), 5))
+
+
 def _cell(ts: list[float] | None) -> str:
     """A median with its range, in ms: '25.9 (24.1-31.0)'."""
     if not ts:
@@ -360,6 +382,7 @@ def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], rep
         "compiled": timings(lambda: run_function(ffused, inputs, options=all_, runners=comp),
                             repeats),
         "compile_s": cstats.get("compile_seconds", 0.0) + cstats.get("load_seconds", 0.0),
+        "flops": float(res_u.stats["flops"]),
         "kernels": f"{res_u.stats['kernels']} -> {res_f.stats['kernels']}",
     }
 
@@ -368,18 +391,19 @@ def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
     nt = thread_count(NumpyOptions())
     bw1 = copy_bandwidth(1)
     bwn = copy_bandwidth(nt)
-    bw = max(bw1, bwn)   # the floor uses the faster one: the stricter target
+    bw = max(bw1, bwn)   # the memory floor uses the faster one: the stricter target
+    blas = blas_rate()
     jx = jax_fns()
     print(f"copy bandwidth (np.copyto, read+write): {bw1 / 1e9:.1f} GB/s on 1 thread, "
-          f"{bwn / 1e9:.1f} GB/s on {nt}; "
+          f"{bwn / 1e9:.1f} GB/s on {nt}; BLAS (f32 2048^3 np.matmul): {blas / 1e9:.1f} GFLOP/s; "
           f"jax: {jx[1].__version__ if jx else 'not installed'}")
     work = [w for w in _workloads(quick) if only is None or w[0].split()[0] in only]
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on "
           f"{os.cpu_count()} cores (a shared machine: medians, range in parentheses); fused "
           f"kernels use {nt} threads (`fused`, `compiled`) or 1 (`fused x1`)")
-    cols = ["workload", "shape", "unfused", "fused x1", "fused", "compiled", "jax.jit", "floor",
-            "unf/fused", "fused/comp", "jax/fused", "jax/comp", "comp/floor", "compile",
-            "kernels"]
+    cols = ["workload", "shape", "unfused", "fused x1", "fused", "compiled", "jax.jit", "GFLOP",
+            "mem floor", "compute floor", "unf/fused", "fused/comp", "jax/fused", "jax/comp",
+            "comp/floor", "compile", "kernels"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     # phase 1: the interpreter on every workload; phase 2: jax. XLA's thread pool keeps spinning
@@ -394,14 +418,16 @@ def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
                 row["name"] += " (jax differs!)"
             tj = timings(lambda fn=fn, a=row["inputs"]: fn(*a), repeats)
         med = {k: statistics.median(row[k]) for k in ("unfused", "fused", "compiled")}
-        floor = row["compulsory"] / bw
+        mem_floor, compute_floor = row["compulsory"] / bw, row["flops"] / blas
+        floor = max(mem_floor, compute_floor)
         jm = statistics.median(tj) if tj else None
 
         def ratio(a: float | None, b: float) -> str:
             return f"{a / b:.2f}x" if a is not None else "n/a"
 
         cells = [row["name"], row["shape"], _cell(row["unfused"]), _cell(row["fx1"]),
-                 _cell(row["fused"]), _cell(row["compiled"]), _cell(tj), f"{floor * 1e3:.1f}",
+                 _cell(row["fused"]), _cell(row["compiled"]), _cell(tj),
+                 f"{row['flops'] / 1e9:.1f}", f"{mem_floor * 1e3:.1f}", f"{compute_floor * 1e3:.1f}",
                  ratio(med["unfused"], med["fused"]), ratio(med["fused"], med["compiled"]),
                  ratio(jm, med["fused"]), ratio(jm, med["compiled"]),
                  ratio(med["compiled"], floor), f"{row['compile_s']:.1f} s", row["kernels"]]

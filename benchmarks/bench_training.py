@@ -231,9 +231,9 @@ def sweep(args: argparse.Namespace) -> None:
     print(f"keep everything: peak {keep_peak / 2**20:.1f} MiB, step {compute * 1e3:.3f} ms; "
           f"checkpoint every block boundary: peak >= {ck_peak / 2**20:.1f} MiB, step "
           f"{ck_time * 1e3:.3f} ms\n")
-    print("| HBM (MiB) | fraction of keep peak | keep everything (ms) | checkpoint blocks (ms) | "
-          "greedy (ms) | greedy, no recompute (ms) | ILP (ms) | ILP, no recompute (ms) | "
-          "greedy vs ILP | solve s |")
+    print("| HBM (MiB) | fraction of keep peak | keep everything (modeled ms) | "
+          "checkpoint blocks (modeled ms) | greedy (modeled ms) | greedy, no recompute (modeled ms) | "
+          "ILP (modeled ms) | ILP, no recompute (modeled ms) | greedy vs ILP | solve s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for f in args.fractions:
         cap = f * keep_peak

@@ -92,10 +92,10 @@ boundary, one line each.
 
 This file reads in the order the pass works: classifying an op (`_classify`), the walk that grows
 groups (`_FuncFusion`, which checks a merge in the order of the rule: placement, size, spaces and
-edges (`_merged_space`, `_edge_problem`), cycles), and building the fused ops and re-ordering the
-block (`_FuncFusion.build`). The groups themselves, their spaces and the cycle check live in
-`fusion_groups`; where a layout op goes (rule 8) and the checks of rules 8 and 9 live in
-`fusion_views` (`LayoutPlacement`, mixed into the walk); a group's fused op is built by
+edges (`merged_space`, `_edge_problem`), cycles, and places a layout op by rule 8: `place_layout`),
+and building the fused ops and re-ordering the block (`_FuncFusion.build`). The groups themselves,
+their spaces and the cycle check live in `fusion_groups`; the checks of rules 8 and 9 that read
+only the groups live in `fusion_views`; a group's fused op is built by
 `lamina.analysis.fusion.build_fused`.
 """
 
@@ -105,9 +105,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.analysis.fusion import (
+    Positions,
     build_fused,
+    kept_prefix,
     placement_key,
     row_split,
+    view_positions,
 )
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
@@ -120,7 +123,6 @@ from lamina.ir.target import load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, join_spaces
 from lamina.passes.fusion_views import (
-    LayoutPlacement,
     least_tiles_kept,
     prologue_problem,
     root_problem,
@@ -201,7 +203,7 @@ def _own_space(op: LaminaOp) -> Space:
 
 # -- the walk --
 
-class _FuncFusion(LayoutPlacement):
+class _FuncFusion:
     """One function: grow groups in one walk over its ops, then build their fused ops."""
 
     def __init__(self, opts: FuseElementwise, func: FuncOp, log: ExplainLog | None,
@@ -215,7 +217,7 @@ class _FuncFusion(LayoutPlacement):
         self.name = Namer(func) if log is not None else None
         self.dropped: set[Operation] = set()   # frees that ended inside a kernel
         # per output-view value, where its kernel's domain dims lie in it (rule 8)
-        self.rowpos: dict[SSAValue, tuple[int | None, ...]] = {}
+        self.rowpos: dict[SSAValue, Positions] = {}
 
     def run(self) -> None:
         for op in self.ops:
@@ -238,9 +240,6 @@ class _FuncFusion(LayoutPlacement):
 
     def nm(self, op: Operation) -> str:
         return self.name.op(op) if self.name is not None else op.name
-
-    def group_limit(self) -> int:
-        return self.opts.max_group_size
 
     def short(self, op: Operation) -> str:
         """An op's result name (`%q`), for reasons."""
@@ -355,6 +354,111 @@ class _FuncFusion(LayoutPlacement):
                 and all(v.owner in self.groups.hoisted for v in in_other)):
             return other.space, mine
         return f"different iteration spaces ({other.space} vs {mine.space})"
+
+    # -- layout ops (rule 8) --
+
+    def place_layout(self, op: LaminaOp) -> None:
+        """Rule 8: a layout op joins the group whose tile values it reads as an output view,
+        else it starts a view-only group, an input view of the kernel that will read it."""
+        key, why = placement_key(op)
+        if why is not None:
+            self.explain(op, f"not fused: {self.nm(op)} {why}")
+            return
+        owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
+                  for v in op.operands]
+        if len({id(o) for o in owners}) > 1 and all(o is not None and not o.view_only
+                                                    for o in owners):
+            self.join_siblings(op, [o for o in owners if o is not None])
+            owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
+                      for v in op.operands]
+        g = owners[0]
+        self.groups.add(op, Space(_shape(op.results[0]), None), key)
+        mine = self.groups.of(op)
+        assert mine is not None
+        if g is not None and not g.view_only and all(o is g for o in owners):
+            why = self.try_output_view(op, mine, g)
+            if why is None:
+                self.explain(op, f"fused {self.nm(op)} into the kernel of "
+                             f"{self.short(g.members[0])} as an output view")
+                return
+            self.explain(op, f"not fused as an output view: {why}")
+        mine.view_only = True
+        mine.views_in.append(op)
+        self.groups.input_views.add(op)
+        for v, o in zip(op.operands, owners, strict=True):
+            mine = self.groups.of(op)
+            assert mine is not None
+            if o is None or not o.view_only or o.root == mine.root:
+                continue
+            assert isinstance(v.owner, Operation)
+            why = self.try_merge(op, mine, o)
+            if why is not None:
+                self.explain(op, f"not fused with {self.short(v.owner)}: {why}")
+
+    def join_siblings(self, op: LaminaOp, owners: list[Group]) -> None:
+        """Merge the groups whose values a concat joins into one, so that it can write them as
+        one multi-input output view: groups over the same space, checked like any merge."""
+        firsts = [o.members[0] for o in owners]   # groups merge as this goes: find them anew
+        for first in firsts[1:]:
+            base_now, g = self.groups.of(firsts[0]), self.groups.of(first)
+            assert base_now is not None and g is not None
+            if g.root == base_now.root:
+                continue
+            why = None
+            if g.key != base_now.key:
+                why = "different meshes or memory tiers"
+            elif g.size + base_now.size > self.opts.max_group_size:
+                why = f"group would exceed max-group-size={self.opts.max_group_size}"
+            elif g.space != base_now.space:
+                why = f"different iteration spaces ({g.space} vs {base_now.space})"
+            else:
+                why = view_problem(self.groups, base_now, g, self.short) or root_problem(
+                    base_now, g, base_now.space) or prologue_problem(self.groups, base_now, g)
+            if why is None:
+                through = self.groups.merge(g, base_now, base_now.space, None, siblings=True)
+                if through is not None:
+                    why = f"would create a cycle through {self.short(through)}"
+            if why is not None:
+                self.explain(op, f"not joined for a multi-input write: {why}")
+                return
+
+    def try_output_view(self, op: LaminaOp, mine: Group, g: Group) -> str | None:
+        """Merge the layout op's own group `mine` into `g` as an output view, or say why not."""
+        if mine.key != g.key:
+            return "different meshes or memory tiers"
+        if mine.size + g.size > self.opts.max_group_size:
+            return f"group would exceed max-group-size={self.opts.max_group_size}"
+        full = g.space.full
+        pos: list[tuple[int | None, ...]] = []
+        for v in op.operands:
+            p = self.rowpos.get(v)
+            if p is None:
+                if isinstance(v.owner, Operation) and v.owner in self.groups.hoisted:
+                    return f"{self.short(v.owner)} is computed once per kernel"
+                if _shape(v) != full:
+                    return (f"{'x'.join(map(str, _shape(v))) or 'scalar'} is not the kernel's "
+                            f"whole domain ({g.space})")
+                p = tuple(range(len(full)))
+            pos.append(p)
+        res = view_positions(op, pos)
+        if res is None:
+            return "its operands' rows would land in different places"
+        kept = min(g.kept, kept_prefix(res, full))
+        inner = self.groups.inner_after(mine, g)
+        tile = -(-inner[0] // least_tiles_kept(g.space, kept))
+        if self.sram is not None and tile > self.sram[1]:
+            return (f"split here: the kernel's least tile would hold {fmt_bytes(tile)} "
+                    f"({tile} B) of intermediates, over the {fmt_bytes(self.sram[1])} sram of "
+                    f"target '{self.sram[0]}'")
+        through = self.groups.merge(mine, g, g.space, None, inner)
+        if through is not None:
+            return f"would create a cycle through {self.short(through)}"
+        merged = self.groups.of(op)
+        assert merged is not None
+        merged.kept = kept
+        merged.views_out.append(op)
+        self.rowpos[op.results[0]] = res
+        return None
 
     # -- building --
 

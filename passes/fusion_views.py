@@ -1,4 +1,8 @@
-"""Layout ops and matmul roots in `fuse-elementwise` groups: rules 8 and 9 of the pass.
+"""The checks of rules 8 and 9 of `fuse-elementwise`: layout ops and matmul roots in its groups.
+
+Each check reads only the groups and the ops' facts and says why a merge would break a rule (or
+None). The walk that asks them, and that decides where a layout op goes (`place_layout`), is the
+pass's own `fuse_elementwise._FuncFusion`: these are what it asks, not part of it.
 
 A layout op joins a kernel at one of its edges, never in the middle:
 
@@ -27,10 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lamina.analysis.fusion import Positions, kept_prefix, placement_key, view_positions
-from lamina.analysis.sizes import fmt_bytes
 from lamina.ir.opbase import LaminaOp
-from lamina.passes.explain import ExplainLog
 from lamina.passes.fusion_groups import Group, Groups, Space
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
@@ -119,134 +120,3 @@ def view_problem(groups: Groups, mine: Group, other: Group,
                         return (f"{name(m)} is also read outside (an input view is read only by "
                                 "its kernel)")
     return None
-
-
-class LayoutPlacement:
-    """Rule 8's walk step, mixed into fuse-elementwise's per-function walk: where a layout op
-    goes (an output view of the group it reads, a view-only group of input views, or a concat
-    joining its operands' groups first). It uses the walk's groups, options and explain channel
-    and its `try_merge` (declared here, defined by the walk)."""
-
-    groups: Groups
-    sram: tuple[str, int] | None
-    rowpos: dict[SSAValue, Positions]
-    log: ExplainLog | None
-
-    def explain(self, op: Operation, msg: str) -> None:
-        raise NotImplementedError
-
-    def group_limit(self) -> int:
-        """The pass's max-group-size."""
-        raise NotImplementedError
-
-    def nm(self, op: Operation) -> str:
-        raise NotImplementedError
-
-    def short(self, op: Operation) -> str:
-        raise NotImplementedError
-
-    def try_merge(self, op: LaminaOp, mine: Group, other: Group) -> str | None:
-        raise NotImplementedError
-
-    def place_layout(self, op: LaminaOp) -> None:
-        """Rule 8: a layout op joins the group whose tile values it reads as an output view,
-        else it starts a view-only group, an input view of the kernel that will read it."""
-        key, why = placement_key(op)
-        if why is not None:
-            self.explain(op, f"not fused: {self.nm(op)} {why}")
-            return
-        owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
-                  for v in op.operands]
-        if len({id(o) for o in owners}) > 1 and all(o is not None and not o.view_only
-                                                    for o in owners):
-            self.join_siblings(op, [o for o in owners if o is not None])
-            owners = [self.groups.of(v.owner if isinstance(v.owner, Operation) else None)
-                      for v in op.operands]
-        g = owners[0]
-        self.groups.add(op, Space(_shape(op.results[0]), None), key)
-        mine = self.groups.of(op)
-        assert mine is not None
-        if g is not None and not g.view_only and all(o is g for o in owners):
-            why = self.try_output_view(op, mine, g)
-            if why is None:
-                self.explain(op, f"fused {self.nm(op)} into the kernel of "
-                             f"{self.short(g.members[0])} as an output view")
-                return
-            self.explain(op, f"not fused as an output view: {why}")
-        mine.view_only = True
-        mine.views_in.append(op)
-        self.groups.input_views.add(op)
-        for v, o in zip(op.operands, owners, strict=True):
-            mine = self.groups.of(op)
-            assert mine is not None
-            if o is None or not o.view_only or o.root == mine.root:
-                continue
-            assert isinstance(v.owner, Operation)
-            why = self.try_merge(op, mine, o)
-            if why is not None:
-                self.explain(op, f"not fused with {self.short(v.owner)}: {why}")
-
-    def join_siblings(self, op: LaminaOp, owners: list[Group]) -> None:
-        """Merge the groups whose values a concat joins into one, so that it can write them as
-        one multi-input output view: groups over the same space, checked like any merge."""
-        firsts = [o.members[0] for o in owners]   # groups merge as this goes: find them anew
-        for first in firsts[1:]:
-            base_now, g = self.groups.of(firsts[0]), self.groups.of(first)
-            assert base_now is not None and g is not None
-            if g.root == base_now.root:
-                continue
-            why = None
-            if g.key != base_now.key:
-                why = "different meshes or memory tiers"
-            elif g.size + base_now.size > self.group_limit():
-                why = f"group would exceed max-group-size={self.group_limit()}"
-            elif g.space != base_now.space:
-                why = f"different iteration spaces ({g.space} vs {base_now.space})"
-            else:
-                why = view_problem(self.groups, base_now, g, self.short) or root_problem(
-                    base_now, g, base_now.space) or prologue_problem(self.groups, base_now, g)
-            if why is None:
-                through = self.groups.merge(g, base_now, base_now.space, None, siblings=True)
-                if through is not None:
-                    why = f"would create a cycle through {self.short(through)}"
-            if why is not None:
-                self.explain(op, f"not joined for a multi-input write: {why}")
-                return
-
-    def try_output_view(self, op: LaminaOp, mine: Group, g: Group) -> str | None:
-        """Merge the layout op's own group `mine` into `g` as an output view, or say why not."""
-        if mine.key != g.key:
-            return "different meshes or memory tiers"
-        if mine.size + g.size > self.group_limit():
-            return f"group would exceed max-group-size={self.group_limit()}"
-        full = g.space.full
-        pos: list[tuple[int | None, ...]] = []
-        for v in op.operands:
-            p = self.rowpos.get(v)
-            if p is None:
-                if v.owner in self.groups.hoisted:
-                    return f"{self.short(v.owner)} is computed once per kernel"  # type: ignore
-                if _shape(v) != full:
-                    return (f"{'x'.join(map(str, _shape(v))) or 'scalar'} is not the kernel's "
-                            f"whole domain ({g.space})")
-                p = tuple(range(len(full)))
-            pos.append(p)
-        res = view_positions(op, pos)
-        if res is None:
-            return "its operands' rows would land in different places"
-        kept = min(g.kept, kept_prefix(res, full))
-        inner = self.groups.inner_after(mine, g)
-        tile = -(-inner[0] // least_tiles_kept(g.space, kept))
-        if self.sram is not None and tile > self.sram[1]:
-            return (f"split here: the kernel's least tile would hold {fmt_bytes(tile)} "
-                    f"({tile} B) of intermediates, over the {fmt_bytes(self.sram[1])} sram of "
-                    f"target '{self.sram[0]}'")
-        through = self.groups.merge(mine, g, g.space, None, inner)
-        if through is not None:
-            return f"would create a cycle through {self.short(through)}"
-        merged = self.groups.of(op)
-        assert merged is not None
-        merged.kept = kept
-        merged.views_out.append(op)
-        self.rowpos[op.results[0]] = res
-        return None
