@@ -247,9 +247,9 @@ def test_check_of_nan_outputs_exits_1_unless_allowed(tmp_path: Path) -> None:
               cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     assert res.stdout.splitlines()[2] == (
-        "check FAILED out0: NONFINITE shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, "
+        "check FAILED y: NONFINITE shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, "
         "atol 2e-06): 4 NaN, 0 inf on both sides")
-    assert res.stderr == "lamina-run: error: output out0 agrees only by NaN or inf in the same " \
+    assert res.stderr == "lamina-run: error: output y agrees only by NaN or inf in the same " \
         "places on both sides, which checks nothing there (--allow-nonfinite accepts it)\n"
     stats = json.loads((tmp_path / "s.json").read_text())
     assert [(o["ok"], o["nan"], o["inf"]) for o in stats["outputs"]] == [(True, 4, 0), (True, 0, 0)]

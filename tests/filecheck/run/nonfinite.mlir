@@ -26,20 +26,20 @@ func.func @nonfinite(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor
 }
 
 // STEP-NOT: {{nan|inf |NONFINITE|FAILED}}
-// STEP:     check out0: ok shape [8, 2] f32
-// STEP-NEXT: check out1: ok shape [8, 2] f32
-// STEP-NEXT: check out2: ok shape [8, 2] f32
-// STEP-NEXT: check out3: ok shape [] f32
-// STEP-NEXT: check out4: ok shape [] f32
+// STEP:     check new_w: ok shape [8, 2] f32
+// STEP-NEXT: check new_m_w: ok shape [8, 2] f32
+// STEP-NEXT: check new_v_w: ok shape [8, 2] f32
+// STEP-NEXT: check next_step: ok shape [] f32
+// STEP-NEXT: check l: ok shape [] f32
 // STEP-NOT: {{nan|inf |NONFINITE|FAILED}}
 
-// NAN:      check FAILED out0: NONFINITE shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 4 NaN, 0 inf on both sides
-// NAN-NEXT: check FAILED out1: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06)
-// NAN-NEXT: check FAILED out2: NONFINITE shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 0 NaN, 4 inf on both sides
-// NANERR: lamina-run: error: outputs out0, out2 agree only by NaN or inf in the same places on both sides, which checks nothing there (--allow-nonfinite accepts it)
+// NAN:      check FAILED y: NONFINITE shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 4 NaN, 0 inf on both sides
+// NAN-NEXT: check FAILED z: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06)
+// NAN-NEXT: check FAILED inf: NONFINITE shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 0 NaN, 4 inf on both sides
+// NANERR: lamina-run: error: outputs y, inf agree only by NaN or inf in the same places on both sides, which checks nothing there (--allow-nonfinite accepts it)
 
-// ALLOW:      check out0: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 4 NaN, 0 inf on both sides (allowed)
-// ALLOW-NEXT: check out1: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06)
-// ALLOW-NEXT: check out2: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 0 NaN, 4 inf on both sides (allowed)
+// ALLOW:      check y: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 4 NaN, 0 inf on both sides (allowed)
+// ALLOW-NEXT: check z: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06)
+// ALLOW-NEXT: check inf: ok shape [4] f32 max abs err 0 max rel err 0 (rtol 2e-05, atol 2e-06): 0 NaN, 4 inf on both sides (allowed)
 
 // USAGE: lamina-run: error: --allow-nonfinite applies to --check, which is not given
