@@ -21,6 +21,10 @@ before the first op that uses any of them, at most `bucket-bytes` per device per
 25 MiB, PyTorch DDP's bucket_cap_mb; 0 = no cap); one walk, so the pass stays linear.
 With `--explain` each collective is printed with its payload, bytes sent per device, estimated
 time, the algorithms it beat and why the sequence was chosen.
+
+What differs between the collectives it emits (their attributes, what they reduce, which side is
+the payload, whether they communicate) is read from each kind's record in
+`lamina.ir.collective_kinds`; the op class is `lamina.ir.collectives.OP_CLASS[kind]`.
 """
 
 from __future__ import annotations
