@@ -19,6 +19,10 @@ Time of one collective = latency + bytes sent / beta, per algorithm:
                   all_gather inside; reduce_scatter / all_gather = the inner and outer phases in
                   sequence. Each phase is a ring at its own level.
 The algorithm with the smallest time wins; ties go to ring (the simplest).
+
+Per kind, the factors, which algorithms exist and the hierarchical phases are the kind's record
+in `lamina.ir.collective_kinds` (`ring_factor`, `tree`, `hierarchical`); `kind` arguments are its
+names there (an unlowered reshard is priced as at most its local block, (n-1)/n of it sent).
 """
 
 from __future__ import annotations
@@ -28,11 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lamina.analysis.sizes import fmt_bytes
+from lamina.ir.collective_kinds import COLLECTIVE_KINDS, HIERARCHICAL, RING, TREE, Phase
 from lamina.ir.placement import Mesh
 from lamina.ir.target import LinkLevel, Target
-
-FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0,
-          "reshard": 1.0}  # an unlowered reshard: at most its local block, (n-1)/n of it sent
 
 
 @dataclass(frozen=True)
@@ -56,28 +58,35 @@ class Estimate:
 def ring_sent(kind: str, n: int, payload: float) -> float:
     if n <= 1:
         return 0.0
-    return FACTOR[kind] * (n - 1) / n * payload
+    return COLLECTIVE_KINDS[kind].ring_factor * (n - 1) / n * payload
+
+
+def _phases(kind: str) -> tuple[Phase, ...]:
+    """The rings of `kind`'s hierarchical algorithm (a kind without one, as a program may still
+    name it: the inner ring, then the outer)."""
+    return COLLECTIVE_KINDS[kind].hierarchical or (Phase(kind, False), Phase(kind, True))
 
 
 def sent_bytes(kind: str, algorithm: str | None, n: int, payload: float,
                inner: int | None = None) -> float:
     """Bytes each device sends for one collective (what `--stats-json` reports)."""
-    if n <= 1 or kind in ("all_slice",):
+    c = COLLECTIVE_KINDS[kind]
+    if n <= 1 or not c.communicates:
         return 0.0
-    if algorithm == "tree" and kind == "all_reduce":
+    if algorithm == TREE and c.tree:
         return 2.0 * payload
-    if algorithm == "hierarchical" and inner and 1 < inner < n:
+    if algorithm == HIERARCHICAL and inner and 1 < inner < n:
         outer = n // inner
-        if kind == "all_reduce":
-            return ring_sent("reduce_scatter", inner, payload) + \
-                ring_sent("all_reduce", outer, payload / inner) + \
-                ring_sent("all_gather", inner, payload)
-        return ring_sent(kind, inner, payload) + ring_sent(kind, outer, payload / inner)
+        sent = 0.0
+        for ph in _phases(kind):
+            sent += ring_sent(ph.kind, outer, payload / inner) if ph.outer else \
+                ring_sent(ph.kind, inner, payload)
+        return sent
     return ring_sent(kind, n, payload)
 
 
 def _ring_lat(kind: str, n: int, level: LinkLevel) -> float:
-    return (n - 1) * (2 if kind == "all_reduce" else 1) * level.alpha
+    return (n - 1) * COLLECTIVE_KINDS[kind].ring_factor * level.alpha
 
 
 def _ring_time(kind: str, n: int, payload: float, level: LinkLevel) -> float:
@@ -101,33 +110,43 @@ def estimate(kind: str, payload: float, levels: Sequence[tuple[int, LinkLevel]],
     """The cheapest algorithm for one collective over groups spanning `levels`."""
     n = math.prod(k for k, _ in levels) if levels else 1
     if n <= 1:
-        return Estimate(kind, "ring", n, payload, 0.0, 0.0, 0.0)
+        return Estimate(kind, RING, n, payload, 0.0, 0.0, 0.0)
     slowest = max((lv for _, lv in levels), key=lambda lv: (lv.alpha, -lv.beta))
     options: dict[str, tuple[float, float, float]] = {
-        "ring": (_ring_time(kind, n, payload, slowest), ring_sent(kind, n, payload),
-                 _ring_lat(kind, n, slowest)),
+        RING: (_ring_time(kind, n, payload, slowest), ring_sent(kind, n, payload),
+               _ring_lat(kind, n, slowest)),
     }
     inter_only = all(lv is not target.links[0] for _, lv in levels)
-    if kind == "all_reduce" and inter_only:
+    c = COLLECTIVE_KINDS[kind]
+    if c.tree and inter_only:
         lat = 2 * math.ceil(math.log2(n)) * slowest.alpha
-        options["tree"] = (lat + 2 * payload / slowest.beta, 2.0 * payload, lat)
-    if len(levels) >= 2 and kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        options[TREE] = (lat + 2 * payload / slowest.beta, 2.0 * payload, lat)
+    if len(levels) >= 2 and c.hierarchical:
         (n1, inner), outer_levels = levels[0], levels[1:]
         n2 = n // n1
         outer = max((lv for _, lv in outer_levels), key=lambda lv: (lv.alpha, -lv.beta))
-        if kind == "all_reduce":
-            t = 2 * _ring_time("reduce_scatter", n1, payload, inner) + \
-                _ring_time("all_reduce", n2, payload / n1, outer)
-            lat = 2 * _ring_lat("reduce_scatter", n1, inner) + _ring_lat("all_reduce", n2, outer)
-        else:
-            t = _ring_time(kind, n1, payload, inner) + _ring_time(kind, n2, payload / n1, outer)
-            lat = _ring_lat(kind, n1, inner) + _ring_lat(kind, n2, outer)
-        options["hierarchical"] = (t, sent_bytes(kind, "hierarchical", n, payload, n1), lat)
-    best = min(options, key=lambda a: (options[a][0], a != "ring"))
+        t, lat = _hierarchical_time(c.hierarchical, payload, (n1, inner), (n2, outer))
+        options[HIERARCHICAL] = (t, sent_bytes(kind, HIERARCHICAL, n, payload, n1), lat)
+    best = min(options, key=lambda a: (options[a][0], a != RING))
     alts = tuple((a, o[0]) for a, o in options.items() if a != best)
     t, sent, lat = options[best]
-    inner_n = levels[0][0] if best == "hierarchical" else None
+    inner_n = levels[0][0] if best == HIERARCHICAL else None
     return Estimate(kind, best, n, payload, sent, t, lat, alts, inner_n)
+
+
+def _hierarchical_time(phases: Sequence[Phase], payload: float, inner: tuple[int, LinkLevel],
+                       outer: tuple[int, LinkLevel]) -> tuple[float, float]:
+    """(seconds, latency) of the phases: the rings inside the inner level, then those across it
+    (on payload / n1)."""
+    (n1, lv1), (n2, lv2) = inner, outer
+    t = lat = 0.0
+    for ph in [p for p in phases if not p.outer]:
+        t += _ring_time(ph.kind, n1, payload, lv1)
+        lat += _ring_lat(ph.kind, n1, lv1)
+    for ph in [p for p in phases if p.outer]:
+        t += _ring_time(ph.kind, n2, payload / n1, lv2)
+        lat += _ring_lat(ph.kind, n2, lv2)
+    return t, lat
 
 
 def latency_dominated(e: Estimate) -> bool:

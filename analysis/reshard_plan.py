@@ -35,6 +35,16 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from lamina.ir.collective_kinds import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_SLICE,
+    ALL_TO_ALL,
+    COLLECTIVE_KINDS,
+    REDUCE_SCATTER,
+    SUM,
+    Collective,
+)
 from lamina.ir.sharding import Spec
 
 MAX_STATES = 20000
@@ -48,7 +58,8 @@ class Step:
     """One collective of a plan: `kind` over `axes`, taking the value from `src` to `dst`.
 
     `dim` is the gathered / sliced / scattered dimension; an all_to_all moves `axes` from
-    `concat_dim` to `split_dim` (the op's attribute names)."""
+    `concat_dim` to `split_dim` (the op's attribute names); `kind` names its record in the table
+    of collective kinds (`collective`)."""
 
     kind: str
     axes: tuple[str, ...]
@@ -57,6 +68,10 @@ class Step:
     dim: int = -1
     split_dim: int = -1
     concat_dim: int = -1
+
+    @property
+    def collective(self) -> Collective:
+        return COLLECTIVE_KINDS[self.kind]
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,7 @@ class Plan:
 
     @property
     def communicating(self) -> tuple[Step, ...]:
-        return tuple(s for s in self.steps if s.kind != "all_slice")
+        return tuple(s for s in self.steps if s.collective.communicates)
 
 
 def local_bytes(total: int, s: Spec, sizes: Mapping[str, int]) -> float:
@@ -78,12 +93,12 @@ def local_bytes(total: int, s: Spec, sizes: Mapping[str, int]) -> float:
 def payload(step: Step, total: int, sizes: Mapping[str, int]) -> float:
     """The collective's per-device buffer (`comm_cost`'s B): the gathered result for all_gather,
     the local input otherwise."""
-    return local_bytes(total, step.dst if step.kind == "all_gather" else step.src, sizes)
+    return local_bytes(total, step.dst if step.collective.payload_is_result else step.src, sizes)
 
 
 def _with(s: Spec, splits: list[tuple[str, ...]], partial: tuple[str, ...] | None = None) -> Spec:
     p = s.partial if partial is None else partial
-    return Spec(tuple(splits), p, s.partial_kind if p else "sum")
+    return Spec(tuple(splits), p, s.partial_kind if p else SUM.name)
 
 
 def _steps(src: Spec, cur: Spec, dst: Spec, shape: Sequence[int], sizes: Mapping[str, int],
@@ -105,7 +120,7 @@ def _steps(src: Spec, cur: Spec, dst: Spec, shape: Sequence[int], sizes: Mapping
                 if e != d and divides(e, tail):
                     splits = list(cur.splits)
                     splits[d], splits[e] = head, tuple(cur.splits[e]) + tail
-                    yield Step("all_to_all", tail, cur, _with(cur, splits), split_dim=e,
+                    yield Step(ALL_TO_ALL.kind, tail, cur, _with(cur, splits), split_dim=e,
                                concat_dim=d)
     for d in range(rank):
         have = cur.splits[d]
@@ -114,7 +129,7 @@ def _steps(src: Spec, cur: Spec, dst: Spec, shape: Sequence[int], sizes: Mapping
                 continue   # never undo a step of the plan (a scatter gathered back, say)
             splits = list(cur.splits)
             splits[d] = tuple(have[:-k])
-            yield Step("all_gather", tuple(have[-k:]), cur, _with(cur, splits), dim=d)
+            yield Step(ALL_GATHER.kind, tuple(have[-k:]), cur, _with(cur, splits), dim=d)
     reduce = tuple(a for a in cur.partial if a not in dst.partial)
     if reduce:
         for n in range(len(reduce), 0, -1):
@@ -124,9 +139,9 @@ def _steps(src: Spec, cur: Spec, dst: Spec, shape: Sequence[int], sizes: Mapping
                     if divides(d, run):
                         splits = list(cur.splits)
                         splits[d] = tuple(cur.splits[d]) + run
-                        yield Step("reduce_scatter", run, cur, _with(cur, splits, rest), dim=d)
+                        yield Step(REDUCE_SCATTER.kind, run, cur, _with(cur, splits, rest), dim=d)
         rest = tuple(a for a in cur.partial if a in dst.partial)
-        yield Step("all_reduce", reduce, cur, _with(cur, list(cur.splits), rest))
+        yield Step(ALL_REDUCE.kind, reduce, cur, _with(cur, list(cur.splits), rest))
     for a in axes_in_play:
         if a in used or a in cur.partial:
             continue
@@ -134,7 +149,7 @@ def _steps(src: Spec, cur: Spec, dst: Spec, shape: Sequence[int], sizes: Mapping
             if a in dst.splits[d] and divides(d, (a,)):
                 splits = list(cur.splits)
                 splits[d] = tuple(cur.splits[d]) + (a,)
-                yield Step("all_slice", (a,), cur, _with(cur, splits), dim=d)
+                yield Step(ALL_SLICE.kind, (a,), cur, _with(cur, splits), dim=d)
 
 
 def _key(s: Spec) -> tuple:
@@ -169,7 +184,7 @@ def plan_reshard(src: Spec, dst: Spec, shape: Sequence[int], total: int,
         for step in _steps(src, cur, dst, shape, sizes, play, allow_a2a):
             if _key(step.dst) in done:
                 continue
-            if step.kind == "all_slice":
+            if not step.collective.communicates:
                 t, b, c = 0.0, 0.0, 0
             else:
                 (t, b), c = cost(step.kind, step.axes, payload(step, total, sizes)), 1
@@ -191,24 +206,24 @@ def _gather_reduce_slice(src: Spec, dst: Spec, total: int, sizes: Mapping[str, i
         if have[p:]:
             splits = list(cur.splits)
             splits[d] = tuple(have[:p])
-            steps.append(Step("all_gather", tuple(have[p:]), cur, _with(cur, splits), dim=d))
+            steps.append(Step(ALL_GATHER.kind, tuple(have[p:]), cur, _with(cur, splits), dim=d))
             cur = steps[-1].dst
     reduce = tuple(a for a in cur.partial if a not in dst.partial)
     if reduce:
         rest = tuple(a for a in cur.partial if a in dst.partial)
-        steps.append(Step("all_reduce", reduce, cur, _with(cur, list(cur.splits), rest)))
+        steps.append(Step(ALL_REDUCE.kind, reduce, cur, _with(cur, list(cur.splits), rest)))
         cur = steps[-1].dst
     for d, want in enumerate(dst.splits):
         for a in want[len(cur.splits[d]):]:
             splits = list(cur.splits)
             splits[d] = (*cur.splits[d], a)
-            steps.append(Step("all_slice", (a,), cur, _with(cur, splits), dim=d))
+            steps.append(Step(ALL_SLICE.kind, (a,), cur, _with(cur, splits), dim=d))
             cur = steps[-1].dst
     if steps:
         steps[-1] = dataclasses.replace(steps[-1], dst=dst)
     sec = sent = 0.0
     for st in steps:
-        if st.kind != "all_slice":
+        if st.collective.communicates:
             t, b = cost(st.kind, st.axes, payload(st, total, sizes))
             sec, sent = sec + t, sent + b
     return Plan(tuple(steps), sec, sent)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from lamina.backends.interface import arg_names
+from lamina.ir.collective_kinds import REDUCE_KINDS, SUM
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage, unrepresentable
 from lamina.ir.opbase import tensor_info
@@ -81,7 +82,7 @@ def distribute(mesh: Mesh, spec: Spec, a: np.ndarray) -> Shards:
     for dev in range(mesh.devices):
         offs, local = block(mesh, spec, a.shape, dev)
         c = mesh.coords(dev)
-        owner = spec.partial_kind == "max" or all(c[x] == 0 for x in spec.partial)
+        owner = REDUCE_KINDS[spec.partial_kind].idempotent or all(c[x] == 0 for x in spec.partial)
         key = (offs, owner)
         if key not in cache:
             piece = a[_index(offs, local)]
@@ -92,13 +93,13 @@ def distribute(mesh: Mesh, spec: Spec, a: np.ndarray) -> Shards:
 
 
 def reduce_parts(parts: Sequence[np.ndarray], kind: str, dtype: str) -> np.ndarray:
-    """The sum (`kind` "sum") or maximum of devices' partial values of element type `dtype`."""
-    if len(parts) == 1 or all(p is parts[0] for p in parts) and kind == "max":
+    """The sum (`kind` sum) or maximum of devices' partial values of element type `dtype`."""
+    if len(parts) == 1 or all(p is parts[0] for p in parts) and REDUCE_KINDS[kind].idempotent:
         return parts[0]
     comp = COMPUTE.get(dtype, STORAGE[dtype])
     acc = parts[0].astype(comp)
     for p in parts[1:]:
-        acc = acc + p.astype(comp) if kind == "sum" else np.maximum(acc, p.astype(comp))
+        acc = acc + p.astype(comp) if kind == SUM.name else np.maximum(acc, p.astype(comp))
     return to_storage(acc, dtype)
 
 

@@ -28,14 +28,40 @@ from its operand's:
 
 `algorithm` (optional, "ring" | "tree" | "hierarchical") records the implementation the cost model
 chose (`insert-collectives`); it does not change the meaning.
+
+What differs between the kinds besides their placement rule (`produce`), their attributes, arity,
+cost facts, is each op's `COLLECTIVE` record in `lamina.ir.collective_kinds`; `OP_CLASS` maps a
+record's kind back to its op class. `PlacementOp.verify_` runs `VERIFY_CHECKS`, small named
+checks, in order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from lamina.ir.placement import PlaceAttr, find_mesh, place_of, placement_problem, spec_of
+from lamina.ir.collective_kinds import (
+    ALGORITHM,
+    ALGORITHMS,
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_SLICE,
+    ALL_TO_ALL,
+    AXES,
+    COLLECTIVE_KINDS,
+    CONCAT_DIM,
+    DIM,
+    HIERARCHICAL,
+    INNER,
+    KIND,
+    REDUCE_KINDS,
+    REDUCE_SCATTER,
+    RESHARD,
+    SPLIT_DIM,
+    SUM,
+    Collective,
+)
+from lamina.ir.placement import MeshOp, PlaceAttr, find_mesh, place_of, placement_problem, spec_of
 from lamina.ir.sharding import Spec
 from xdsl.dialects.builtin import (
     AnyTensorType,
@@ -59,9 +85,6 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
-
-ALGORITHMS = ("ring", "tree", "hierarchical")
-REDUCE_KINDS = ("sum", "max")
 
 
 def _fmt(axes: Sequence[str]) -> str:
@@ -87,17 +110,15 @@ class PlacementOp(IRDLOperation):
     inner = opt_prop_def(AnyAttr())
     traits = traits_def(Pure())
 
-    KEYS: ClassVar[tuple[str, ...]] = ()      # integer attributes this op needs
-    VARIADIC: ClassVar[bool] = False
-    NEEDS_AXES: ClassVar[bool] = True
+    COLLECTIVE: ClassVar[Collective]      # this op's record in the table of collective kinds
 
     # -- facts --
     @property
     def short(self) -> str:
-        return self.name[len("lamina."):]
+        return self.COLLECTIVE.kind
 
     def axis_names(self) -> tuple[str, ...]:
-        a = self.properties.get("axes")
+        a = self.properties.get(AXES)
         if not isinstance(a, ArrayAttr):
             return ()
         return tuple(x.data for x in a.data if isinstance(x, StringAttr))
@@ -108,17 +129,23 @@ class PlacementOp(IRDLOperation):
         return a.value.data
 
     def reduce_kind(self) -> str:
-        a = self.properties.get("kind")
-        return a.data if isinstance(a, StringAttr) else "sum"
+        a = self.properties.get(KIND)
+        return a.data if isinstance(a, StringAttr) else SUM.name
 
     def inner_group(self) -> int | None:
         """Devices per inner-level group of a hierarchical collective."""
-        a = self.properties.get("inner")
+        a = self.properties.get(INNER)
         return a.value.data if isinstance(a, IntegerAttr) else None
 
     def algorithm_name(self) -> str | None:
-        a = self.properties.get("algorithm")
+        a = self.properties.get(ALGORITHM)
         return a.data if isinstance(a, StringAttr) else None
+
+    def set_algorithm(self, algorithm: str, inner: int | None) -> None:
+        """Record the cost model's choice (`insert-collectives`); the meaning stays the same."""
+        self.properties[ALGORITHM] = StringAttr(algorithm)
+        if inner is not None:
+            self.properties[INNER] = IntegerAttr(inner, i64)
 
     def mesh_name(self) -> str:
         p = place_of(self.operands[0].type)
@@ -131,81 +158,8 @@ class PlacementOp(IRDLOperation):
         raise NotImplementedError
 
     def verify_(self) -> None:
-        name = self.name
-        if not self.inputs or len(self.inputs) != len(self.outputs):
-            raise VerifyException(f"{name}: needs one result per operand, at least one operand")
-        if not self.VARIADIC and len(self.inputs) != 1:
-            raise VerifyException(f"{name} takes exactly one operand")
-        for key in self.properties:
-            if key not in ("axes", "algorithm", "inner", "kind", *self.KEYS):
-                raise VerifyException(f"{name} has no attribute '{key}'")
-        for key in self.KEYS:
-            a = self.properties.get(key)
-            if not (isinstance(a, IntegerAttr)):
-                raise VerifyException(f"{name}: missing integer attribute '{key}'")
-        kind = self.properties.get("kind")
-        if kind is not None and not (isinstance(kind, StringAttr) and kind.data in REDUCE_KINDS):
-            raise VerifyException(f"{name}: 'kind' must be \"sum\" or \"max\", got {kind}")
-        alg = self.properties.get("algorithm")
-        if alg is not None and not (isinstance(alg, StringAttr) and alg.data in ALGORITHMS):
-            raise VerifyException(f"{name}: 'algorithm' must be one of "
-                                  f"{', '.join(ALGORITHMS)}, got {alg}")
-        inner = self.properties.get("inner")
-        hierarchical = isinstance(alg, StringAttr) and alg.data == "hierarchical"
-        if hierarchical and inner is None:
-            raise VerifyException(f"{name}: algorithm \"hierarchical\" needs 'inner', the number "
-                                  "of devices per group of the inner link level")
-        if inner is not None:
-            if not hierarchical:
-                raise VerifyException(f"{name}: 'inner' goes only with algorithm \"hierarchical\"")
-            if not (isinstance(inner, IntegerAttr) and inner.value.data >= 2):
-                raise VerifyException(f"{name}: 'inner' must be an integer >= 2, got {inner}")
-        axes_attr = self.properties.get("axes")
-        if self.NEEDS_AXES:
-            if not (isinstance(axes_attr, ArrayAttr) and axes_attr.data
-                    and all(isinstance(a, StringAttr) for a in axes_attr.data)):
-                raise VerifyException(f"{name}: 'axes' must be a non-empty list of mesh axis "
-                                      f"names, like [\"model\"]")
-        meshes = set()
-        for v in (*self.inputs, *self.outputs):
-            t = v.type
-            if (problem := placement_problem(t, self)) is not None:
-                raise VerifyException(f"{name}: {problem}")
-            p = place_of(t)
-            if p is None or p.mesh_name is None:
-                raise VerifyException(f"{name}: operands and results must be placed on a mesh, "
-                                      f"got {t}")
-            meshes.add(p.mesh_name)
-        if len(meshes) != 1:
-            raise VerifyException(f"{name}: operands and results must be on one mesh, got "
-                                  f"{sorted(meshes)}")
-        mesh = find_mesh(self, meshes.pop())
-        assert mesh is not None
-        sizes = mesh.axis_sizes
-        axes = self.axis_names()
-        for a in axes:
-            if a not in sizes:
-                raise VerifyException(f"{name}: mesh @{mesh.sym_name.data} has no axis '{a}'")
-        if len(set(axes)) != len(axes):
-            raise VerifyException(f"{name}: axes repeat: {_fmt(axes)}")
-        for i, (x, r) in enumerate(zip(self.inputs, self.outputs, strict=True)):
-            xt, rt = x.type, r.type
-            assert isinstance(xt, TensorType) and isinstance(rt, TensorType)
-            if xt.element_type != rt.element_type or xt.get_shape() != rt.get_shape():
-                raise VerifyException(f"{name}: result {i} must have the operand's shape and "
-                                      f"element type ({xt} vs {rt})")
-            xp, rp = place_of(xt), place_of(rt)
-            assert xp is not None and rp is not None
-            if xp.tier_name != rp.tier_name:
-                raise VerifyException(f"{name}: a collective does not move between memory "
-                                      f"tiers ({xp.tier_name} vs {rp.tier_name})")
-            src, got = spec_of(xt), spec_of(rt)
-            assert src is not None and got is not None
-            expected = self.produce(src, len(xt.get_shape()))
-            if expected != got:
-                raise VerifyException(f"{name}: result {i} is placed {got}, but {self.short} "
-                                      f"over {_fmt(axes)} of an operand placed {src} gives "
-                                      f"{expected}")
+        for check in VERIFY_CHECKS:
+            check(self)
 
     # -- syntax --
     def print(self, printer: Printer) -> None:
@@ -246,13 +200,138 @@ class PlacementOp(IRDLOperation):
         if len(types) != len(operands):
             parser.raise_error(f"{cls.name}: {len(operands)} operands but {len(types)} types",
                                at_position=pos)
-        allowed = ("axes", "algorithm", "inner", "kind", *cls.KEYS)
+        allowed = cls.COLLECTIVE.attrs
         for key in attrs:
             if key not in allowed:
                 parser.raise_error(f"{cls.name} has no attribute '{key}' (it takes "
                                    f"{', '.join(allowed)})", at_position=pos)
         values = parser.resolve_operands(operands, types, pos)
         return cls.build(operands=[values], result_types=[results], properties=dict(attrs))
+
+
+# -- verification: small named checks, run in this order (the first failure is the error) --
+
+def check_operand_count(op: PlacementOp) -> None:
+    """One result per operand, at least one; only a variadic kind (a bucket) takes several."""
+    if not op.inputs or len(op.inputs) != len(op.outputs):
+        raise VerifyException(f"{op.name}: needs one result per operand, at least one operand")
+    if not op.COLLECTIVE.variadic and len(op.inputs) != 1:
+        raise VerifyException(f"{op.name} takes exactly one operand")
+
+
+def check_attribute_names(op: PlacementOp) -> None:
+    """No attribute the kind does not take (a misspelt one would otherwise be ignored)."""
+    for key in op.properties:
+        if key not in op.COLLECTIVE.attrs:
+            raise VerifyException(f"{op.name} has no attribute '{key}'")
+
+
+def check_integer_attributes(op: PlacementOp) -> None:
+    """Every dimension attribute of the kind is present, as an integer."""
+    for key in op.COLLECTIVE.int_attrs:
+        if not isinstance(op.properties.get(key), IntegerAttr):
+            raise VerifyException(f"{op.name}: missing integer attribute '{key}'")
+
+
+def check_reduce_kind(op: PlacementOp) -> None:
+    """`kind`, when given, is a reduce kind of the table."""
+    kind = op.properties.get(KIND)
+    if kind is not None and not (isinstance(kind, StringAttr) and kind.data in REDUCE_KINDS):
+        raise VerifyException(f"{op.name}: 'kind' must be \"sum\" or \"max\", got {kind}")
+
+
+def check_algorithm(op: PlacementOp) -> None:
+    """`algorithm`, when given, is one the cost model knows."""
+    alg = op.properties.get(ALGORITHM)
+    if alg is not None and not (isinstance(alg, StringAttr) and alg.data in ALGORITHMS):
+        raise VerifyException(f"{op.name}: 'algorithm' must be one of "
+                              f"{', '.join(ALGORITHMS)}, got {alg}")
+
+
+def check_inner_group(op: PlacementOp) -> None:
+    """`inner` (devices per inner-level group, >= 2) goes with, and only with, hierarchical:
+    without it the bytes a hierarchical collective sends are unknown."""
+    inner = op.properties.get(INNER)
+    hierarchical = op.algorithm_name() == HIERARCHICAL
+    if hierarchical and inner is None:
+        raise VerifyException(f"{op.name}: algorithm \"hierarchical\" needs 'inner', the number "
+                              "of devices per group of the inner link level")
+    if inner is None:
+        return
+    if not hierarchical:
+        raise VerifyException(f"{op.name}: 'inner' goes only with algorithm \"hierarchical\"")
+    if not (isinstance(inner, IntegerAttr) and inner.value.data >= 2):
+        raise VerifyException(f"{op.name}: 'inner' must be an integer >= 2, got {inner}")
+
+
+def check_axes_attribute(op: PlacementOp) -> None:
+    """A kind that states its axes has a non-empty list of axis names."""
+    a = op.properties.get(AXES)
+    if op.COLLECTIVE.needs_axes and not (isinstance(a, ArrayAttr) and a.data and
+                                         all(isinstance(x, StringAttr) for x in a.data)):
+        raise VerifyException(f"{op.name}: 'axes' must be a non-empty list of mesh axis "
+                              f"names, like [\"model\"]")
+
+
+def _mesh_of(op: PlacementOp) -> MeshOp:
+    """The one mesh all operands and results are placed on (VerifyException otherwise)."""
+    meshes = set()
+    for v in (*op.inputs, *op.outputs):
+        if (problem := placement_problem(v.type, op)) is not None:
+            raise VerifyException(f"{op.name}: {problem}")
+        p = place_of(v.type)
+        if p is None or p.mesh_name is None:
+            raise VerifyException(f"{op.name}: operands and results must be placed on a mesh, "
+                                  f"got {v.type}")
+        meshes.add(p.mesh_name)
+    if len(meshes) != 1:
+        raise VerifyException(f"{op.name}: operands and results must be on one mesh, got "
+                              f"{sorted(meshes)}")
+    mesh = find_mesh(op, meshes.pop())
+    assert mesh is not None
+    return mesh
+
+
+def check_axes_on_mesh(op: PlacementOp) -> None:
+    """Every value is validly placed on one mesh, which has each of `axes`, named once."""
+    mesh = _mesh_of(op)
+    axes = op.axis_names()
+    for a in axes:
+        if a not in mesh.axis_sizes:
+            raise VerifyException(f"{op.name}: mesh @{mesh.sym_name.data} has no axis '{a}'")
+    if len(set(axes)) != len(axes):
+        raise VerifyException(f"{op.name}: axes repeat: {_fmt(axes)}")
+
+
+def _check_result(op: PlacementOp, i: int, xt: TensorType, rt: TensorType) -> None:
+    if xt.element_type != rt.element_type or xt.get_shape() != rt.get_shape():
+        raise VerifyException(f"{op.name}: result {i} must have the operand's shape and "
+                              f"element type ({xt} vs {rt})")
+    xp, rp = place_of(xt), place_of(rt)
+    assert xp is not None and rp is not None
+    if xp.tier_name != rp.tier_name:
+        raise VerifyException(f"{op.name}: a collective does not move between memory "
+                              f"tiers ({xp.tier_name} vs {rp.tier_name})")
+    src, got = spec_of(xt), spec_of(rt)
+    assert src is not None and got is not None
+    expected = op.produce(src, len(xt.get_shape()))
+    if expected != got:
+        raise VerifyException(f"{op.name}: result {i} is placed {got}, but {op.short} "
+                              f"over {_fmt(op.axis_names())} of an operand placed {src} gives "
+                              f"{expected}")
+
+
+def check_results(op: PlacementOp) -> None:
+    """Each result is its operand (same shape, element type and memory tier) placed as the
+    kind's rule (`produce`) says."""
+    for i, (x, r) in enumerate(zip(op.inputs, op.outputs, strict=True)):
+        assert isinstance(x.type, TensorType) and isinstance(r.type, TensorType)
+        _check_result(op, i, x.type, r.type)
+
+
+VERIFY_CHECKS: tuple[Callable[[PlacementOp], None], ...] = (
+    check_operand_count, check_attribute_names, check_integer_attributes, check_reduce_kind,
+    check_algorithm, check_inner_group, check_axes_attribute, check_axes_on_mesh, check_results)
 
 
 def _split_suffix(name: str, src: Spec, dim: int, axes: tuple[str, ...], rank: int) -> list:
@@ -276,14 +355,14 @@ def _drop_partial(name: str, src: Spec, axes: tuple[str, ...], kind: str) -> tup
         raise VerifyException(f"{name}: kind is {kind} but the operand is a pending "
                               f"{src.partial_kind}")
     rest = tuple(a for a in src.partial if a not in axes)
-    return rest, (src.partial_kind if rest else "sum")
+    return rest, (src.partial_kind if rest else SUM.name)
 
 
 @irdl_op_definition
 class AllReduceOp(PlacementOp):
-    name = "lamina.all_reduce"
+    name = ALL_REDUCE.op_name
+    COLLECTIVE: ClassVar[Collective] = ALL_REDUCE
     kind = opt_prop_def(AnyAttr())
-    VARIADIC: ClassVar[bool] = True
 
     def produce(self, src: Spec, rank: int) -> Spec:
         partial, kind = _drop_partial(self.name, src, self.axis_names(), self.reduce_kind())
@@ -292,24 +371,24 @@ class AllReduceOp(PlacementOp):
 
 @irdl_op_definition
 class AllGatherOp(PlacementOp):
-    name = "lamina.all_gather"
+    name = ALL_GATHER.op_name
+    COLLECTIVE: ClassVar[Collective] = ALL_GATHER
     dim = opt_prop_def(AnyAttr())
-    KEYS: ClassVar[tuple[str, ...]] = ("dim",)
 
     def produce(self, src: Spec, rank: int) -> Spec:
-        splits = _split_suffix(self.name, src, self.int_attr("dim"), self.axis_names(), rank)
+        splits = _split_suffix(self.name, src, self.int_attr(DIM), self.axis_names(), rank)
         return Spec(tuple(splits), src.partial, src.partial_kind)
 
 
 @irdl_op_definition
 class ReduceScatterOp(PlacementOp):
-    name = "lamina.reduce_scatter"
+    name = REDUCE_SCATTER.op_name
+    COLLECTIVE: ClassVar[Collective] = REDUCE_SCATTER
     dim = opt_prop_def(AnyAttr())
     kind = opt_prop_def(AnyAttr())
-    KEYS: ClassVar[tuple[str, ...]] = ("dim",)
 
     def produce(self, src: Spec, rank: int) -> Spec:
-        dim, axes = self.int_attr("dim"), self.axis_names()
+        dim, axes = self.int_attr(DIM), self.axis_names()
         if not 0 <= dim < rank:
             raise VerifyException(f"{self.name}: dimension {dim} is out of range for rank {rank}")
         partial, kind = _drop_partial(self.name, src, axes, self.reduce_kind())
@@ -320,13 +399,13 @@ class ReduceScatterOp(PlacementOp):
 
 @irdl_op_definition
 class AllToAllOp(PlacementOp):
-    name = "lamina.all_to_all"
+    name = ALL_TO_ALL.op_name
+    COLLECTIVE: ClassVar[Collective] = ALL_TO_ALL
     split_dim = opt_prop_def(AnyAttr())
     concat_dim = opt_prop_def(AnyAttr())
-    KEYS: ClassVar[tuple[str, ...]] = ("split_dim", "concat_dim")
 
     def produce(self, src: Spec, rank: int) -> Spec:
-        sd, cd, axes = self.int_attr("split_dim"), self.int_attr("concat_dim"), self.axis_names()
+        sd, cd, axes = self.int_attr(SPLIT_DIM), self.int_attr(CONCAT_DIM), self.axis_names()
         if not 0 <= sd < rank or sd == cd:
             raise VerifyException(f"{self.name}: split_dim {sd} must be a dimension other than "
                                   f"concat_dim {cd} (rank {rank})")
@@ -337,12 +416,12 @@ class AllToAllOp(PlacementOp):
 
 @irdl_op_definition
 class AllSliceOp(PlacementOp):
-    name = "lamina.all_slice"
+    name = ALL_SLICE.op_name
+    COLLECTIVE: ClassVar[Collective] = ALL_SLICE
     dim = opt_prop_def(AnyAttr())
-    KEYS: ClassVar[tuple[str, ...]] = ("dim",)
 
     def produce(self, src: Spec, rank: int) -> Spec:
-        dim, axes = self.int_attr("dim"), self.axis_names()
+        dim, axes = self.int_attr(DIM), self.axis_names()
         if not 0 <= dim < rank:
             raise VerifyException(f"{self.name}: dimension {dim} is out of range for rank {rank}")
         splits = list(src.splits)
@@ -352,8 +431,8 @@ class AllSliceOp(PlacementOp):
 
 @irdl_op_definition
 class ReshardOp(PlacementOp):
-    name = "lamina.reshard"
-    NEEDS_AXES: ClassVar[bool] = False
+    name = RESHARD.op_name
+    COLLECTIVE: ClassVar[Collective] = RESHARD
 
     def produce(self, src: Spec, rank: int) -> Spec:
         r = self.outputs[0].type
@@ -368,6 +447,8 @@ class ReshardOp(PlacementOp):
 
 COLLECTIVES: tuple[type[PlacementOp], ...] = (AllReduceOp, AllGatherOp, ReduceScatterOp,
                                               AllToAllOp, AllSliceOp, ReshardOp)
+OP_CLASS: dict[str, type[PlacementOp]] = {c.COLLECTIVE.kind: c for c in COLLECTIVES}
+assert set(OP_CLASS) == set(COLLECTIVE_KINDS), "one op class per record of the collectives table"
 
 
 def build(cls: type[PlacementOp], values: Sequence[SSAValue], result_types: Sequence[Attribute],
@@ -375,9 +456,9 @@ def build(cls: type[PlacementOp], values: Sequence[SSAValue], result_types: Sequ
     """Build a placement op (for passes and tests): ints for dims, `kind=` as a string."""
     props: dict[str, Attribute] = {}
     if axes:
-        props["axes"] = ArrayAttr([StringAttr(a) for a in axes])
+        props[AXES] = ArrayAttr([StringAttr(a) for a in axes])
     if algorithm is not None:
-        props["algorithm"] = StringAttr(algorithm)
+        props[ALGORITHM] = StringAttr(algorithm)
     for k, v in ints_or_kind.items():
         if v is None:
             continue

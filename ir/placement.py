@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from lamina.ir.collective_kinds import REDUCE_KINDS
 from lamina.ir.optable import OpInfo
 from lamina.ir.sharding import ShardingError, Spec, infer
 from xdsl.dialects.builtin import (
@@ -54,7 +55,7 @@ TIERS = ("sram", "hbm", "host", "nvme")
 # shipped target (h100-cluster) has 32 devices.
 MAX_MESH_DEVICES = 4096
 COMPUTE_TIERS = ("sram", "hbm")
-PARTIAL_KINDS = ("sum", "max")
+PARTIAL_KINDS = tuple(REDUCE_KINDS)   # what `partial = KIND[...]` may say
 
 
 @dataclass(frozen=True)

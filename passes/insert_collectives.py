@@ -21,6 +21,10 @@ before the first op that uses any of them, at most `bucket-bytes` per device per
 25 MiB, PyTorch DDP's bucket_cap_mb; 0 = no cap); one walk, so the pass stays linear.
 With `--explain` each collective is printed with its payload, bytes sent per device, estimated
 time, the algorithms it beat and why the sequence was chosen.
+
+What differs between the collectives it emits (their attributes, what they reduce, which side is
+the payload, whether they communicate) is read from each kind's record in
+`lamina.ir.collective_kinds`; the op class is `lamina.ir.collectives.OP_CLASS[kind]`.
 """
 
 from __future__ import annotations
@@ -31,16 +35,14 @@ from typing import ClassVar
 from lamina.analysis.comm_cost import Estimate, estimate, latency_dominated, levels_of
 from lamina.analysis.reshard_plan import Plan, Step, plan_reshard
 from lamina.analysis.sizes import fmt_bytes, spec_local_bytes, type_bytes
-from lamina.ir.collectives import (
-    AllGatherOp,
-    AllReduceOp,
-    AllSliceOp,
-    AllToAllOp,
-    PlacementOp,
-    ReduceScatterOp,
-    ReshardOp,
-    with_spec,
+from lamina.ir.collective_kinds import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_SLICE,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
 )
+from lamina.ir.collectives import OP_CLASS, AllReduceOp, PlacementOp, ReshardOp, with_spec
 from lamina.ir.collectives import build as build_placement
 from lamina.ir.diagnostics import error_at
 from lamina.ir.memory import FreeOp
@@ -49,11 +51,9 @@ from lamina.ir.sharding import Spec
 from lamina.ir.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, i64
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
-
-PAYLOAD_OF = {"all_reduce": "in", "reduce_scatter": "in", "all_to_all": "in", "all_gather": "out"}
 
 
 class _Ctx:
@@ -70,23 +70,24 @@ class _Ctx:
         return estimate(kind, payload, levels_of(self.target, self.mesh, axes), self.target)
 
 
-def _emit(cx: _Ctx, cls: type[PlacementOp], v: SSAValue, src: Spec, dst: Spec, mesh: str,
-          before: Operation, why: str, **attrs) -> SSAValue:
-    axes = tuple(attrs.pop("axes"))
-    kind = cls.name[len("lamina."):]
+def _emit(cx: _Ctx, step: Step, v: SSAValue, mesh: str, before: Operation, why: str) -> SSAValue:
+    c, axes, src, dst = step.collective, step.axes, step.src, step.dst
+    kind = c.kind
     alg = None
     inner = None
-    if cls is not AllSliceOp:
-        payload = cx.local_bytes(v, src) if PAYLOAD_OF[kind] == "in" else cx.local_bytes(v, dst)
+    if c.communicates:
+        payload = cx.local_bytes(v, dst) if c.payload_is_result else cx.local_bytes(v, src)
         est = cx.cost(kind, axes, payload)
         alg, inner = est.algorithm, est.inner
         if cx.log is not None:
             cx.log.add(before, f"{kind} over [{', '.join(axes)}] of {v.type}: {est.describe()}; "
                        f"{why}")
     elif cx.log is not None:
-        cx.log.add(before, f"all_slice over [{', '.join(axes)}]: local, nothing sent; {why}")
-    op = build_placement(cls, [v], [with_spec(v.type, mesh, dst)], axes=axes, algorithm=alg,
-                         inner=inner, **attrs)
+        cx.log.add(before, f"{kind} over [{', '.join(axes)}]: local, nothing sent; {why}")
+    ints = {key: getattr(step, key) for key in c.int_attrs}   # Step's fields are named so
+    op = build_placement(OP_CLASS[kind], [v], [with_spec(v.type, mesh, dst)], axes=axes,
+                         algorithm=alg, inner=inner, **ints,
+                         kind=src.partial_kind if c.reduces else None)
     op.location = before.location
     block = before.parent_block()
     assert block is not None
@@ -109,31 +110,27 @@ def _time_and_sent(e: Estimate) -> tuple[float, float]:
 def _why(cx: _Ctx, v: SSAValue, step: Step) -> str:
     """The explain line's reason for one step, with the alternative it beat where there is one."""
     d = step.dim
-    if step.kind == "all_gather":
+    c = step.collective
+    if c is ALL_GATHER:
         return f"dimension {d} must not be split over [{', '.join(step.axes)}] here"
-    if step.kind == "all_slice":
+    if c is ALL_SLICE:
         return f"dimension {d} is needed split over [{', '.join(step.axes)}]"
-    if step.kind == "all_reduce":
+    if c is ALL_REDUCE:
         return "the consumer needs these axes reduced and not split"
-    if step.kind == "all_to_all":
+    if c is ALL_TO_ALL:
         e, d = step.split_dim, step.concat_dim
-        a2a = cx.cost("all_to_all", step.axes, cx.local_bytes(v, step.src))
+        a2a = cx.cost(ALL_TO_ALL.kind, step.axes, cx.local_bytes(v, step.src))
         splits = list(step.src.splits)
         splits[d] = step.dst.splits[d]
-        ag = cx.cost("all_gather", step.axes, cx.local_bytes(v, Spec(tuple(splits))))
+        ag = cx.cost(ALL_GATHER.kind, step.axes, cx.local_bytes(v, Spec(tuple(splits))))
         return (f"moves [{', '.join(step.axes)}] from dimension {d} to {e}: all_to_all "
                 f"{a2a.seconds * 1e6:.1f} us, {fmt_bytes(a2a.sent)} sent (all_gather + all_slice: "
                 f"{ag.seconds * 1e6:.1f} us, {fmt_bytes(ag.sent)} sent)")
     b = cx.local_bytes(v, step.src)
-    rs, ar = cx.cost("reduce_scatter", step.axes, b), cx.cost("all_reduce", step.axes, b)
+    rs, ar = cx.cost(REDUCE_SCATTER.kind, step.axes, b), cx.cost(ALL_REDUCE.kind, step.axes, b)
     return (f"the consumer takes dimension {d} split: reduce_scatter {rs.seconds * 1e6:.1f} us, "
             f"{fmt_bytes(rs.sent)} sent, beats all_reduce + all_slice {ar.seconds * 1e6:.1f} us, "
             f"{fmt_bytes(ar.sent)} sent")
-
-
-_OPS: dict[str, type[PlacementOp]] = {
-    "all_gather": AllGatherOp, "all_to_all": AllToAllOp, "all_reduce": AllReduceOp,
-    "reduce_scatter": ReduceScatterOp, "all_slice": AllSliceOp}
 
 
 def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation) -> SSAValue:
@@ -143,7 +140,7 @@ def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation)
     plan = plan_for(cx, v, S, D)
     if plan is None:
         raise error_at(before, f"insert-collectives: cannot lower {S} -> {D}")
-    if cx.log is not None and any(s.kind == "all_to_all" for s in plan.steps):
+    if cx.log is not None and any(s.collective is ALL_TO_ALL for s in plan.steps):
         alt = plan_for(cx, v, S, D, allow_a2a=False)
         if alt is not None:
             cx.log.add(before, f"reshard {S} -> {D}: {len(plan.communicating)} collectives, "
@@ -151,15 +148,8 @@ def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation)
                        f"device; without all_to_all {len(alt.communicating)} collectives, "
                        f"{alt.seconds * 1e6:.1f} us, {fmt_bytes(alt.sent)} sent")
     for step in plan.steps:
-        attrs: dict = {"axes": step.axes}
-        if step.kind == "all_to_all":
-            attrs.update(split_dim=step.split_dim, concat_dim=step.concat_dim)
-        elif step.kind != "all_reduce":
-            attrs["dim"] = step.dim
-        if step.kind in ("all_reduce", "reduce_scatter"):
-            attrs["kind"] = step.src.partial_kind
         why = _why(cx, v, step) if cx.log is not None else ""
-        v = _emit(cx, _OPS[step.kind], v, step.src, step.dst, mesh, before, why, **attrs)
+        v = _emit(cx, step, v, mesh, before, why)
     return v
 
 
@@ -194,12 +184,12 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
         outs = [r.type for m in members for r in m.outputs]
         payload = sum(cx.local_bytes(x, spec_of(x.type)) for x in ins)  # type: ignore[arg-type]
         axes, kind = key
-        est = cx.cost("all_reduce", axes, payload)
+        est = cx.cost(ALL_REDUCE.kind, axes, payload)
         op = build_placement(AllReduceOp, ins, outs, axes=axes, algorithm=est.algorithm,
                              inner=est.inner, kind=kind)
         op.location = members[0].location
         block.insert_op_before(op, before)
-        saved = sum(cx.cost("all_reduce", axes, sum(cx.local_bytes(x, spec_of(x.type))  # type: ignore[arg-type]
+        saved = sum(cx.cost(ALL_REDUCE.kind, axes, sum(cx.local_bytes(x, spec_of(x.type))  # type: ignore[arg-type]
                                                     for x in m.inputs)).seconds
                     for m in members) - est.seconds
         if cx.log is not None:
@@ -228,7 +218,7 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
             flush(key, op)
         if isinstance(op, AllReduceOp) and len(op.inputs) == 1:
             x = op.inputs[0]
-            est = cx.cost("all_reduce", op.axis_names(),
+            est = cx.cost(ALL_REDUCE.kind, op.axis_names(),
                           cx.local_bytes(x, spec_of(x.type)))  # type: ignore[arg-type]
             if latency_dominated(est):
                 key = (op.axis_names(), op.reduce_kind())
@@ -307,15 +297,13 @@ class InsertCollectives(LaminaPass):
                     folded.erase()
             # algorithms for collectives the program wrote itself
             for op in func.walk():
-                if isinstance(op, PlacementOp) and not isinstance(op, (AllSliceOp, ReshardOp)) \
-                        and op.algorithm_name() is None:
+                if isinstance(op, PlacementOp) and not isinstance(op, ReshardOp) \
+                        and op.COLLECTIVE.communicates and op.algorithm_name() is None:
                     kind = op.short
                     payload = sum(cx.local_bytes(v, spec_of(v.type)) for v in  # type: ignore[arg-type]
-                                  (op.inputs if PAYLOAD_OF[kind] == "in" else op.outputs))
+                                  (op.outputs if op.COLLECTIVE.payload_is_result else op.inputs))
                     est = cx.cost(kind, op.axis_names(), payload)
-                    op.properties["algorithm"] = StringAttr(est.algorithm)
-                    if est.inner is not None:
-                        op.properties["inner"] = IntegerAttr(est.inner, i64)
+                    op.set_algorithm(est.algorithm, est.inner)
                     if log is not None:
                         log.add(op, f"{kind} over [{', '.join(op.axis_names())}] (written in the "
                                 f"program): {est.describe()}")

@@ -57,6 +57,7 @@ from lamina.analysis.fusion import build_fused
 from lamina.analysis.graph import UnionFind, contracted_order
 from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import type_bytes
+from lamina.ir.collective_kinds import SUM
 from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.collectives import build as build_placement
 from lamina.ir.diagnostics import error_at
@@ -256,7 +257,7 @@ def _place_op(st: _State, op: LaminaOp) -> None:
         else:
             keep = next((i for i in partial_ops if i in info.linear_operands), None)
             reduce = [i for i in partial_ops if i != keep]
-        reduce += [i for i in partial_ops if specs[i].partial_kind != "sum" and i not in reduce]  # type: ignore
+        reduce += [i for i in partial_ops if specs[i].partial_kind != SUM.name and i not in reduce]  # type: ignore
     for i in reduce:
         v = slots[i]
         assert v is not None and specs[i] is not None

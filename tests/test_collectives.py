@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 
 import numpy as np
 import pytest
-from lamina.backends.interface import find_entry
+from lamina.backends.interface import Feature, find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.collectives import PlacementOp
+from lamina.backends.registry import backend_names, get_backend
+from lamina.ir.collective_kinds import COLLECTIVE_KINDS
+from lamina.ir.collectives import COLLECTIVES, OP_CLASS, VERIFY_CHECKS, PlacementOp
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.source import parse_text, verify
 from xdsl.printer import Printer
@@ -281,3 +284,39 @@ def test_hierarchical_needs_its_inner_group_and_stats_use_it() -> None:
     (c,) = run.collectives
     assert c["algorithm"] == "hierarchical"
     assert c["bytes_per_device"] == int(sent_bytes("all_reduce", "hierarchical", 8, c["payload_bytes"], 4))
+
+
+# where each backend that runs placed programs registers its collective lowerings (the compiled
+# backend runs every device of a placed program in the NumPy interpreter)
+LOWERING_MODULES = {"numpy": "lamina.backends.numpy.spmd", "jax": "lamina.backends.jax.collectives",
+                    "compiled": "lamina.backends.numpy.spmd"}
+
+
+@pytest.mark.parametrize("backend", backend_names())
+def test_every_collective_kind_has_a_lowering_on_every_placed_backend(backend: str) -> None:
+    """A backend that runs placed programs lowers every kind of the collectives table (a new
+    record there fails here until each such backend registers it); one that does not run them
+    registers none. A backend whose dependencies are missing is skipped."""
+    try:
+        features = get_backend(backend).features
+    except LaminaError as e:
+        pytest.skip(str(e))
+    if Feature.PLACED not in features:
+        assert backend not in LOWERING_MODULES
+        return
+    lowerings = importlib.import_module(LOWERING_MODULES[backend]).LOWERINGS
+    assert lowerings.missing() == [], f"{backend} has no lowering for {lowerings.missing()}"
+    assert set(COLLECTIVE_KINDS) == {c.COLLECTIVE.kind for c in COLLECTIVES} == set(OP_CLASS)
+
+
+def test_placement_op_verifier_is_its_named_checks() -> None:
+    """`PlacementOp.verify_` runs `VERIFY_CHECKS` in order, each a small documented function:
+    an op breaking two rules reports the one checked first."""
+    assert all(c.__doc__ and c.__name__.startswith("check_") for c in VERIFY_CHECKS)
+    names = [c.__name__ for c in VERIFY_CHECKS]
+    assert names.index("check_algorithm") < names.index("check_axes_on_mesh")
+    text = prog("all_reduce", '{axes = ["expert"], algorithm = "magic"}',
+                T("8x16", "[[], []]", "partial = sum[model]"), T("8x16", "[[], []]"))
+    with pytest.raises(LaminaError) as e:
+        verify(parse_text(text, "p.mlir"))
+    assert "'algorithm' must be" in e.value.message

@@ -6,6 +6,10 @@
   one upward import, or one import of a backend by another, added fails.
 - No pass or backend names an op in a string literal: what they know about ops comes from the
   table's rows and the typed op classes.
+- No pass, backend or analysis spells the collectives' vocabulary (a collective kind, an
+  algorithm, a reduce kind, a placement op's attribute name) as a string literal: it comes from the
+  table of collective kinds (`lamina.ir.collective_kinds`); the precise rule is
+  `test_collective_vocabulary_stays_in_its_table`'s docstring.
 - `lamina/ir/lamina.py` is what `lamina.ir.opgen` generates from the table, with one class per row.
 """
 
@@ -21,6 +25,7 @@ from pathlib import Path
 import lamina
 from lamina.ir import lamina as dialect
 from lamina.ir import opgen
+from lamina.ir.collective_kinds import ALGORITHMS, COLLECTIVE_KINDS, REDUCE_KINDS
 from lamina.ir.optable import OPS
 from lamina.ir.placement import PARTIAL_KINDS
 
@@ -72,12 +77,20 @@ def test_a_backend_importing_another_breaks_the_contract(tmp_path: Path) -> None
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [(n.lineno, value) for n, value in _literal_nodes(_parse(path))]
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _literal_nodes(tree: ast.Module) -> list[tuple[ast.Constant, str]]:
+    """The string constants of `tree` that are not docstrings (f-strings' fixed parts included)."""
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef)
                   and n.body and isinstance(n.body[0], ast.Expr)
                   and isinstance(n.body[0].value, ast.Constant)}
-    return [(n.lineno, n.value) for n in ast.walk(tree)
+    return [(n, n.value) for n in ast.walk(tree)
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
 
 
@@ -93,6 +106,91 @@ def test_passes_and_backends_name_no_op() -> None:
                 if value in names and value not in allowed:
                     found.append(f"{path.relative_to(ROOT)}:{line}: {value!r}")
     assert not found, "op names outside the op table:\n" + "\n".join(found)
+
+
+KIND_WORDS = {w for c in COLLECTIVE_KINDS.values() for w in (c.kind, c.op_name)} | set(ALGORITHMS)
+ATTRIBUTE_WORDS = {a for c in COLLECTIVE_KINDS.values() for a in c.attrs}
+PLACEMENT_MODULES = {"lamina.ir.placement", "lamina.ir.sharding", "lamina.ir.collectives",
+                     "lamina.ir.collective_kinds"}
+COLLECTIVE_FOLDERS = ("passes", "backends", "analysis")
+
+
+def _handles_placements(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.ImportFrom) and n.module in PLACEMENT_MODULES
+               or isinstance(n, ast.Import) and any(a.name in PLACEMENT_MODULES for a in n.names)
+               for n in ast.walk(tree))
+
+
+def _is_properties(e: ast.expr) -> bool:
+    return isinstance(e, ast.Attribute) and e.attr == "properties"
+
+
+def _attribute_keys(tree: ast.Module) -> set[int]:
+    """The ids of the expressions used as an op attribute's key: `x.properties[K]`,
+    `x.properties.get/pop/setdefault(K, ...)`, `x.int_attr(K)`, `K in x.properties`."""
+    keys: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Subscript) and _is_properties(n.value):
+            keys.add(id(n.slice))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args and (
+                n.func.attr == "int_attr" or n.func.attr in ("get", "pop", "setdefault")
+                and _is_properties(n.func.value)):
+            keys.add(id(n.args[0]))
+        elif isinstance(n, ast.Compare) and isinstance(n.ops[0], ast.In | ast.NotIn) \
+                and _is_properties(n.comparators[0]):
+            keys.add(id(n.left))
+    return keys
+
+
+def collective_words(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, literal) of every string literal in `tree` that spells the collectives' vocabulary
+    outside their table (the rule: `test_collective_vocabulary_stays_in_its_table`)."""
+    reduce_kinds = set(REDUCE_KINDS) if _handles_placements(tree) else set()
+    keys = _attribute_keys(tree)
+    return [(n.lineno, v) for n, v in _literal_nodes(tree)
+            if v in KIND_WORDS or v in reduce_kinds or v in ATTRIBUTE_WORDS and id(n) in keys]
+
+
+def test_collective_vocabulary_stays_in_its_table() -> None:
+    """The rule, for every module of passes/, backends/ and analysis/, docstrings aside:
+
+    - no string literal is a collective kind (`all_reduce`, ..., `reshard`), its op name
+      (`lamina.all_reduce`) or a collective algorithm (`ring`, `tree`, `hierarchical`); these
+      words mean nothing else there;
+    - in a module that handles placements (it imports `lamina.ir.placement`, `.sharding`,
+      `.collectives` or `.collective_kinds`), no string literal is a reduce kind (`sum`, `max`);
+      elsewhere (the compiled backend's own trace) the words name other things;
+    - no string literal is a placement op's attribute name (`axes`, `kind`, `algorithm`, `inner`,
+      `dim`, `split_dim`, `concat_dim`) where it is the key of an op attribute: `x.properties[K]`,
+      `x.properties.get(K)` (or pop / setdefault), `x.int_attr(K)`, `K in x.properties`. The same
+      words are also op-table attributes (`axes`, `dim`), `--stats-json` field names and pass
+      options, which stay spelt out.
+    The words come from `lamina.ir.collective_kinds` (its records, `REDUCE_KINDS`, `ALGORITHMS`),
+    so a new kind or attribute is covered as soon as it is in the table."""
+    found = []
+    for folder in COLLECTIVE_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found += [f"{path.relative_to(ROOT)}:{line}: {value!r}"
+                      for line, value in collective_words(_parse(path))]
+    assert not found, "the collectives' vocabulary outside its table:\n" + "\n".join(found)
+
+
+def test_the_collective_vocabulary_check_catches_each_rule() -> None:
+    """The check is not vacuous: a module breaking each rule once is caught on those lines, and
+    the uses the rule leaves alone are not."""
+    src = (
+        "from lamina.ir.sharding import Spec\n"
+        "A = {'all_gather': 1.0}\n"                        # 2: a kind
+        "B = op.algorithm_name() or 'ring'\n"              # 3: an algorithm
+        "C = spec.partial_kind == 'max'\n"                 # 4: a reduce kind
+        "D = op.properties['inner']\n"                     # 5: an attribute key
+        "E = op.int_attr('split_dim')\n"                   # 6
+        "F = {'kind': 1, 'axes': [], 'algorithm': 2}\n"    # a stats record: allowed
+        "G = attrs['axes']\n"                              # an op-table attribute: allowed
+    )
+    assert [line for line, _ in collective_words(ast.parse(src))] == [2, 3, 4, 5, 6]
+    no_placements = ast.parse("X = reduce('sum', x)\n")
+    assert collective_words(no_placements) == []
 
 
 def test_generated_op_classes_are_current() -> None:

@@ -30,31 +30,42 @@ others; `max` partials: the whole value everywhere). A partial result leaves as 
 block, stacked along a new leading dimension over all mesh axes, and the host adds the blocks up
 exactly as the NumPy runner's `assemble` does, so no collective that Lamina did not insert
 appears in the compiled program.
+
+`LOWERINGS` holds the lowering of every kind of the collectives table (`lamina.ir.collective_kinds`),
+registered against its record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from lamina.ir.collectives import (
-    AllGatherOp,
-    AllReduceOp,
-    AllSliceOp,
-    AllToAllOp,
-    PlacementOp,
-    ReduceScatterOp,
-    ReshardOp,
+from lamina.ir.collective_kinds import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_SLICE,
+    ALL_TO_ALL,
+    CONCAT_DIM,
+    DIM,
+    MAX,
+    REDUCE_KINDS,
+    REDUCE_SCATTER,
+    RESHARD,
+    SPLIT_DIM,
+    SUM,
+    Lowerings,
 )
+from lamina.ir.collectives import PlacementOp
 from lamina.ir.diagnostics import error_at
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.placement import Mesh, spec_or_replicated
 from lamina.ir.sharding import Spec
 
 NARROW = ("f16", "bf16")   # element types whose sums run in float32
+PRIMITIVE: dict[str, Any] = {SUM.name: lax.psum, MAX.name: lax.pmax}   # by reduce kind
 
 
 def names(axes: Sequence[str]) -> Any:
@@ -88,9 +99,9 @@ def reduce(xs: Sequence[jax.Array], dtypes: Sequence[str], axes: Sequence[str],
            kind: str) -> list[jax.Array]:
     """psum / pmax of `xs` over `axes` (narrow floats summed in float32). Several operands (an
     insert-collectives bucket) travel as one flat buffer per element type, one collective each."""
-    wide = [x.astype(jnp.float32) if d in NARROW and kind == "sum" else x
+    wide = [x.astype(jnp.float32) if d in NARROW and REDUCE_KINDS[kind].widens else x
             for x, d in zip(xs, dtypes, strict=True)]
-    op = lax.pmax if kind == "max" else lax.psum
+    op = PRIMITIVE[kind]
     out: list[jax.Array | None] = [None] * len(xs)
     for dtype in dict.fromkeys(w.dtype for w in wide):
         idx = [i for i, w in enumerate(wide) if w.dtype == dtype]
@@ -112,7 +123,7 @@ def reduce_scatter(x: jax.Array, dtype: str, axes: Sequence[str], kind: str, dim
     than the leading one is first split into (n, size/n) and n moved to the front, so XLA
     scatters contiguous blocks (on XLA:CPU a scatter along a minor dimension transposes the
     whole operand into another layout and back, measured 2x slower)."""
-    if kind == "max":
+    if kind == MAX.name:   # XLA has no max reduce-scatter in lax
         return slice_at(lax.pmax(x, names(axes)), dim, axes, mesh)
     wide = x.astype(jnp.float32) if dtype in NARROW else x
     if dim == 0:
@@ -148,37 +159,68 @@ def reshard(x: jax.Array, dtype: str, src: Spec, dst: Spec, mesh: Mesh) -> jax.A
     return enter(mesh, Spec(((),) * len(dst.splits), dst.partial, dst.partial_kind), x)
 
 
+# -- one lowering per kind of the collectives table --
+# (op, the device's blocks of its operands, mesh) -> the device's blocks of its results
+JaxLowering = Callable[[PlacementOp, list[jax.Array], Mesh], list[jax.Array]]
+LOWERINGS: Lowerings[JaxLowering] = Lowerings("jax")
+
+
+def _dtypes(op: PlacementOp) -> list[str]:
+    return [tensor_dtype(v.type) for v in op.inputs]
+
+
+@LOWERINGS.register(ALL_REDUCE)
+def _all_reduce(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
+    return reduce(xs, _dtypes(op), op.axis_names(), op.reduce_kind())
+
+
+@LOWERINGS.register(REDUCE_SCATTER)
+def _reduce_scatter(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
+    (x,), (dtype,) = xs, _dtypes(op)
+    return [reduce_scatter(x, dtype, op.axis_names(), op.reduce_kind(), op.int_attr(DIM), mesh)]
+
+
+@LOWERINGS.register(ALL_GATHER)
+def _all_gather(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
+    (x,) = xs
+    return [all_gather(x, op.axis_names(), op.int_attr(DIM))]
+
+
+@LOWERINGS.register(ALL_TO_ALL)
+def _all_to_all(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
+    (x,) = xs
+    return [lax.all_to_all(x, names(op.axis_names()), op.int_attr(SPLIT_DIM),
+                           op.int_attr(CONCAT_DIM), tiled=True)]
+
+
+@LOWERINGS.register(ALL_SLICE)
+def _all_slice(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
+    (x,) = xs
+    return [slice_at(x, op.int_attr(DIM), op.axis_names(), mesh)]
+
+
+@LOWERINGS.register(RESHARD)
+def _reshard(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
+    (x,), (dtype,) = xs, _dtypes(op)
+    return [reshard(x, dtype, spec_or_replicated(op.inputs[0].type),
+                    spec_or_replicated(op.outputs[0].type), mesh)]
+
+
 def lower(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
     """The per-device results of placement op `op` on blocks `xs` (see the module docstring)."""
-    axes = op.axis_names()
-    if not isinstance(op, ReshardOp) and mesh.size(axes) == 1:
+    c = op.COLLECTIVE
+    if c.needs_axes and mesh.size(op.axis_names()) == 1:
         return list(xs)   # groups of one device: nothing moves
-    dtypes = [tensor_dtype(v.type) for v in op.inputs]
-    if isinstance(op, AllReduceOp):
-        return reduce(xs, dtypes, axes, op.reduce_kind())
-    outs: list[jax.Array] = []
-    for v, r, x, dtype in zip(op.inputs, op.outputs, xs, dtypes, strict=True):
-        if isinstance(op, ReduceScatterOp):
-            outs.append(reduce_scatter(x, dtype, axes, op.reduce_kind(), op.int_attr("dim"), mesh))
-        elif isinstance(op, AllGatherOp):
-            outs.append(all_gather(x, axes, op.int_attr("dim")))
-        elif isinstance(op, AllToAllOp):
-            outs.append(lax.all_to_all(x, names(axes), op.int_attr("split_dim"),
-                                       op.int_attr("concat_dim"), tiled=True))
-        elif isinstance(op, AllSliceOp):
-            outs.append(slice_at(x, op.int_attr("dim"), axes, mesh))
-        elif isinstance(op, ReshardOp):
-            outs.append(reshard(x, dtype, spec_or_replicated(v.type),
-                                spec_or_replicated(r.type), mesh))
-        else:
-            raise error_at(op, f"backend 'jax' has no lowering for '{op.name}'")
-    return outs
+    lowering = LOWERINGS.get(c)
+    if lowering is None:
+        raise error_at(op, f"backend 'jax' has no lowering for '{op.name}'")
+    return lowering(op, xs, mesh)
 
 
 def enter(mesh: Mesh, spec: Spec, x: jax.Array) -> jax.Array:
     """A function argument's block as the NumPy runner distributes it (pending sums: the whole
     value on coordinate-0 devices of the partial axes, zeros elsewhere)."""
-    if not spec.partial or spec.partial_kind == "max":
+    if not spec.partial or REDUCE_KINDS[spec.partial_kind].idempotent:
         return x
     return jnp.where(owner(spec.partial), x, jnp.zeros_like(x))
 

@@ -33,10 +33,18 @@ from typing import Any
 
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.analysis.sizes import local_bytes
+from lamina.ir.collective_kinds import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    REDUCE_KINDS,
+    REDUCE_SCATTER,
+    RING,
+    SUM,
+)
 from lamina.ir.collectives import (
     AllGatherOp,
     AllReduceOp,
-    AllSliceOp,
     AllToAllOp,
     PlacementOp,
     ReduceScatterOp,
@@ -59,14 +67,14 @@ def planned(func: FuncOp, mesh: Mesh) -> list[dict[str, Any]]:
     """Every collective Lamina placed in `func` (all_slice moves no data and is left out)."""
     out: list[dict[str, Any]] = []
     for op in func.walk():
-        if not isinstance(op, PlacementOp) or isinstance(op, AllSliceOp):
+        if not isinstance(op, PlacementOp) or not op.COLLECTIVE.communicates:
             continue
-        axes = op.axis_names() if not isinstance(op, ReshardOp) else tuple(mesh.axes)
+        axes = op.axis_names() if op.COLLECTIVE.needs_axes else tuple(mesh.axes)
         n = mesh.size(axes)
         local = float(sum(local_bytes(v, op) for v in op.inputs))
-        payload = local * n if isinstance(op, AllGatherOp) else local
+        payload = local * n if op.COLLECTIVE.payload_is_result else local
         alg = op.algorithm_name()
-        out.append({"kind": op.short, "axes": list(axes), "algorithm": alg or "ring",
+        out.append({"kind": op.short, "axes": list(axes), "algorithm": alg or RING,
                     "devices": n, "replica_groups": [list(g) for g in groups(mesh, axes)],
                     "payload_bytes": int(payload),
                     "bytes_per_device": int(sent_bytes(op.short, alg, n, payload,
@@ -91,8 +99,8 @@ def _reshard_parts(op: ReshardOp, mesh: Mesh) -> list[tuple[str, tuple[str, ...]
     src = spec_or_replicated(op.inputs[0].type)
     parts: list[tuple[str, tuple[str, ...]]] = []
     if src.partial:
-        parts.append(("all_reduce", tuple(src.partial)))
-    parts += [("all_gather", tuple(axes)) for axes in src.splits if axes]
+        parts.append((ALL_REDUCE.kind, tuple(src.partial)))
+    parts += [(ALL_GATHER.kind, tuple(axes)) for axes in src.splits if axes]
     return parts
 
 
@@ -106,15 +114,16 @@ def expected_hlo(func: FuncOp, mesh: Mesh) -> list[tuple[str, Groups]]:
         parts: list[tuple[str, tuple[str, ...]]] = []
         axes = op.axis_names()
         if isinstance(op, AllReduceOp):   # one flat buffer per element type it sums in
-            wide = {"f16": "f32", "bf16": "f32"} if op.reduce_kind() == "sum" else {}
+            wide = {"f16": "f32", "bf16": "f32"} if REDUCE_KINDS[op.reduce_kind()].widens else {}
             types = {wide.get(d, d) for d in (tensor_dtype(v.type) for v in op.inputs)}
-            parts = [("all_reduce", axes)] * len(types)
-        elif isinstance(op, ReduceScatterOp):
-            parts = [("reduce_scatter" if op.reduce_kind() == "sum" else "all_reduce", axes)]
+            parts = [(ALL_REDUCE.kind, axes)] * len(types)
+        elif isinstance(op, ReduceScatterOp):   # a max is a pmax and a local slice
+            rs = op.reduce_kind() == SUM.name
+            parts = [(REDUCE_SCATTER.kind if rs else ALL_REDUCE.kind, axes)]
         elif isinstance(op, AllGatherOp):
-            parts = [("all_gather", axes)]
+            parts = [(ALL_GATHER.kind, axes)]
         elif isinstance(op, AllToAllOp):
-            parts = [("all_to_all", axes)]
+            parts = [(ALL_TO_ALL.kind, axes)]
         elif isinstance(op, ReshardOp):
             parts = _reshard_parts(op, mesh)
         out += [(kind, groups(mesh, ax)) for kind, ax in parts if mesh.size(ax) > 1]
@@ -126,7 +135,7 @@ def could_merge(func: FuncOp) -> bool:
     only ones XLA's CSE could fold into one)."""
     seen: set[tuple[object, ...]] = set()
     for op in func.walk():
-        if not isinstance(op, PlacementOp) or isinstance(op, AllSliceOp):
+        if not isinstance(op, PlacementOp) or not op.COLLECTIVE.communicates:
             continue
         key = (op.name, tuple(sorted((k, str(v)) for k, v in op.properties.items())),
                tuple(str(v.type) for v in op.inputs))

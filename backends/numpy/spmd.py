@@ -21,7 +21,9 @@ blocks they see (`Block(global_shape, offsets, operands)`): dropout's mask is th
 one, and a gather on a split table looks up only the rows its block holds. Devices holding the same
 operand arrays share the result (computed once), which keeps replicated work cheap here.
 `lamina.fused` runs its body op by op on local shapes. Collectives exchange shards exactly as the
-op says (`lamina.ir.collectives`); `lamina.reshard` (not yet lowered) assembles and redistributes.
+op says (`lamina.ir.collectives`), one lowering per kind of the collectives table
+(`LOWERINGS`, keyed by `lamina.ir.collective_kinds` records); `lamina.reshard` (not yet lowered)
+assembles and redistributes.
 
 An `ExecutionObserver` (e.g. `MemoryChecker`) gets the same hooks as under `run_function`; the
 values' types carry their placements, so it accounts local shard bytes per device.
@@ -34,7 +36,7 @@ Statistics: the single-device counters are per device (device 0), plus `devices`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,15 +54,20 @@ from lamina.backends.numpy.runner import (
     device_nbytes,
     distinct_nbytes,
 )
-from lamina.ir.collectives import (
-    AllGatherOp,
-    AllReduceOp,
-    AllSliceOp,
-    AllToAllOp,
-    PlacementOp,
-    ReduceScatterOp,
-    ReshardOp,
+from lamina.ir.collective_kinds import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_SLICE,
+    ALL_TO_ALL,
+    CONCAT_DIM,
+    DIM,
+    REDUCE_SCATTER,
+    RESHARD,
+    RING,
+    SPLIT_DIM,
+    Lowerings,
 )
+from lamina.ir.collectives import COLLECTIVES, PlacementOp
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp, YieldOp
@@ -182,60 +189,27 @@ class SpmdRun:
         alg = op.algorithm_name()
         sent = sent_bytes(op.short, alg, n, payload, op.inner_group())
         self.collectives.append({"kind": op.short, "axes": list(op.axis_names()),
-                                 "algorithm": alg or "ring", "devices": n,
+                                 "algorithm": alg or RING, "devices": n,
                                  "payload_bytes": int(payload), "bytes_per_device": int(sent)})
 
     def run_collective(self, op: PlacementOp, args: list[Shards]) -> list[Shards]:
         mesh = self.mesh
+        c = op.COLLECTIVE
+        lowering = LOWERINGS.get(c)
+        if lowering is None:
+            raise error_at(op, f"the SPMD interpreter has no lowering for '{op.name}'")
         axes = op.axis_names()
         n = mesh.size(axes) if axes else 1
         results: list[Shards] = []
         payload = 0.0
         for x, r, shards in zip(op.inputs, op.outputs, args, strict=True):
-            xt, rt = tensor_info(x.type), tensor_info(r.type)
-            src, dst = spec_or_replicated(x.type), spec_or_replicated(r.type)
-            local_in = float(math.prod(block(mesh, src, xt.shape, 0)[1])) * \
+            xt = tensor_info(x.type)
+            local_in = float(math.prod(block(mesh, spec_or_replicated(x.type), xt.shape, 0)[1])) * \
                 np.dtype(shards[0].dtype).itemsize
-            out: Shards = [shards[0]] * mesh.devices
-            if isinstance(op, ReshardOp):
-                whole = assemble(mesh, src, shards, xt.shape, xt.dtype)
-                out = distribute(mesh, dst, whole)
-                payload += local_in
-            elif isinstance(op, AllReduceOp):
-                for g in mesh.groups(axes):
-                    red = reduce_parts([shards[d] for d in g], op.reduce_kind(), xt.dtype)
-                    for d in g:
-                        out[d] = red
-                payload += local_in
-            elif isinstance(op, ReduceScatterOp):
-                dim = op.int_attr("dim")
-                for g in mesh.groups(axes):
-                    red = reduce_parts([shards[d] for d in g], op.reduce_kind(), xt.dtype)
-                    for j, piece in enumerate(np.split(red, len(g), axis=dim)):
-                        out[g[j]] = piece
-                payload += local_in
-            elif isinstance(op, AllGatherOp):
-                dim = op.int_attr("dim")
-                for g in mesh.groups(axes):
-                    whole = np.concatenate([shards[d] for d in g], axis=dim)
-                    for d in g:
-                        out[d] = whole
-                payload += local_in * n
-            elif isinstance(op, AllToAllOp):
-                sd, cd = op.int_attr("split_dim"), op.int_attr("concat_dim")
-                for g in mesh.groups(axes):
-                    pieces = [np.split(shards[d], len(g), axis=sd) for d in g]
-                    for j, d in enumerate(g):
-                        out[d] = np.concatenate([pieces[i][j] for i in range(len(g))], axis=cd)
-                payload += local_in
-            elif isinstance(op, AllSliceOp):
-                dim = op.int_attr("dim")
-                for g in mesh.groups(axes):
-                    for j, d in enumerate(g):
-                        out[d] = np.split(shards[d], len(g), axis=dim)[j]
-            results.append(out)
-            del rt, dst
-        if not isinstance(op, AllSliceOp):
+            results.append(lowering(mesh, op, shards, x, r))
+            if c.communicates:
+                payload += local_in * n if c.payload_is_result else local_in
+        if c.communicates:
             self.record(op, payload, n if axes else mesh.devices)
         return results
 
@@ -302,10 +276,85 @@ def run_spmd(func: FuncOp, inputs: Sequence[np.ndarray], mesh_op: MeshOp | None 
     return RunResult(outputs, d)
 
 
+# -- collectives: one lowering per kind of the table, on every device's shards --
+# (mesh, op, the operand's shards, operand, result) -> the result's shards
+SpmdLowering = Callable[[Mesh, PlacementOp, Shards, SSAValue, SSAValue], Shards]
+LOWERINGS: Lowerings[SpmdLowering] = Lowerings("numpy")
+
+
+@LOWERINGS.register(RESHARD)
+def _reshard(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
+    """Assemble the whole value and distribute it as the result is placed."""
+    xt = tensor_info(x.type)
+    whole = assemble(mesh, spec_or_replicated(x.type), shards, xt.shape, xt.dtype)
+    return distribute(mesh, spec_or_replicated(r.type), whole)
+
+
+@LOWERINGS.register(ALL_REDUCE)
+def _all_reduce(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
+    """Every device of a group gets the group's reduction."""
+    out: Shards = [shards[0]] * mesh.devices
+    dtype = tensor_info(x.type).dtype
+    for g in mesh.groups(op.axis_names()):
+        red = reduce_parts([shards[d] for d in g], op.reduce_kind(), dtype)
+        for d in g:
+            out[d] = red
+    return out
+
+
+@LOWERINGS.register(REDUCE_SCATTER)
+def _reduce_scatter(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue,
+                    r: SSAValue) -> Shards:
+    """Device j of a group gets block j along `dim` of the group's reduction."""
+    out: Shards = [shards[0]] * mesh.devices
+    dim, dtype = op.int_attr(DIM), tensor_info(x.type).dtype
+    for g in mesh.groups(op.axis_names()):
+        red = reduce_parts([shards[d] for d in g], op.reduce_kind(), dtype)
+        for j, piece in enumerate(np.split(red, len(g), axis=dim)):
+            out[g[j]] = piece
+    return out
+
+
+@LOWERINGS.register(ALL_GATHER)
+def _all_gather(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
+    """Every device of a group gets the group's blocks concatenated along `dim`."""
+    out: Shards = [shards[0]] * mesh.devices
+    dim = op.int_attr(DIM)
+    for g in mesh.groups(op.axis_names()):
+        whole = np.concatenate([shards[d] for d in g], axis=dim)
+        for d in g:
+            out[d] = whole
+    return out
+
+
+@LOWERINGS.register(ALL_TO_ALL)
+def _all_to_all(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
+    """Device j of a group gets piece j (along `split_dim`) of every member's block,
+    concatenated along `concat_dim`."""
+    out: Shards = [shards[0]] * mesh.devices
+    sd, cd = op.int_attr(SPLIT_DIM), op.int_attr(CONCAT_DIM)
+    for g in mesh.groups(op.axis_names()):
+        pieces = [np.split(shards[d], len(g), axis=sd) for d in g]
+        for j, d in enumerate(g):
+            out[d] = np.concatenate([pieces[i][j] for i in range(len(g))], axis=cd)
+    return out
+
+
+@LOWERINGS.register(ALL_SLICE)
+def _all_slice(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
+    """Device j of a group keeps its block j along `dim` (no communication)."""
+    out: Shards = [shards[0]] * mesh.devices
+    dim = op.int_attr(DIM)
+    for g in mesh.groups(op.axis_names()):
+        for j, d in enumerate(g):
+            out[d] = np.split(shards[d], len(g), axis=dim)[j]
+    return out
+
+
 def _identity(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:
     # On whole (global) arrays every placement op is the identity: it only moves data.
     return [a for a in args if a is not None]
 
 
-for _cls in (AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, AllSliceOp, ReshardOp):
+for _cls in COLLECTIVES:
     base.register_op_runner(_cls, _identity)
