@@ -6,6 +6,8 @@
   one upward import, or one import of a backend by another, added fails.
 - No pass or backend names an op in a string literal: what they know about ops comes from the
   table's rows and the typed op classes.
+- No two `lamina.ir` modules import each other, directly or through others (TYPE_CHECKING
+  imports included): the op table, its rules, the op classes and the builders form a tree.
 - `lamina/ir/lamina.py` is what `lamina.ir.opgen` generates from the table, with one class per row.
 """
 
@@ -18,9 +20,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import lamina
 from lamina.ir import lamina as dialect
 from lamina.ir import opgen
+from lamina.ir.collectives import COLLECTIVES
 from lamina.ir.optable import OPS
 from lamina.ir.placement import PARTIAL_KINDS
 
@@ -81,10 +85,22 @@ def _string_literals(path: Path) -> list[tuple[int, str]]:
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
 
 
+def _op_names() -> set[str]:
+    """Every name a string literal could spell an op of the dialect by: `lamina.X` for each op of
+    the `lamina` dialect (table rows, `lamina.fused` and its `yield`, mesh, memory and collective
+    ops), and the bare `X` for all but the collectives, whose bare names are also the kinds of
+    resharding steps (`lamina.analysis.reshard_plan.Step.kind`), a vocabulary of their own."""
+    full = {op.name for op in dialect.Lamina.operations}
+    collectives = {cls.name for cls in COLLECTIVES}
+    assert {f"lamina.{n}" for n in OPS} <= full and collectives <= full
+    return full | {n.removeprefix("lamina.") for n in full - collectives}
+
+
 def test_passes_and_backends_name_no_op() -> None:
-    """`"gelu"` or `"lamina.dropout"` in a pass or backend is a list of ops kept outside the table.
-    ("sum" and "max" are also the kinds of a pending reduction, a different vocabulary.)"""
-    names = set(OPS) | {f"lamina.{n}" for n in OPS}
+    """`"gelu"`, `"lamina.dropout"` or `"lamina.fused"` in a pass or backend is a list of ops kept
+    outside the table and the dialect. ("sum" and "max" are also the kinds of a pending reduction,
+    a different vocabulary.)"""
+    names = _op_names()
     allowed = set(PARTIAL_KINDS)
     found = []
     for folder in ("passes", "backends"):
@@ -93,6 +109,48 @@ def test_passes_and_backends_name_no_op() -> None:
                 if value in names and value not in allowed:
                     found.append(f"{path.relative_to(ROOT)}:{line}: {value!r}")
     assert not found, "op names outside the op table:\n" + "\n".join(found)
+
+
+def test_op_names_cover_the_dialect() -> None:
+    """The check above knows the ops outside the table too, so it is not vacuous for them."""
+    names = _op_names()
+    assert {"fused", "lamina.fused", "yield", "mesh", "free", "move", "lamina.all_reduce",
+            "gelu", "lamina.gelu"} <= names
+    assert "all_reduce" not in names
+
+
+def _ir_cycles(graph: grimp.ImportGraph) -> list[str]:
+    """Every import between `lamina.ir` modules that closes a cycle, as the cycle's chain."""
+    ir = {m for m in graph.modules if m.startswith("lamina.ir.")}
+    cycles = []
+    for module in sorted(ir):
+        for dep in sorted(graph.find_modules_directly_imported_by(module) & ir):
+            back = graph.find_shortest_chain(importer=dep, imported=module)
+            if back is not None:
+                cycles.append(" -> ".join((module, *back)))
+    return cycles
+
+
+def _import_graph() -> grimp.ImportGraph:
+    """The package's imports as lint-imports sees them, TYPE_CHECKING imports included: a cycle
+    closed only under TYPE_CHECKING still ties the modules together for pyright and for readers,
+    and becomes an import-time failure the day one of them needs the name at run time."""
+    return grimp.build_graph("lamina", exclude_type_checking_imports=False, cache_dir=None)
+
+
+def test_ir_modules_import_no_cycle() -> None:
+    cycles = _ir_cycles(_import_graph())
+    assert not cycles, "import cycles among lamina.ir modules:\n" + "\n".join(cycles)
+
+
+def test_an_import_cycle_is_found() -> None:
+    """The rules' module naming the builder (which imports the op classes, which import the
+    table, which imports the rules) is the cycle this check was written against."""
+    graph = _import_graph()
+    graph.add_import(importer="lamina.ir.vjp", imported="lamina.ir.program_builder")
+    cycles = _ir_cycles(graph)
+    assert any(c.startswith("lamina.ir.optable -> lamina.ir.vjp -> lamina.ir.program_builder")
+               for c in cycles), cycles
 
 
 def test_generated_op_classes_are_current() -> None:
