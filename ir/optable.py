@@ -1,16 +1,24 @@
 """The op table: the single source of every per-op fact in Lamina.
 
-One `OpInfo` per op says what the op is called, which operands and attributes it takes, its shape
-rule, its semantics (an array-API formula, `lamina.ir.formulas`, which every backend evaluates with
-its own array namespace), its class for fusion, whether a pending-reduction (`partial`) value may
-pass through it, its sharding rule (a `lamina.ir.sharding.ShardingRule`) and its cost. The
-dialect's op classes are generated from these entries (`lamina.ir.lamina`, by `lamina.ir.opgen`),
-interpreters run their formulas, and passes read their classes, rules and costs: no other module
-keeps a list of op names. Nothing here is specific to one backend: a backend's faster forms of a
-row's formula are registered against the row in that backend (the NumPy interpreter's:
-`lamina.backends.numpy.specialized`). Adding an elementwise op is one line in `UNARY_OPS` /
-`BINARY_OPS` below (its formula is the namespace's function of the same name, or one in
-`lamina.ir.formulas`), then `python -m lamina.ir.opgen` to regenerate the op classes.
+One `OpInfo` record per op holds everything Lamina knows about it: its name, operands and
+attributes, its shape rule (which also says whether it takes integer operands), its semantics (an
+array-API formula, `lamina.ir.formulas`, which every backend evaluates with its own array
+namespace) and the per-element form a compiled kernel computes (`lamina.ir.scalar_forms`), its
+value range (`lamina.ir.intervals`), its vector-Jacobian product (`lamina.ir.vjp`), its class for
+fusion and the index map a fused kernel reads a layout op through (`lamina.ir.view_rules`),
+whether a pending-reduction (`partial`) value may pass through it, its sharding rule (a
+`lamina.ir.sharding.ShardingRule`) and its cost. Rows are records built by keyword, and no fact
+about an op is kept beside its row in a dict keyed by its name. The dialect's op classes are
+generated from the rows (`lamina.ir.lamina`, by `lamina.ir.opgen`), interpreters run their
+formulas, and passes read their classes, rules and costs: no other module keeps a list of op
+names. Nothing here is specific to one backend: a backend's faster forms of a row's formula are
+registered against the row in that backend (the NumPy interpreter's:
+`lamina.backends.numpy.specialized`).
+
+Adding an elementwise op is one `_unary(...)` / `_binary(...)` row in `_ROWS` below (its formula the
+namespace's function of the same name, `fm.via(name)`, or one in `lamina.ir.formulas`, which is
+also its per-element form), then `python -m lamina.ir.opgen` to regenerate the op classes; the
+README's "Where things go" lists every file it touches.
 """
 
 from __future__ import annotations
@@ -82,44 +90,53 @@ ShapeRule = Callable[[Sequence[TensorInfo | None], dict, TensorInfo], TensorInfo
 Flops = Callable[[Sequence[TensorInfo | None], TensorInfo, dict], float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpInfo:
+    """Every fact about one op: its row of the table.
+
+    Keyword-only, so a row names each fact it states (`OpInfo(name="matmul", ..., row_tiled=True)`)
+    and a new field cannot shift the meaning of the others; the facts without a default are the
+    ones every row must state."""
+
+    # -- the op --
     name: str                          # op name without the `lamina.` prefix
     summary: str
     operands: tuple[OperandSpec, ...]
-    attrs: tuple[AttrSpec, ...]
+    attrs: tuple[AttrSpec, ...] = ()
+    # the result type for the operands and attributes, and which element types the op takes:
+    # `shapes.unary_numeric` / `binary_numeric` also integers (i32 / i64 arithmetic wraps in two's
+    # complement, as in NumPy, PyTorch and XLA), `shapes.unary` / `binary` floats only (integer
+    # division and powers round differently in every framework)
     shape: ShapeRule
+    # True when the result type is part of the op's specification rather than a function of its
+    # operands and attributes (reshape's shape, cast's element type, iota's whole type): a
+    # builder must be told it (`lamina.ir.builder`), the shape rule checks it
+    declares_result: bool = False
+
+    # -- semantics --
     formula: fm.Formula                # the semantics, on any array-API namespace
-    fusion: Fusion
-    linearity: Linearity
-    sharding: ShardingRule
-    flops: Flops
-    linear_operands: tuple[int, ...] = ()
     ew: fm.Elementwise | None = None   # the elementwise form `ew(xp, *xs, **attrs)`, if one
     # True: float operands are computed in their compute type and the result rounded to its
     # element type once (`formulas.compute_dtype`); False: the op moves or picks stored values
     # (layout ops, select, compares) and sees and returns storage arrays unchanged
     arith: bool = True
-    launches_kernel: bool = True       # False for ops that are views or folded into their users
     # True when an element's result depends on its place in the global tensor (dropout's mask):
     # a backend running the op on a block (a tile, a device's shard) must pass `Call.block`
     position_dependent: bool = False
-    # when the linearity depends on the element types (casts): (operands, result) -> Linearity
-    type_linearity: Callable[[Sequence[TensorInfo | None], TensorInfo], Linearity] | None = None
-    # value-range facts: the result's interval, the operands' domains, exactness
-    # (`lamina.ir.intervals`); None for ops whose range is their literal (constant)
-    interval: IntervalRule | None = None
-    # True when the result type is part of the op's specification rather than a function of its
-    # operands and attributes (reshape's shape, cast's element type, iota's whole type): a
-    # builder must be told it (`lamina.ir.builder`), the shape rule checks it
-    declares_result: bool = False
-    # reverse mode (`lamina.ir.vjp`): the rule emitting the operands' cotangents in Lamina ops,
-    # or NotDifferentiable(why); every row states one (tests/test_vjp_rules.py checks it)
-    vjp: vj.Vjp | None = None
     # the op on one element (elementwise rows) or one row (row reductions) in the scalar
     # namespace of `lamina.ir.scalar_forms`: what a compiled fused kernel computes, mostly the
     # formula itself; None: no compiled kernel computes the op inside its loop
     scalar: fm.Formula | None = None
+    # value-range facts: the result's interval, the operands' domains, exactness
+    # (`lamina.ir.intervals`); None for ops whose range is their literal (constant)
+    interval: IntervalRule | None = None
+    # reverse mode (`lamina.ir.vjp`): the rule emitting the operands' cotangents in Lamina ops,
+    # or NotDifferentiable(why); every row states one (tests/test_vjp_rules.py checks the rules)
+    vjp: vj.Vjp
+
+    # -- fusion and tiling --
+    fusion: Fusion
+    launches_kernel: bool = True       # False for ops that are views or folded into their users
     # LAYOUT rows: the op's index map (`lamina.ir.view_rules`), by which a fused kernel reads its
     # inputs and writes its outputs through the op without materializing its operand
     view: vr.ViewRule | None = None
@@ -128,6 +145,16 @@ class OpInfo:
     # other operands have no batch dims of their own (rank 2: a matmul by a weight matrix), so
     # elementwise ops on the result fuse after it as its epilogue (`fuse-elementwise`, rule 9)
     row_tiled: bool = False
+
+    # -- sharding --
+    linearity: Linearity
+    linear_operands: tuple[int, ...] = ()
+    # when the linearity depends on the element types (casts): (operands, result) -> Linearity
+    type_linearity: Callable[[Sequence[TensorInfo | None], TensorInfo], Linearity] | None = None
+    sharding: ShardingRule
+
+    # -- cost --
+    flops: Flops
 
     @property
     def full_name(self) -> str:
@@ -170,64 +197,66 @@ def _matmul_flops(ops: Sequence[TensorInfo | None], res: TensorInfo, attrs: dict
 X = (OperandSpec("input"),)
 XY = (OperandSpec("lhs"), OperandSpec("rhs"))
 NONE = Linearity.NONE
+ADDITIVE = Linearity.ADDITIVE
+ONE_SIDED = Linearity.ONE_SIDED
 ELEMENTWISE = sh.Elementwise()
 
-# name, summary, flops per element, linearity, linear operands, formula (`fm.via(name)`: the
-# namespace's function of that name), value range
-EwRow = tuple[str, str, float, Linearity, tuple[int, ...], fm.Elementwise, IntervalRule]
-UNARY_OPS: tuple[EwRow, ...] = (
-    ("neg", "negation", 1, Linearity.ADDITIVE, (0,), fm.neg, iv.NEG),
-    ("abs", "absolute value", 1, NONE, (), fm.via("abs"), iv.ABS),
-    ("exp", "natural exponential", 4, NONE, (), fm.via("exp"), iv.EXP),
-    ("log", "natural logarithm", 4, NONE, (), fm.via("log"), iv.LOG),
-    ("tanh", "hyperbolic tangent", 6, NONE, (), fm.via("tanh"), iv.TANH),
-    ("sigmoid", "logistic sigmoid 1 / (1 + exp(-x))", 6, NONE, (), fm.sigmoid, iv.SIGMOID),
-    ("relu", "max(x, 0)", 1, NONE, (), fm.relu, iv.RELU),
-    ("gelu", "Gaussian error linear unit (erf form, or tanh form with approximate = \"tanh\")",
-     12, NONE, (), fm.gelu, iv.GELU),
-    ("erf", "error function", 10, NONE, (), fm.erf, iv.ERF),
-    ("sqrt", "square root", 2, NONE, (), fm.via("sqrt"), iv.SQRT),
-    ("rsqrt", "1 / sqrt(x)", 3, NONE, (), fm.rsqrt, iv.RSQRT),
-    ("reciprocal", "1 / x", 1, NONE, (), fm.reciprocal, iv.RECIPROCAL),
-)
 
-BINARY_OPS: tuple[EwRow, ...] = (
-    ("add", "sum", 1, Linearity.ADDITIVE, (0, 1), fm.via("add"), iv.ADD),
-    ("sub", "difference", 1, Linearity.ADDITIVE, (0, 1), fm.via("subtract"), iv.SUB),
-    ("mul", "product", 1, Linearity.ONE_SIDED, (0, 1), fm.via("multiply"), iv.MUL),
-    ("div", "quotient", 1, Linearity.ONE_SIDED, (0,), fm.via("divide"), iv.DIV),
-    ("max", "elementwise maximum (NaN-propagating)", 1, NONE, (), fm.via("maximum"), iv.MAX),
-    ("min", "elementwise minimum (NaN-propagating)", 1, NONE, (), fm.via("minimum"), iv.MIN),
-    ("pow", "lhs raised to rhs", 8, NONE, (), fm.via("pow"), iv.POW),
-)
+# ---- row constructors: the facts a kind of op shares, the rest by keyword ----------------------
 
-# name, symbol, the namespace's function
-COMPARE_OPS: tuple[tuple[str, str, str], ...] = (
-    ("eq", "==", "equal"), ("ne", "!=", "not_equal"),
-    ("lt", "<", "less"), ("le", "<=", "less_equal"),
-    ("gt", ">", "greater"), ("ge", ">=", "greater_equal"),
-)
+def _elementwise(*, operands: tuple[OperandSpec, ...], shape: ShapeRule, name: str, summary: str,
+                 ew: fm.Elementwise, flops: float, interval: IntervalRule, vjp: vj.Vjp,
+                 linearity: Linearity, linear_operands: tuple[int, ...],
+                 attrs: tuple[AttrSpec, ...], arith: bool = True) -> OpInfo:
+    """An elementwise row: `ew` applied element by element is both its formula and its
+    per-element form; it shards like its operands and costs `flops` per result element."""
+    return OpInfo(name=name, summary=summary, operands=operands, attrs=attrs, shape=shape,
+                  formula=fm.elementwise(ew), ew=ew, arith=arith, scalar=fm.elementwise(ew),
+                  interval=interval, vjp=vjp, fusion=Fusion.ELEMENTWISE, linearity=linearity,
+                  linear_operands=linear_operands, sharding=ELEMENTWISE, flops=per_output(flops))
 
-_UNARY_ATTRS: dict[str, tuple[AttrSpec, ...]] = {
-    "gelu": (AttrSpec("approximate", AttrKind.STR, "none", choices=("none", fm.GELU_TANH)),),
-}
-# the VJP of each UNARY_OPS / BINARY_OPS row (`lamina.ir.vjp`)
-_VJP: dict[str, vj.Vjp] = {
-    "neg": vj.neg, "abs": vj.abs_, "exp": vj.exp, "log": vj.log, "tanh": vj.tanh,
-    "sigmoid": vj.sigmoid, "relu": vj.relu, "gelu": vj.gelu, "erf": vj.erf, "sqrt": vj.sqrt,
-    "rsqrt": vj.rsqrt, "reciprocal": vj.reciprocal,
-    "add": vj.add, "sub": vj.sub, "mul": vj.mul, "div": vj.div, "max": vj.max_, "min": vj.min_,
-    "pow": vj.pow_,
-}
 
-# rows also defined on i32 / i64 (integer arithmetic wraps in two's complement, as in NumPy,
-# PyTorch and XLA); the others are float-only (integer division and powers round differently
-# in every framework)
-_INTEGER_OK = frozenset({"neg", "abs", "add", "sub", "mul", "max", "min"})
+def _unary(*, name: str, summary: str, ew: fm.Elementwise, flops: float, interval: IntervalRule,
+           vjp: vj.Vjp, integer: bool = False, linearity: Linearity = NONE,
+           linear_operands: tuple[int, ...] = (), attrs: tuple[AttrSpec, ...] = ()) -> OpInfo:
+    """A one-operand elementwise row; `integer`: also defined on i32 / i64 (else float only)."""
+    return _elementwise(operands=X, shape=shapes.unary_numeric if integer else shapes.unary,
+                        name=name, summary=summary, ew=ew, flops=flops, interval=interval, vjp=vjp,
+                        linearity=linearity, linear_operands=linear_operands, attrs=attrs)
+
+
+def _binary(*, name: str, summary: str, ew: fm.Elementwise, flops: float, interval: IntervalRule,
+            vjp: vj.Vjp, integer: bool = False, linearity: Linearity = NONE,
+            linear_operands: tuple[int, ...] = ()) -> OpInfo:
+    """A two-operand elementwise row, NumPy broadcasting; `integer` as for `_unary`."""
+    return _elementwise(operands=XY, shape=shapes.binary_numeric if integer else shapes.binary,
+                        name=name, summary=summary, ew=ew, flops=flops, interval=interval, vjp=vjp,
+                        linearity=linearity, linear_operands=linear_operands, attrs=())
+
+
+def _compare(*, name: str, symbol: str, fn: str) -> OpInfo:
+    """A comparison: the namespace's function `fn`, an i1 result that carries no gradient."""
+    return _elementwise(operands=XY, shape=shapes.compare, name=name,
+                        summary=f"elementwise lhs {symbol} rhs, an i1 tensor", ew=fm.via(fn),
+                        flops=1, interval=iv.COMPARE, vjp=vj.COMPARE, linearity=NONE,
+                        linear_operands=(), attrs=(), arith=False)
+
 
 _REDUCE_ATTRS = (AttrSpec("axes", AttrKind.INTS, required=True),
                  AttrSpec("keepdims", AttrKind.BOOL, False))
 _NORM_ATTRS = (AttrSpec("axis", AttrKind.INT, -1), AttrSpec("eps", AttrKind.FLOAT, 1e-5))
+_AXIS_ATTRS = (AttrSpec("axis", AttrKind.INT, -1),)
+
+
+def _reduce(*, name: str, fn: str, shape: ShapeRule, combine: str | None, linearity: Linearity,
+            interval: IntervalRule, vjp: vj.Vjp) -> OpInfo:
+    """reduce_<fn> over `axes`: the namespace's `fn`, a pending `combine` across devices that
+    hold parts of a reduced dim (None: no single collective combines the parts)."""
+    return OpInfo(name=name, summary=f"{fn} over `axes`", operands=X, attrs=_REDUCE_ATTRS,
+                  shape=shape, formula=fm.reduction(fn), scalar=fm.reduction(fn),
+                  interval=interval, vjp=vjp, fusion=Fusion.REDUCTION, linearity=linearity,
+                  linear_operands=(0,) if linearity != NONE else (),
+                  sharding=sh.Reduction(combine), flops=per_input(1))
 
 
 _WIDER_FLOAT = {"f16": ("f32", "f64"), "bf16": ("f32", "f64"), "f32": ("f64",), "f64": ()}
@@ -243,140 +272,163 @@ def _cast_linearity(operands: Sequence[TensorInfo | None], result: TensorInfo) -
     return Linearity.ADDITIVE if result.dtype in _WIDER_FLOAT.get(src.dtype, ()) else NONE
 
 
-def _elementwise_rows() -> list[OpInfo]:
-    rows: list[OpInfo] = []
-    for name, summary, flops, lin, lin_ops, ew, interval in UNARY_OPS:
-        rule = shapes.unary_numeric if name in _INTEGER_OK else shapes.unary
-        rows.append(OpInfo(name, summary, X, _UNARY_ATTRS.get(name, ()), rule,
-                           fm.elementwise(ew), Fusion.ELEMENTWISE, lin, ELEMENTWISE,
-                           per_output(flops), lin_ops, ew=ew, interval=interval, vjp=_VJP.get(name),
-                           scalar=fm.elementwise(ew)))
-    for name, summary, flops, lin, lin_ops, ew, interval in BINARY_OPS:
-        rule = shapes.binary_numeric if name in _INTEGER_OK else shapes.binary
-        rows.append(OpInfo(name, summary, XY, (), rule, fm.elementwise(ew),
-                           Fusion.ELEMENTWISE, lin, ELEMENTWISE, per_output(flops), lin_ops,
-                           ew=ew, interval=interval, vjp=_VJP.get(name),
-                           scalar=fm.elementwise(ew)))
-    for name, symbol, fn in COMPARE_OPS:
-        ew = fm.via(fn)
-        rows.append(OpInfo(name, f"elementwise lhs {symbol} rhs, an i1 tensor", XY, (),
-                           shapes.compare, fm.elementwise(ew), Fusion.ELEMENTWISE, NONE,
-                           ELEMENTWISE, per_output(1), ew=ew, arith=False,
-                           interval=iv.COMPARE, vjp=vj.COMPARE,
-                           scalar=fm.elementwise(ew)))
-    rows.append(OpInfo("select", "cond ? true_value : false_value, broadcasting all three",
-                       (OperandSpec("cond"), OperandSpec("true_value"),
-                        OperandSpec("false_value")), (),
-                       shapes.select, fm.select, Fusion.ELEMENTWISE, NONE, ELEMENTWISE,
-                       per_output(1), ew=fm.via("where"), arith=False, interval=iv.SELECT,
-                       vjp=vj.select, scalar=fm.select))
-    rows.append(OpInfo("cast", "convert the element type", X, (), shapes.cast, fm.cast,
-                       Fusion.ELEMENTWISE, NONE, ELEMENTWISE, per_output(1), (0,),
-                       type_linearity=_cast_linearity, interval=iv.CAST, declares_result=True,
-                       vjp=vj.cast, scalar=fm.cast))
-    rows.append(OpInfo("dropout", "zero elements with probability rate, scale the rest by "
-                       "1/(1-rate)", (OperandSpec("input"), OperandSpec("seed", optional=True)),
-                       (AttrSpec("rate", AttrKind.FLOAT, required=True),
-                        AttrSpec("seed", AttrKind.INT)),
-                       shapes.dropout, fm.dropout, Fusion.ELEMENTWISE, Linearity.ONE_SIDED,
-                       ELEMENTWISE, per_output(8), (0,), position_dependent=True,
-                       interval=iv.DROPOUT,
-                       vjp=vj.dropout, scalar=sf.dropout))
-    return rows
+# ---- the rows ------------------------------------------------------------------------------------
 
-
-def _structural_rows() -> list[OpInfo]:
-    rows = [OpInfo("constant", "a splat or dense tensor literal", (),
-                   (AttrSpec("value", AttrKind.DENSE, required=True),), shapes.constant,
-                   fm.constant, Fusion.SOURCE, NONE, sh.Replicated(), per_output(0),
-                   arith=False, launches_kernel=False, vjp=vj.CONSTANT),
-            OpInfo("iota", "0, 1, 2, ... along dim of the result type, broadcast over the other "
-                   "dims", (), (AttrSpec("dim", AttrKind.INT, 0),), shapes.iota, fm.iota,
-                   Fusion.SOURCE, NONE, sh.Replicated(), per_output(0), interval=iv.IOTA,
-                   declares_result=True, vjp=vj.IOTA)]
-    for name, fn, lin, combine, rule, interval, vjp in (
-            ("reduce_sum", "sum", Linearity.ADDITIVE, "sum", shapes.reduce, iv.REDUCE_SUM,
-             vj.reduce_sum),
-            ("reduce_mean", "mean", Linearity.ADDITIVE, None, shapes.reduce_nonempty("mean"),
-             iv.REDUCE_MEAN, vj.reduce_mean),
-            ("reduce_max", "max", NONE, "max", shapes.reduce_nonempty("max"), iv.REDUCE_MAX,
-             vj.reduce_max)):
-        rows.append(OpInfo(name, f"{fn} over `axes`", X, _REDUCE_ATTRS, rule,
-                           fm.reduction(fn), Fusion.REDUCTION, lin, sh.Reduction(combine),
-                           per_input(1), (0,) if lin != NONE else (), interval=interval,
-                           vjp=vjp, scalar=fm.reduction(fn)))
-    rows.append(OpInfo("layernorm", "(x - mean) / sqrt(var + eps) * scale + bias over dims "
-                       "axis..rank-1", (OperandSpec("input"), OperandSpec("scale", optional=True),
-                                        OperandSpec("bias", optional=True)),
-                       _NORM_ATTRS, shapes.normalization, fm.layernorm, Fusion.REDUCTION, NONE,
-                       sh.RowReduction(trailing=True), per_input(8),
-                       interval=iv.NORMALIZATION, vjp=vj.layernorm,
-                       scalar=sf.layernorm))
-    rows.append(OpInfo("rmsnorm", "x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
-                       (OperandSpec("input"), OperandSpec("scale", optional=True)),
-                       _NORM_ATTRS, shapes.normalization, fm.rmsnorm, Fusion.REDUCTION, NONE,
-                       sh.RowReduction(trailing=True), per_input(5), interval=iv.NORMALIZATION,
-                       vjp=vj.rmsnorm, scalar=sf.rmsnorm))
-    rows.append(OpInfo("softmax", "exp(x - max) / sum(exp(x - max)) along axis", X,
-                       (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.softmax,
-                       Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(6),
-                       interval=iv.SOFTMAX, vjp=vj.softmax, scalar=fm.softmax))
-    rows.append(OpInfo("log_softmax", "x - max - log(sum(exp(x - max))) along axis", X,
-                       (AttrSpec("axis", AttrKind.INT, -1),), shapes.softmax, fm.log_softmax,
-                       Fusion.REDUCTION, NONE, sh.RowReduction(trailing=False), per_input(7),
-                       interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax, scalar=fm.log_softmax))
-    rows.append(OpInfo("matmul", "batched matrix product, batch dims broadcast", XY, (),
-                       shapes.matmul, fm.matmul, Fusion.OPAQUE, Linearity.ONE_SIDED, sh.Matmul(),
-                       _matmul_flops, (0, 1), interval=iv.MATMUL, vjp=vj.matmul,
-                       row_tiled=True))
-    rows.append(OpInfo("transpose", "permute dimensions", X,
-                       (AttrSpec("permutation", AttrKind.INTS, required=True),), shapes.transpose,
-                       fm.transpose, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Transpose(),
-                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.transpose,
-                       view=vr.TransposeView()))
-    rows.append(OpInfo("reshape", "same elements, new shape (row-major)", X, (), shapes.reshape,
-                       fm.reshape, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Reshape(), per_output(0),
-                       (0,), arith=False, launches_kernel=False, interval=iv.MOVE,
-                       declares_result=True, vjp=vj.reshape, view=vr.ReshapeView()))
-    rows.append(OpInfo("broadcast_in_dim", "replicate along new or size-1 dims (operand dim i -> "
-                       "result dim broadcast_dimensions[i])", X,
-                       (AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
-                       shapes.broadcast_in_dim, fm.broadcast_in_dim, Fusion.BROADCAST,
-                       Linearity.ADDITIVE, sh.Broadcast(), per_output(0), (0,), arith=False,
-                       interval=iv.MOVE, declares_result=True, vjp=vj.broadcast_in_dim,
-                       scalar=fm.broadcast_in_dim))
-    rows.append(OpInfo("slice", "the elements start..limit by strides in each dim", X,
-                       (AttrSpec("start", AttrKind.INTS, required=True),
-                        AttrSpec("limit", AttrKind.INTS, required=True),
-                        AttrSpec("strides", AttrKind.INTS)),
-                       shapes.slice_, fm.slice_, Fusion.LAYOUT, Linearity.ADDITIVE, sh.Slice(),
-                       per_output(0), (0,), arith=False, interval=iv.MOVE, vjp=vj.slice_,
-                       view=vr.SliceView()))
-    rows.append(OpInfo("concat", "join operands along dim", (OperandSpec("inputs", variadic=True),),
-                       (AttrSpec("dim", AttrKind.INT, required=True),), shapes.concat, fm.concat,
-                       Fusion.LAYOUT, Linearity.ADDITIVE, sh.Concat(), per_output(0),
-                       arith=False, interval=iv.MOVE, vjp=vj.concat, view=vr.ConcatView()))
+_ROWS: tuple[OpInfo, ...] = (
+    # -- elementwise, one operand --
+    _unary(name="neg", summary="negation", ew=fm.neg, flops=1, integer=True, linearity=ADDITIVE,
+           linear_operands=(0,), interval=iv.NEG, vjp=vj.neg),
+    _unary(name="abs", summary="absolute value", ew=fm.via("abs"), flops=1, integer=True,
+           interval=iv.ABS, vjp=vj.abs_),
+    _unary(name="exp", summary="natural exponential", ew=fm.via("exp"), flops=4, interval=iv.EXP,
+           vjp=vj.exp),
+    _unary(name="log", summary="natural logarithm", ew=fm.via("log"), flops=4, interval=iv.LOG,
+           vjp=vj.log),
+    _unary(name="tanh", summary="hyperbolic tangent", ew=fm.via("tanh"), flops=6,
+           interval=iv.TANH, vjp=vj.tanh),
+    _unary(name="sigmoid", summary="logistic sigmoid 1 / (1 + exp(-x))", ew=fm.sigmoid, flops=6,
+           interval=iv.SIGMOID, vjp=vj.sigmoid),
+    _unary(name="relu", summary="max(x, 0)", ew=fm.relu, flops=1, interval=iv.RELU, vjp=vj.relu),
+    _unary(name="gelu", summary="Gaussian error linear unit (erf form, or tanh form with "
+           "approximate = \"tanh\")", ew=fm.gelu, flops=12, interval=iv.GELU, vjp=vj.gelu,
+           attrs=(AttrSpec("approximate", AttrKind.STR, "none", choices=("none", fm.GELU_TANH)),)),
+    _unary(name="erf", summary="error function", ew=fm.erf, flops=10, interval=iv.ERF, vjp=vj.erf),
+    _unary(name="sqrt", summary="square root", ew=fm.via("sqrt"), flops=2, interval=iv.SQRT,
+           vjp=vj.sqrt),
+    _unary(name="rsqrt", summary="1 / sqrt(x)", ew=fm.rsqrt, flops=3, interval=iv.RSQRT,
+           vjp=vj.rsqrt),
+    _unary(name="reciprocal", summary="1 / x", ew=fm.reciprocal, flops=1, interval=iv.RECIPROCAL,
+           vjp=vj.reciprocal),
+    # -- elementwise, two operands --
+    _binary(name="add", summary="sum", ew=fm.via("add"), flops=1, integer=True,
+            linearity=ADDITIVE, linear_operands=(0, 1), interval=iv.ADD, vjp=vj.add),
+    _binary(name="sub", summary="difference", ew=fm.via("subtract"), flops=1, integer=True,
+            linearity=ADDITIVE, linear_operands=(0, 1), interval=iv.SUB, vjp=vj.sub),
+    _binary(name="mul", summary="product", ew=fm.via("multiply"), flops=1, integer=True,
+            linearity=ONE_SIDED, linear_operands=(0, 1), interval=iv.MUL, vjp=vj.mul),
+    _binary(name="div", summary="quotient", ew=fm.via("divide"), flops=1, linearity=ONE_SIDED,
+            linear_operands=(0,), interval=iv.DIV, vjp=vj.div),
+    _binary(name="max", summary="elementwise maximum (NaN-propagating)", ew=fm.via("maximum"),
+            flops=1, integer=True, interval=iv.MAX, vjp=vj.max_),
+    _binary(name="min", summary="elementwise minimum (NaN-propagating)", ew=fm.via("minimum"),
+            flops=1, integer=True, interval=iv.MIN, vjp=vj.min_),
+    _binary(name="pow", summary="lhs raised to rhs", ew=fm.via("pow"), flops=8, interval=iv.POW,
+            vjp=vj.pow_),
+    _compare(name="eq", symbol="==", fn="equal"),
+    _compare(name="ne", symbol="!=", fn="not_equal"),
+    _compare(name="lt", symbol="<", fn="less"),
+    _compare(name="le", symbol="<=", fn="less_equal"),
+    _compare(name="gt", symbol=">", fn="greater"),
+    _compare(name="ge", symbol=">=", fn="greater_equal"),
+    # -- elementwise, with their own operands or attributes --
+    OpInfo(name="select", summary="cond ? true_value : false_value, broadcasting all three",
+           operands=(OperandSpec("cond"), OperandSpec("true_value"), OperandSpec("false_value")),
+           shape=shapes.select, formula=fm.select, ew=fm.via("where"), arith=False,
+           scalar=fm.select, interval=iv.SELECT, vjp=vj.select, fusion=Fusion.ELEMENTWISE,
+           linearity=NONE, sharding=ELEMENTWISE, flops=per_output(1)),
+    OpInfo(name="cast", summary="convert the element type", operands=X, shape=shapes.cast,
+           declares_result=True, formula=fm.cast, scalar=fm.cast, interval=iv.CAST, vjp=vj.cast,
+           fusion=Fusion.ELEMENTWISE, linearity=NONE, linear_operands=(0,),
+           type_linearity=_cast_linearity, sharding=ELEMENTWISE, flops=per_output(1)),
+    OpInfo(name="dropout", summary="zero elements with probability rate, scale the rest by "
+           "1/(1-rate)", operands=(OperandSpec("input"), OperandSpec("seed", optional=True)),
+           attrs=(AttrSpec("rate", AttrKind.FLOAT, required=True), AttrSpec("seed", AttrKind.INT)),
+           shape=shapes.dropout, formula=fm.dropout, position_dependent=True, scalar=sf.dropout,
+           interval=iv.DROPOUT, vjp=vj.dropout, fusion=Fusion.ELEMENTWISE, linearity=ONE_SIDED,
+           linear_operands=(0,), sharding=ELEMENTWISE, flops=per_output(8)),
+    # -- sources --
+    OpInfo(name="constant", summary="a splat or dense tensor literal", operands=(),
+           attrs=(AttrSpec("value", AttrKind.DENSE, required=True),), shape=shapes.constant,
+           formula=fm.constant, arith=False, vjp=vj.CONSTANT, fusion=Fusion.SOURCE,
+           launches_kernel=False, linearity=NONE, sharding=sh.Replicated(), flops=per_output(0)),
+    OpInfo(name="iota", summary="0, 1, 2, ... along dim of the result type, broadcast over the "
+           "other dims", operands=(), attrs=(AttrSpec("dim", AttrKind.INT, 0),), shape=shapes.iota,
+           declares_result=True, formula=fm.iota, interval=iv.IOTA, vjp=vj.IOTA,
+           fusion=Fusion.SOURCE, linearity=NONE, sharding=sh.Replicated(), flops=per_output(0)),
+    # -- reductions and the composites built on row reductions --
+    _reduce(name="reduce_sum", fn="sum", shape=shapes.reduce, combine="sum", linearity=ADDITIVE,
+            interval=iv.REDUCE_SUM, vjp=vj.reduce_sum),
+    _reduce(name="reduce_mean", fn="mean", shape=shapes.reduce_nonempty("mean"), combine=None,
+            linearity=ADDITIVE, interval=iv.REDUCE_MEAN, vjp=vj.reduce_mean),
+    _reduce(name="reduce_max", fn="max", shape=shapes.reduce_nonempty("max"), combine="max",
+            linearity=NONE, interval=iv.REDUCE_MAX, vjp=vj.reduce_max),
+    OpInfo(name="layernorm", summary="(x - mean) / sqrt(var + eps) * scale + bias over dims "
+           "axis..rank-1", operands=(OperandSpec("input"), OperandSpec("scale", optional=True),
+                                     OperandSpec("bias", optional=True)),
+           attrs=_NORM_ATTRS, shape=shapes.normalization, formula=fm.layernorm,
+           scalar=sf.layernorm, interval=iv.NORMALIZATION, vjp=vj.layernorm,
+           fusion=Fusion.REDUCTION, linearity=NONE, sharding=sh.RowReduction(trailing=True),
+           flops=per_input(8)),
+    OpInfo(name="rmsnorm", summary="x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
+           operands=(OperandSpec("input"), OperandSpec("scale", optional=True)),
+           attrs=_NORM_ATTRS, shape=shapes.normalization, formula=fm.rmsnorm, scalar=sf.rmsnorm,
+           interval=iv.NORMALIZATION, vjp=vj.rmsnorm, fusion=Fusion.REDUCTION, linearity=NONE,
+           sharding=sh.RowReduction(trailing=True), flops=per_input(5)),
+    OpInfo(name="softmax", summary="exp(x - max) / sum(exp(x - max)) along axis", operands=X,
+           attrs=_AXIS_ATTRS, shape=shapes.softmax, formula=fm.softmax, scalar=fm.softmax,
+           interval=iv.SOFTMAX, vjp=vj.softmax, fusion=Fusion.REDUCTION, linearity=NONE,
+           sharding=sh.RowReduction(trailing=False), flops=per_input(6)),
+    OpInfo(name="log_softmax", summary="x - max - log(sum(exp(x - max))) along axis", operands=X,
+           attrs=_AXIS_ATTRS, shape=shapes.softmax, formula=fm.log_softmax,
+           scalar=fm.log_softmax, interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax,
+           fusion=Fusion.REDUCTION, linearity=NONE, sharding=sh.RowReduction(trailing=False),
+           flops=per_input(7)),
+    # -- contraction --
+    OpInfo(name="matmul", summary="batched matrix product, batch dims broadcast", operands=XY,
+           shape=shapes.matmul, formula=fm.matmul, interval=iv.MATMUL, vjp=vj.matmul,
+           fusion=Fusion.OPAQUE, row_tiled=True, linearity=ONE_SIDED, linear_operands=(0, 1),
+           sharding=sh.Matmul(), flops=_matmul_flops),
+    # -- layout --
+    OpInfo(name="transpose", summary="permute dimensions", operands=X,
+           attrs=(AttrSpec("permutation", AttrKind.INTS, required=True),), shape=shapes.transpose,
+           formula=fm.transpose, arith=False, interval=iv.MOVE, vjp=vj.transpose,
+           fusion=Fusion.LAYOUT, view=vr.TransposeView(), linearity=ADDITIVE, linear_operands=(0,),
+           sharding=sh.Transpose(), flops=per_output(0)),
+    OpInfo(name="reshape", summary="same elements, new shape (row-major)", operands=X,
+           shape=shapes.reshape, declares_result=True, formula=fm.reshape, arith=False,
+           interval=iv.MOVE, vjp=vj.reshape, fusion=Fusion.LAYOUT, launches_kernel=False,
+           view=vr.ReshapeView(), linearity=ADDITIVE, linear_operands=(0,), sharding=sh.Reshape(),
+           flops=per_output(0)),
+    OpInfo(name="broadcast_in_dim", summary="replicate along new or size-1 dims (operand dim i -> "
+           "result dim broadcast_dimensions[i])", operands=X,
+           attrs=(AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
+           shape=shapes.broadcast_in_dim, declares_result=True, formula=fm.broadcast_in_dim,
+           arith=False, scalar=fm.broadcast_in_dim, interval=iv.MOVE, vjp=vj.broadcast_in_dim,
+           fusion=Fusion.BROADCAST, linearity=ADDITIVE, linear_operands=(0,),
+           sharding=sh.Broadcast(), flops=per_output(0)),
+    OpInfo(name="slice", summary="the elements start..limit by strides in each dim", operands=X,
+           attrs=(AttrSpec("start", AttrKind.INTS, required=True),
+                  AttrSpec("limit", AttrKind.INTS, required=True),
+                  AttrSpec("strides", AttrKind.INTS)),
+           shape=shapes.slice_, formula=fm.slice_, arith=False, interval=iv.MOVE, vjp=vj.slice_,
+           fusion=Fusion.LAYOUT, view=vr.SliceView(), linearity=ADDITIVE, linear_operands=(0,),
+           sharding=sh.Slice(), flops=per_output(0)),
+    OpInfo(name="concat", summary="join operands along dim",
+           operands=(OperandSpec("inputs", variadic=True),),
+           attrs=(AttrSpec("dim", AttrKind.INT, required=True),), shape=shapes.concat,
+           formula=fm.concat, arith=False, interval=iv.MOVE, vjp=vj.concat, fusion=Fusion.LAYOUT,
+           view=vr.ConcatView(), linearity=ADDITIVE, sharding=sh.Concat(), flops=per_output(0)),
     # a lookup: OPAQUE (which element it reads depends on data, so no fused loop absorbs it);
     # linear in the table; position-dependent because on a device's block of a split table it
     # must know which rows the block holds (`Block.operands`)
-    rows.append(OpInfo("gather", "input[..., indices, ...] along axis (0 for an index outside "
-                       "[-n, n))", (OperandSpec("input"), OperandSpec("indices")),
-                       (AttrSpec("axis", AttrKind.INT, 0),), shapes.gather, fm.gather,
-                       Fusion.OPAQUE, Linearity.ONE_SIDED, Gather(), per_output(0), (0,),
-                       arith=False, position_dependent=True, interval=iv.GATHER,
-                       vjp=vj.gather))
-    return rows
+    OpInfo(name="gather", summary="input[..., indices, ...] along axis (0 for an index outside "
+           "[-n, n))", operands=(OperandSpec("input"), OperandSpec("indices")),
+           attrs=(AttrSpec("axis", AttrKind.INT, 0),), shape=shapes.gather, formula=fm.gather,
+           arith=False, position_dependent=True, interval=iv.GATHER, vjp=vj.gather,
+           fusion=Fusion.OPAQUE, linearity=ONE_SIDED, linear_operands=(0,), sharding=Gather(),
+           flops=per_output(0)),
+)
 
 
-def _build() -> dict[str, OpInfo]:
+def _by_name(rows: Sequence[OpInfo]) -> dict[str, OpInfo]:
     table: dict[str, OpInfo] = {}
-    for info in (*_elementwise_rows(), *_structural_rows()):
+    for info in rows:
         assert info.name not in table, info.name
         table[info.name] = info
     return table
 
 
-OPS: dict[str, OpInfo] = _build()
+OPS: dict[str, OpInfo] = _by_name(_ROWS)
 
 
 def lookup(op_name: str) -> OpInfo | None:

@@ -3,12 +3,13 @@
 A row's `vjp` (`lamina.ir.optable.OpInfo.vjp`) is either a `Rule` or `NotDifferentiable(reason)`.
 A rule is a pure function of a `VjpCall`: the op's operand slots and result (SSA values of the
 forward program), the cotangent of the result, the op's attributes and which operand slots need a
-cotangent; it emits Lamina ops through `call.b` (a `lamina.ir.program_builder.Builder`, so every op is a
-typed class with an inferred result type) and returns one cotangent per operand slot, None where
-none is wanted or it is zero. The backward program is therefore an ordinary Lamina program: every
-pass, backend and sharding rule handles it (JAX's per-primitive VJPs, with Lamina ops as the
-language). Giving a new row its VJP is one line in the table (`vjp=vj.NAME`, or an entry of
-`_VJP` there for the elementwise rows), plus its rule here when no existing one fits.
+cotangent; it emits Lamina ops through `call.b` (a `lamina.ir.program_builder.Builder`, so every
+op is a typed class with an inferred result type; the rules see it through the `Emitter` protocol
+below, so this module, which the table imports, imports no builder) and returns one cotangent per
+operand slot, None where none is wanted or it is zero. The backward program is therefore an
+ordinary Lamina program: every pass, backend and sharding rule handles it (JAX's per-primitive
+VJPs, with Lamina ops as the language). Giving a new row its VJP is its `vjp=vj.NAME` in the
+table, plus its rule here when no existing one fits.
 
 Which edges carry a gradient is decided from types, not from a list: an operand slot is
 differentiable when the row has a rule and both that operand and the result have float element
@@ -32,14 +33,55 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lamina.ir.dtypes import tensor_dtype, tensor_shape
 from lamina.ir.shapes import TensorInfo
+from xdsl.ir import SSAValue
 
-if TYPE_CHECKING:
-    from lamina.ir.program_builder import Builder
-    from xdsl.ir import SSAValue
+
+class Emitter(Protocol):
+    """The ops a rule emits, as `lamina.ir.program_builder.Builder` provides them (each op its
+    typed class, its result type inferred by its row's shape rule).
+
+    A structural type, not an import: the op table imports this module for its rows' rules, and
+    the builder imports the op classes generated from the table, so naming the builder here would
+    close an import cycle (table -> rules -> builder -> op classes -> table). Pyright checks that
+    the builder `derive-backward` hands a rule has every method below."""
+
+    def like(self, value: float, v: SSAValue) -> SSAValue: ...
+    def scalar(self, value: float, dtype: str) -> SSAValue: ...
+    def zeros(self, info: TensorInfo) -> SSAValue: ...
+    def iota(self, shape: Sequence[int], dtype: str, dim: int) -> SSAValue: ...
+    def add(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def sub(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def mul(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def div(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def pow(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def neg(self, a: SSAValue) -> SSAValue: ...
+    def exp(self, a: SSAValue) -> SSAValue: ...
+    def log(self, a: SSAValue) -> SSAValue: ...
+    def tanh(self, a: SSAValue) -> SSAValue: ...
+    def erf(self, a: SSAValue) -> SSAValue: ...
+    def rsqrt(self, a: SSAValue) -> SSAValue: ...
+    def gt(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def lt(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def eq(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def select(self, c: SSAValue, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def cast(self, a: SSAValue, dtype: str) -> SSAValue: ...
+    def dropout(self, a: SSAValue, rate: float, seed: int | None,
+                seed_operand: SSAValue | None) -> SSAValue: ...
+    def reduce_sum(self, a: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue: ...
+    def reduce_mean(self, a: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue: ...
+    def matmul(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def transpose(self, a: SSAValue, perm: Sequence[int]) -> SSAValue: ...
+    def reshape(self, a: SSAValue, shape: Sequence[int]) -> SSAValue: ...
+    def broadcast_in_dim(self, a: SSAValue, shape: Sequence[int],
+                         dims: Sequence[int]) -> SSAValue: ...
+    def slice(self, a: SSAValue, start: Sequence[int], limit: Sequence[int],
+              strides: Sequence[int] | None = None) -> SSAValue: ...
+    def concat(self, parts: Sequence[SSAValue], dim: int) -> SSAValue: ...
+    def sum_to(self, g: SSAValue, shape: Sequence[int]) -> SSAValue: ...
 
 
 def info_of(v: SSAValue) -> TensorInfo:
@@ -51,7 +93,7 @@ def info_of(v: SSAValue) -> TensorInfo:
 class VjpCall:
     """What a rule sees: builder, forward values, the result's cotangent, attributes, needs."""
 
-    b: Builder
+    b: Emitter
     operands: Sequence[SSAValue | None]   # the op's operand slots (None: an absent optional)
     result: SSAValue
     ct: SSAValue                          # d loss / d result, the result's type
@@ -67,7 +109,7 @@ class VjpCall:
         return info_of(self.x(i))
 
 
-Cotangents = list["SSAValue | None"]
+Cotangents = list[SSAValue | None]
 Rule = Callable[[VjpCall], Cotangents]
 
 
@@ -108,7 +150,7 @@ IOTA = NotDifferentiable("an iota has no operands to differentiate")
 
 # ---- elementwise, one operand --------------------------------------------------------------------
 
-UnaryFn = Callable[["Builder", "SSAValue", "SSAValue", "SSAValue", Mapping[str, Any]], "SSAValue"]
+UnaryFn = Callable[[Emitter, SSAValue, SSAValue, SSAValue, Mapping[str, Any]], SSAValue]
 
 
 def _unary(fn: UnaryFn) -> Rule:
@@ -122,38 +164,38 @@ def _unary(fn: UnaryFn) -> Rule:
 
 
 @_unary
-def neg(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def neg(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.neg(g)
 
 
 @_unary
-def abs_(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def abs_(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     zero = b.like(0.0, x)
     return b.select(b.gt(x, zero), g, b.select(b.lt(x, zero), b.neg(g), zero))
 
 
 @_unary
-def exp(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def exp(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.mul(g, y)
 
 
 @_unary
-def log(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def log(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.div(g, x)
 
 
 @_unary
-def tanh(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def tanh(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.mul(g, b.sub(b.like(1.0, y), b.mul(y, y)))
 
 
 @_unary
-def sigmoid(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def sigmoid(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.mul(g, b.mul(y, b.sub(b.like(1.0, y), y)))
 
 
 @_unary
-def relu(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def relu(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     zero = b.like(0.0, x)
     return b.select(b.gt(x, zero), g, zero)
 
@@ -167,7 +209,7 @@ _KAPPA = 0.044715
 
 @in_f32
 @_unary
-def gelu(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def gelu(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     """erf form: Phi(x) + x phi(x); tanh form: PyTorch's GeluBackward with approximate='tanh'."""
     if a["approximate"] == "tanh":
         x2 = b.mul(x, x)
@@ -185,28 +227,28 @@ def gelu(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]
 
 
 @_unary
-def erf(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def erf(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.mul(g, b.mul(b.like(_TWO_OVER_SQRT_PI, x), b.exp(b.neg(b.mul(x, x)))))
 
 
 @_unary
-def sqrt(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def sqrt(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.div(b.mul(g, b.like(0.5, x)), y)
 
 
 @_unary
-def rsqrt(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def rsqrt(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.mul(g, b.mul(b.like(-0.5, x), b.mul(y, b.mul(y, y))))
 
 
 @_unary
-def reciprocal(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue,
+def reciprocal(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue,
                a: Mapping[str, Any]) -> SSAValue:
     return b.neg(b.mul(g, b.mul(y, y)))
 
 
 @_unary
-def cast(b: Builder, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+def cast(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     """float -> float only (other casts are not differentiable edges): back to x's type."""
     return b.cast(g, info_of(x).dtype)
 
@@ -219,7 +261,7 @@ def dropout(c: VjpCall) -> Cotangents:
 
 # ---- elementwise, two or three operands (NumPy broadcasting) -------------------------------------
 
-BinaryFn = Callable[["Builder", "SSAValue", "SSAValue", "SSAValue", "SSAValue", int], "SSAValue"]
+BinaryFn = Callable[[Emitter, SSAValue, SSAValue, SSAValue, SSAValue, int], SSAValue]
 
 
 def _binary(fn: BinaryFn) -> Rule:
@@ -241,31 +283,31 @@ def _binary(fn: BinaryFn) -> Rule:
 
 
 @_binary
-def add(b: Builder, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
+def add(b: Emitter, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
     return g
 
 
 @_binary
-def sub(b: Builder, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
+def sub(b: Emitter, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
     return g if i == 0 else b.neg(g)
 
 
 @_binary
-def mul(b: Builder, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
+def mul(b: Emitter, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
     return b.mul(g, rhs if i == 0 else lhs)
 
 
 @_binary
-def div(b: Builder, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
+def div(b: Emitter, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
     t = b.div(g, rhs)
     return t if i == 0 else b.neg(b.mul(t, y))
 
 
-def _extremum(pick_other: Callable[[Builder, SSAValue, SSAValue], SSAValue]) -> BinaryFn:
+def _extremum(pick_other: Callable[[Emitter, SSAValue, SSAValue], SSAValue]) -> BinaryFn:
     """max / min: the whole cotangent to the operand that is the result, half to each on a tie
     (torch.maximum's rule); `pick_other(b, mine, other)` is true where the other one wins."""
 
-    def fn(b: Builder, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
+    def fn(b: Emitter, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
         mine, other = (lhs, rhs) if i == 0 else (rhs, lhs)
         zero = b.like(0.0, g)
         half = b.mul(g, b.like(0.5, g))
@@ -281,7 +323,7 @@ min_.__name__ = "min"
 
 
 @_binary
-def pow_(b: Builder, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
+def pow_(b: Emitter, lhs: SSAValue, rhs: SSAValue, y: SSAValue, g: SSAValue, i: int) -> SSAValue:
     zero = b.like(0.0, g)
     if i == 0:
         d = b.mul(g, b.mul(rhs, b.pow(lhs, b.sub(rhs, b.like(1.0, rhs)))))
@@ -465,7 +507,7 @@ def broadcast_in_dim(c: VjpCall) -> Cotangents:
     return [b.transpose(flat, _inverse(order))]
 
 
-def _spread_strided(b: Builder, v: SSAValue, d: int, stride: int) -> SSAValue:
+def _spread_strided(b: Emitter, v: SSAValue, d: int, stride: int) -> SSAValue:
     """`v` with stride - 1 zeros after each element along dim d, the trailing ones cut off."""
     info = info_of(v)
     n = info.shape[d]
@@ -480,7 +522,7 @@ def _spread_strided(b: Builder, v: SSAValue, d: int, stride: int) -> SSAValue:
     return b.slice(merged, [0] * len(flat), limit)
 
 
-def _pad(b: Builder, v: SSAValue, d: int, before: int, after: int) -> SSAValue:
+def _pad(b: Emitter, v: SSAValue, d: int, before: int, after: int) -> SSAValue:
     info = info_of(v)
     parts = []
     for n in (before, after):

@@ -10,6 +10,8 @@
   algorithm, a reduce kind, a placement op's attribute name) as a string literal: it comes from the
   table of collective kinds (`lamina.ir.collective_kinds`); the precise rule is
   `test_collective_vocabulary_stays_in_its_table`'s docstring.
+- No two `lamina.ir` modules import each other, directly or through others (TYPE_CHECKING
+  imports included): the op table, its rules, the op classes and the builders form a tree.
 - `lamina/ir/lamina.py` is what `lamina.ir.opgen` generates from the table, with one class per row.
 """
 
@@ -22,10 +24,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import lamina
 from lamina.ir import lamina as dialect
 from lamina.ir import opgen
 from lamina.ir.collective_kinds import ALGORITHMS, COLLECTIVE_KINDS, REDUCE_KINDS
+from lamina.ir.collectives import COLLECTIVES
 from lamina.ir.optable import OPS
 from lamina.ir.placement import PARTIAL_KINDS
 
@@ -94,10 +98,22 @@ def _literal_nodes(tree: ast.Module) -> list[tuple[ast.Constant, str]]:
             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings]
 
 
+def _op_names() -> set[str]:
+    """Every name a string literal could spell an op of the dialect by: `lamina.X` for each op of
+    the `lamina` dialect (table rows, `lamina.fused` and its `yield`, mesh, memory and collective
+    ops), and the bare `X` for all but the collectives, whose bare names are also the kinds of
+    resharding steps (`lamina.analysis.reshard_plan.Step.kind`), a vocabulary of their own."""
+    full = {op.name for op in dialect.Lamina.operations}
+    collectives = {cls.name for cls in COLLECTIVES}
+    assert {f"lamina.{n}" for n in OPS} <= full and collectives <= full
+    return full | {n.removeprefix("lamina.") for n in full - collectives}
+
+
 def test_passes_and_backends_name_no_op() -> None:
-    """`"gelu"` or `"lamina.dropout"` in a pass or backend is a list of ops kept outside the table.
-    ("sum" and "max" are also the kinds of a pending reduction, a different vocabulary.)"""
-    names = set(OPS) | {f"lamina.{n}" for n in OPS}
+    """`"gelu"`, `"lamina.dropout"` or `"lamina.fused"` in a pass or backend is a list of ops kept
+    outside the table and the dialect. ("sum" and "max" are also the kinds of a pending reduction,
+    a different vocabulary.)"""
+    names = _op_names()
     allowed = set(PARTIAL_KINDS)
     found = []
     for folder in ("passes", "backends"):
@@ -191,6 +207,46 @@ def test_the_collective_vocabulary_check_catches_each_rule() -> None:
     assert [line for line, _ in collective_words(ast.parse(src))] == [2, 3, 4, 5, 6]
     no_placements = ast.parse("X = reduce('sum', x)\n")
     assert collective_words(no_placements) == []
+def test_op_names_cover_the_dialect() -> None:
+    """The check above knows the ops outside the table too, so it is not vacuous for them."""
+    names = _op_names()
+    assert {"fused", "lamina.fused", "yield", "mesh", "free", "move", "lamina.all_reduce",
+            "gelu", "lamina.gelu"} <= names
+    assert "all_reduce" not in names
+
+
+def _ir_cycles(graph: grimp.ImportGraph) -> list[str]:
+    """Every import between `lamina.ir` modules that closes a cycle, as the cycle's chain."""
+    ir = {m for m in graph.modules if m.startswith("lamina.ir.")}
+    cycles = []
+    for module in sorted(ir):
+        for dep in sorted(graph.find_modules_directly_imported_by(module) & ir):
+            back = graph.find_shortest_chain(importer=dep, imported=module)
+            if back is not None:
+                cycles.append(" -> ".join((module, *back)))
+    return cycles
+
+
+def _import_graph() -> grimp.ImportGraph:
+    """The package's imports as lint-imports sees them, TYPE_CHECKING imports included: a cycle
+    closed only under TYPE_CHECKING still ties the modules together for pyright and for readers,
+    and becomes an import-time failure the day one of them needs the name at run time."""
+    return grimp.build_graph("lamina", exclude_type_checking_imports=False, cache_dir=None)
+
+
+def test_ir_modules_import_no_cycle() -> None:
+    cycles = _ir_cycles(_import_graph())
+    assert not cycles, "import cycles among lamina.ir modules:\n" + "\n".join(cycles)
+
+
+def test_an_import_cycle_is_found() -> None:
+    """The rules' module naming the builder (which imports the op classes, which import the
+    table, which imports the rules) is the cycle this check was written against."""
+    graph = _import_graph()
+    graph.add_import(importer="lamina.ir.vjp", imported="lamina.ir.program_builder")
+    cycles = _ir_cycles(graph)
+    assert any(c.startswith("lamina.ir.optable -> lamina.ir.vjp -> lamina.ir.program_builder")
+               for c in cycles), cycles
 
 
 def test_generated_op_classes_are_current() -> None:
