@@ -19,8 +19,8 @@ from lamina.ir.lamina import Lamina
 from lamina.ir.memory import FreeOp, free_problem
 from lamina.ir.opbase import type_problem
 from lamina.ir.placement import placement_problem
-from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
 from lamina.ir.result_names import verify_result_names
+from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
 from lamina.ir.updates import verify_roles, verify_updates
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith

@@ -53,8 +53,8 @@ class WholeArraysOnly:
     Options: ClassVar[type[NumpyOptions]] = NumpyOptions
 
     def compile(self, module: ModuleOp, func: FuncOp, options: NumpyOptions,
-                donate: frozenset[int] = frozenset()) -> Program:
-        return get_backend("numpy").compile(module, func, options, donate)
+                donate: frozenset[int] = frozenset(), warmup: bool = True) -> Program:
+        return get_backend("numpy").compile(module, func, options, donate, warmup)
 
 
 def test_registry_lists_numpy_and_refuses_unknown_names() -> None:
