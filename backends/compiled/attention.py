@@ -25,6 +25,12 @@ block: the fill's exp underflowed in every row) and v is finite there (0 * inf i
 every key. Skipping only drops products that are exactly 0, so the result is the full product's,
 up to BLAS's summation order.
 
+Planned once (`_Plan`, in the program's memo at the op's first call): the checks, the middle, the
+matmuls' tile forms, the worker count, and the middle's kernel with its arguments' layout (a
+`replay.Replay` of the first worker, planned and compiled the full way): a later call computes
+its side values, masks' key bounds and views, gives each worker fresh block buffers laid out as
+the replay says, and runs the blocks. A refusal is kept too.
+
 Falls back to the interpreter's attention kernel (`lamina.backends.numpy.attention`, one explain
 line) for element types other than f32 and f64, rows longer than MAX_KEYS keys, bodies the
 generator cannot compile, and rows the compiled kernel flags (whole kernel rerun).
@@ -283,8 +289,8 @@ def _start(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext
     (the first worker the full way, compiling or finding the middle's kernel) and kept, with the
     reason it cannot be compiled when it cannot (raised again at every call)."""
     kept = ctx.memo.get((_MEMO, op))
-    if isinstance(kept, CannotCompile):
-        raise kept
+    if isinstance(kept, str):
+        raise CannotCompile(kept)
     if isinstance(kept, _Plan):
         k = kept.static.bind(args)
         if ctx.counting:
@@ -295,7 +301,7 @@ def _start(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext
         k = static.bind(args)
         first, call, replay = _first_worker(static.mid, k.env)
     except CannotCompile as e:
-        ctx.memo[(_MEMO, op)] = e
+        ctx.memo[(_MEMO, op)] = str(e)
         raise
     count_kernel(ctx, call)
     ctx.memo[(_MEMO, op)] = _Plan(static, replay, replace(call, reused=True, arrays=[],

@@ -7,7 +7,8 @@ the statistics' walk over the body. On a small kernel that is ~300 us of Python 
 microseconds of machine code. None of it depends on the arrays' values, only on the op (which
 never changes during a program's life) and the arguments' layouts, so the first call with a
 layout keeps what it found in the program's memo (`RunContext.memo`) as a `Replay`, and a later
-call with the same layout (shape, strides, dtype, and which arguments are the same array) only:
+call with the same layout (shape, strides, dtype, and which arguments are the same array:
+`lamina.backends.numpy.fused.layout_key`, which the interpreter's kept tile plans share) only:
 runs the body's per-kernel ops (broadcasts, constants) as plain kernel calls with their `Call`
 built once, the matmul root's BLAS call, lays out the inputs (`Compaction`, views and at most one
 copy each), allocates the outputs (`result_pool`) and runs the numba entry over its rows. These

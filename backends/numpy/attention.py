@@ -40,6 +40,10 @@ Block sizes: one block of scores holds about `NumpyOptions.tile_bytes` bytes (AT
 without it); tests use tiny tiles to force many blocks. Blocks (leading index, query rows) run on
 the fused executor's thread pool, each computed the same way on any thread.
 
+Planned once (`AttentionPlan`): the body's parts, the side ops' and chain ops' calls and the block
+sizes depend only on the op and the options, so they are made at the op's first call and kept in
+the program's memo; a call computes its side values, binds its arrays and runs the blocks.
+
 Statistics: one kernel; its bytes are its distinct inputs and its result; the working set it
 reports is one worker's block buffers plus the side values it computed. Skipping changes none of
 these, nor the flops (the body's, every block counted).

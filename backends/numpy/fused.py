@@ -25,6 +25,12 @@ depend on the thread count (the property test checks 1 against 2 threads bit for
 
 Statistics: one fused op is one kernel; its bytes are its inputs' plus its results' bytes.
 
+Plans kept (`TilePlan`): the plan depends on the op and its arguments' layouts (shape, strides,
+dtype, which are the same array: `layout_key`), not their values, so a compiled program keeps
+each layout's plan in its memo at the first call with it (its checked call) and a later call
+that counts no statistics only binds its arrays (the per-kernel ops, the operands' views, fresh
+results) and runs the tiles: the same kernels on arrays laid out the same way, so the same bits.
+
 A backend that runs the tiles its own way (the compiled backend) shares the plan: `plan_fused`
 (iteration space, per-tile steps, per-kernel values, the results' arrays), `run_tiles` (this tile
 loop, also for a chosen set of one-row tiles), `fused_results` and `record_fused_stats`.
