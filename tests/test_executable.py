@@ -371,17 +371,22 @@ def test_fused_and_attention_kernels_are_planned_once(backend: str,
     planners = [(numpy_fused, "plan_fused"), (numpy_attention, "attention_parts")]
     if backend == "compiled":
         from lamina.backends.compiled import attention as compiled_attention
+        from lamina.backends.compiled import replay
 
-        planners += [(compiled_attention, "_middle"), (compiled_attention, "plan_fused")]
+        planners += [(compiled_attention, "_middle"), (compiled_attention, "plan_fused"),
+                     (replay, "run_full")]   # every fused kernel the full way, one left to tiles
     counts = {name: _count_calls(monkeypatch, mod, name) for mod, name in planners}
     exe = lamina.compile(module, backend=backend, tile_bytes=256)
-    calls = [(x := lamina.inputs(module, seed=seed), exe(x).outputs) for seed in range(20)]
-    calls.append((calls[3][0], exe(calls[3][0]).outputs))   # inputs seen before, after others
+    calls = [(x := lamina.inputs(module, seed=0), exe(x).outputs)]
     planned = {name: len(seen) for name, seen in counts.items()}
+    calls += [(x := lamina.inputs(module, seed=seed), exe(x).outputs) for seed in range(1, 20)]
+    calls.append((calls[3][0], exe(calls[3][0]).outputs))   # inputs seen before, after others
+    assert {name: len(seen) for name, seen in counts.items()} == planned
     if backend == "numpy":
         assert planned == {"plan_fused": len(fused) - 1, "attention_parts": 1}
-    else:   # the compiled backend's fused kernels replay; its attention plans once
+    else:
         assert planned["_middle"] == planned["plan_fused"] == 1
+        assert planned["run_full"] == len(fused) - 1
     for x, got in calls[:2] + calls[-3:]:
         _same(got, lamina.run(module, x, backend=backend, tile_bytes=256).outputs)
     _same(calls[-1][1], calls[3][1])

@@ -14,13 +14,17 @@ built once, the matmul root's BLAS call, lays out the inputs (`Compaction`, view
 copy each), allocates the outputs (`result_pool`) and runs the numba entry over its rows. These
 are the same kernels on the same arrays as the full way, so the bits are the same.
 
+A kernel the generator did not compile (it writes outputs through layout ops, say) ran on the
+NumPy tile loop; its tile plan is kept instead (`lamina.backends.numpy.fused.TilePlan`, the
+tile loop's own kept plan, after the split-off matmul root's BLAS call when it has one), and
+later calls run the tiles without planning them.
+
 A call with another layout takes the full way and keeps that layout's replay too. A call whose
 kernel flags rows (`require` failed, dropout indices crossing 2**32) is run again the full way,
-which recomputes them with the interpreter: rare, and simpler than replaying the rescue. A kernel
-that did not compile, writes outputs through layout ops or has no per-tile steps is never
-replayed. Replays are used only in runs that do not count statistics (a program's later calls,
-which reuse its checked call's), and, like the full way, run inside the caller's
-`np.errstate(all="ignore")` (both the program's steps and `run_function` set it).
+which recomputes them with the interpreter: rare, and simpler than replaying the rescue.
+Replays are used only in runs that do not count statistics (a program's later calls, which reuse its checked
+call's), and, like the full way, run inside the caller's `np.errstate(all="ignore")` (both the
+program's steps and `run_function` set it).
 """
 
 from __future__ import annotations
@@ -39,7 +43,14 @@ from lamina.backends.compiled.fused import (
     run_full,
 )
 from lamina.backends.numpy import result_pool
-from lamina.backends.numpy.fused import LAYOUTS_MAX, FusedPlan, Once, layout_key, once_ops
+from lamina.backends.numpy.fused import (
+    LAYOUTS_MAX,
+    FusedPlan,
+    Once,
+    TilePlan,
+    layout_key,
+    once_ops,
+)
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import RunContext, run_kernel
 from lamina.backends.numpy.specialized import forms
@@ -213,5 +224,29 @@ def run_fused_replayed(op: Operation, args: list[np.ndarray | None],
     if key not in replays:
         if len(replays) >= LAYOUTS_MAX:
             replays.pop(next(iter(replays)))
-        replays[key] = build_replay(op, full)
+        replays[key] = _kept(op, full, ctx.options)
     return full.outs
+
+
+@dataclass(frozen=True)
+class _Tiled:
+    """A kernel left to the NumPy tile loop after its matmul root was split off: the root's
+    BLAS call over every row, as `matmul_root.split_root` makes it, then the epilogue's tiles."""
+
+    root: _Root
+    tiles: TilePlan
+
+    def run(self, args: Sequence[np.ndarray | None], options: NumpyOptions) -> list[np.ndarray]:
+        return self.tiles.run(args, options, self.root.run)
+
+
+def _kept(op: FusedOp, full: FullRun, options: NumpyOptions) -> Replay | TilePlan | _Tiled | None:
+    """What a later call with this layout runs: the compiled kernel's replay, or the tile
+    loop's kept plan for a kernel the generator did not compile (module docstring)."""
+    if full.call is not None:
+        return build_replay(op, full)
+    if full.plan is full.planned:
+        return TilePlan.after(full.plan, options)
+    pos = {v: k for k, v in enumerate(full.plan.env)}
+    root = full.planned.steps[0].op
+    return _Tiled(_root(full.planned, pos), TilePlan.after(full.plan, options, root))

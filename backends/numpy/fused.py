@@ -392,7 +392,9 @@ class TilePlan:
     shapes: list[tuple[int, ...]]
 
     @staticmethod
-    def of(plan: FusedPlan, tiling: _Tiling | None) -> TilePlan:
+    def of(plan: FusedPlan, tiling: _Tiling | None, skip: Operation | None = None) -> TilePlan:
+        """`plan`'s kept form; `skip`: a body op whose value the caller of `run` computes (the
+        compiled backend's matmul root, split off)."""
         pos = {v: k for k, v in enumerate(plan.env)}
         steps = [replace(st, sources=[], out2d=None) for st in plan.steps]
         out2d = [None if st.out2d is None else (st.out2d.shape, st.out2d.dtype)
@@ -404,18 +406,29 @@ class TilePlan:
         results = [("view", views.index(v)) if v in plan.written else
                    ("out", step_of[v]) if v in step_of else ("val", pos[v])
                    for v in plan.results]
-        return TilePlan(len(pos), once_ops(plan, pos), plan.space, steps,
+        return TilePlan(len(pos), once_ops(plan, pos, skip), plan.space, steps,
                         [] if tiling is None else tiling.sources, out2d, tiling, paths,
                         [(_shape(v), np.dtype(STORAGE[tensor_info(v.type).dtype]))
                          for v in views],
                         results, [_shape(v) for v in plan.results])
 
-    def run(self, args: Sequence[np.ndarray | None], options: NumpyOptions) -> list[np.ndarray]:
+    @staticmethod
+    def after(plan: FusedPlan, options: NumpyOptions, skip: Operation | None = None) -> TilePlan:
+        """The plan of a call that ran `run_tiles(plan, options)` (the compiled backend's
+        kernels left to the tile loop): the same tiling, decided again from the plan and the
+        options alone."""
+        with np.errstate(all="ignore"):
+            return TilePlan.of(plan, _tiling(plan, options, False) if plan.steps else None, skip)
+
+    def run(self, args: Sequence[np.ndarray | None], options: NumpyOptions,
+            before: Callable[[list[Any]], None] | None = None) -> list[np.ndarray]:
         """The op's results on `args` (inside the caller's `np.errstate(all="ignore")`, as the
-        program's steps run)."""
+        program's steps run); `before` computes the skipped op's value after the per-kernel ops."""
         vals: list[Any] = [*args, *(None,) * (self.n_values - len(args))]
         for o in self.once:
             o.run(vals)
+        if before is not None:
+            before(vals)
         out2d = [None if a is None else result_pool.empty(*a) for a in self.out2d]
         views = [np.empty(shape, dtype=dt) for shape, dt in self.views]
         t = self.tiling
