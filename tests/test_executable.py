@@ -10,6 +10,7 @@ diagnostics that leave the executable usable, and results do not depend on `thre
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import lamina
@@ -21,7 +22,9 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy import program as numpy_program
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.registry import get_backend
+from lamina.ir.fused import FusedOp
 from lamina.ir.updates import updates_of
+from sample_files import ROOT
 from strategies.programs import GeneratedProgram, programs
 from xdsl.dialects.builtin import ModuleOp
 
@@ -355,3 +358,82 @@ def test_arena_steps_never_clobber_a_live_value(prog: GeneratedProgram) -> None:
     for seed in range(3):
         inputs = _fresh(prog, seed + 10)
         _same(exe(inputs).outputs, lamina.run(module, inputs).outputs)
+
+
+# ---- kernel and tile plans made once -------------------------------------------------------------
+
+def _sample(name: str, pipeline: str) -> ModuleOp:
+    with open(os.path.join(ROOT, "samples", name)) as f:
+        return lamina.apply(lamina.parse(f.read(), name), pipeline)
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    """Replace `module.name` by a wrapper that counts its calls."""
+    seen: list[int] = []
+    real = getattr(module, name)
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return seen
+
+
+@pytest.mark.parametrize("backend", ["numpy", "compiled"])
+def test_fused_and_attention_kernels_are_planned_once(backend: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPT-2 block with tiles so small that every fused kernel runs many tiles and the
+    attention kernel many blocks: 20 calls on fresh inputs plan each kernel once (at the checked
+    call: the first, or on the compiled backend at compile time), and each call's outputs are
+    `lamina.run`'s bit for bit, also after later calls (no result shares memory with another
+    call's, no plan reads an earlier call's arrays)."""
+    from lamina.backends.numpy import attention as numpy_attention
+    from lamina.backends.numpy import fused as numpy_fused
+
+    module = _sample("gpt2_block.mlir", "fuse-attention,fuse-elementwise")
+    fused = [o for o in module.walk() if isinstance(o, FusedOp)]
+    assert sum(o.fusion_kind == "attention" for o in fused) == 1
+    planners = [(numpy_fused, "plan_fused"), (numpy_attention, "attention_parts")]
+    if backend == "compiled":
+        from lamina.backends.compiled import attention as compiled_attention
+        from lamina.backends.compiled import replay
+
+        planners += [(compiled_attention, "_middle"), (compiled_attention, "plan_fused"),
+                     (replay, "run_full")]   # every fused kernel the full way, one left to tiles
+    counts = {name: _count_calls(monkeypatch, mod, name) for mod, name in planners}
+    exe = lamina.compile(module, backend=backend, tile_bytes=256)
+    calls = [(x := lamina.inputs(module, seed=0), exe(x).outputs)]
+    planned = {name: len(seen) for name, seen in counts.items()}
+    calls += [(x := lamina.inputs(module, seed=seed), exe(x).outputs) for seed in range(1, 20)]
+    calls.append((calls[3][0], exe(calls[3][0]).outputs))   # inputs seen before, after others
+    assert {name: len(seen) for name, seen in counts.items()} == planned
+    if backend == "numpy":
+        assert planned == {"plan_fused": len(fused) - 1, "attention_parts": 1}
+    else:
+        assert planned["_middle"] == planned["plan_fused"] == 1
+        assert planned["run_full"] == len(fused) - 1
+    for x, got in calls[:2] + calls[-3:]:
+        _same(got, lamina.run(module, x, backend=backend, tile_bytes=256).outputs)
+    _same(calls[-1][1], calls[3][1])
+
+
+def test_a_new_argument_layout_is_planned_once_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-tile fused kernel's plan is kept per argument layout: a Fortran-ordered input is
+    planned once more, then both layouts run from their plans, each call `lamina.run`'s bits."""
+    from lamina.backends.numpy import fused as numpy_fused
+
+    module = _sample("layernorm_gelu_dropout.mlir", "fuse-elementwise")
+    entry = "ln_gelu_dropout_small"
+    plans = _count_calls(monkeypatch, numpy_fused, "plan_fused")
+    exe = lamina.compile(module, entry, tile_bytes=512)
+    assert len(plans) == 1   # the checked call at compile planned the C-ordered layout
+    for seed, (fortran, planned) in enumerate([(False, 0), (False, 0), (True, 1), (False, 0),
+                                               (True, 0)]):
+        x = lamina.inputs(module, entry, seed=seed)
+        if fortran:
+            x["x"] = np.asfortranarray(x["x"])
+        before = len(plans)
+        got = exe(x).outputs
+        assert len(plans) - before == planned, seed
+        _same(got, lamina.run(module, x, entry=entry, tile_bytes=512).outputs)

@@ -25,6 +25,12 @@ block: the fill's exp underflowed in every row) and v is finite there (0 * inf i
 every key. Skipping only drops products that are exactly 0, so the result is the full product's,
 up to BLAS's summation order.
 
+Planned once (`_Plan`, in the program's memo at the op's first call): the checks, the middle, the
+matmuls' tile forms, the worker count, and the middle's kernel with its arguments' layout (a
+`replay.Replay` of the first worker, planned and compiled the full way): a later call computes
+its side values, masks' key bounds and views, gives each worker fresh block buffers laid out as
+the replay says, and runs the blocks. A refusal is kept too.
+
 Falls back to the interpreter's attention kernel (`lamina.backends.numpy.attention`, one explain
 line) for element types other than f32 and f64, rows longer than MAX_KEYS keys, bodies the
 generator cannot compile, and rows the compiled kernel flags (whole kernel rerun).
@@ -36,17 +42,19 @@ import itertools
 import math
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from lamina.backends.compiled.fused import (
     OWN_RUNNERS,
     CompiledCall,
+    FullRun,
     count_kernel,
     explain_fallback,
     prepare,
 )
+from lamina.backends.compiled.replay import Replay, build_replay
 from lamina.backends.compiled.trace import CannotCompile
 from lamina.backends.numpy import attention as interp
 from lamina.backends.numpy.blas import one_blas_thread
@@ -128,20 +136,37 @@ def _middle(parts: AttentionParts, bq: int) -> _Middle:
 
 @dataclass
 class _Worker:
-    """One worker's block buffers and the compiled call laid out on them."""
+    """One worker's block buffers and the compiled kernel's entry and arrays laid out on them."""
 
     s: np.ndarray                   # the chain's block: the scores, [bq, Tk]
     sides: list[np.ndarray]         # per side value: its block buffer
     p: np.ndarray                   # the kernel's result, [bq, Tk]
-    call: CompiledCall
+    entry: Any
+    arrays: list[np.ndarray]        # the kernel's inputs, then its outputs
 
 
-def _worker_state(mid: _Middle, env: dict[SSAValue, np.ndarray]) -> _Worker:
+def _buffers(mid: _Middle, env: dict[SSAValue, np.ndarray]) -> list[np.ndarray]:
+    """A worker's block buffers (the middle's arguments), the fixed side values filled once."""
     args = [np.empty(tensor_info(a.type).shape, dtype=STORAGE[tensor_info(a.type).dtype])
             for a in mid.op.body.block.args]
     for buf, v, fixed in zip(args[1:], mid.sides, mid.fixed, strict=True):
         if fixed:   # filled once: the same in every block
             buf[...] = env[v].reshape(buf.shape)
+    return args
+
+
+def _worker(args: list[np.ndarray], p: np.ndarray, entry: Any, arrays: list[np.ndarray]
+            ) -> _Worker:
+    rank = len(args[0].shape)
+    return _Worker(args[0].reshape(args[0].shape[rank - 2:]), args[1:],
+                   p.reshape(p.shape[rank - 2:]), entry, arrays)
+
+
+def _first_worker(mid: _Middle, env: dict[SSAValue, np.ndarray]
+                  ) -> tuple[_Worker, CompiledCall, Replay | None]:
+    """A worker planned the full way (`plan_fused`, `prepare`: the middle's kernel compiled or
+    found), with its call and the replay that lays out every later worker the same way."""
+    args = _buffers(mid, env)
     plan = plan_fused(mid.op, args, min_rows=1)
     call = prepare(plan)
     ins = call.arrays[:len(call.arrays) - 1]
@@ -150,9 +175,17 @@ def _worker_state(mid: _Middle, env: dict[SSAValue, np.ndarray]) -> _Worker:
         if not fixed and not any(np.shares_memory(a, x) for x in ins):
             raise CannotCompile("a block input is laid out anew per call")
     (p,) = fused_results(plan)
-    rank = len(args[0].shape)
-    return _Worker(args[0].reshape(args[0].shape[rank - 2:]), args[1:],
-                   p.reshape(p.shape[rank - 2:]), call)
+    replay = build_replay(mid.op, FullRun([], plan, plan, call))
+    return _worker(args, p, call.kernel.entry, call.arrays), call, replay
+
+
+def _replayed_worker(mid: _Middle, replay: Replay, env: dict[SSAValue, np.ndarray]) -> _Worker:
+    """A worker laid out as the first one was (the same layouts: the same views and copies),
+    on fresh buffers."""
+    args = _buffers(mid, env)
+    vals, arrays, outs = replay.lay_out(args)
+    (p,) = replay.results_of(vals, outs)
+    return _worker(args, p, replay.entry, arrays)
 
 
 @dataclass
@@ -186,7 +219,47 @@ def _tile_form(op: LaminaOp, dtype: np.dtype) -> TileRun:
     return run
 
 
-def _prepare(op: FusedOp, args: list[np.ndarray | None]) -> _Kernel:
+@dataclass(frozen=True)
+class _Static:
+    """What depends only on one attention op and the program's options: the interpreter's plan
+    (parts, side ops), the compiled middle, the matmuls' tile forms and the worker count. It
+    holds no array of any call; `bind` binds one."""
+
+    interp: interp.AttentionPlan
+    mid: _Middle
+    qk: TileRun
+    pv: TileRun
+    dtype: np.dtype
+    threads: int
+
+    def bind(self, args: list[np.ndarray | None]) -> _Kernel:
+        """One call's kernel: the side values, the operands' views, a fresh result."""
+        ip = self.interp
+        parts, shape = ip.parts, ip.shape
+        env = ip.env(args)
+        lead = shape[:-2]
+        q, kt = (_dense(env[v], lead) for v in parts.qk.operands)
+        v = _dense(env[parts.pv.operands[1]], lead)
+        return _Kernel(self.mid, env, shape, q, kt, v, self.qk, self.pv,
+                       np.empty(ip.result.shape, dtype=self.dtype),
+                       _kmaxes(parts, env, shape, self.mid.bq),
+                       np.asarray(np.isfinite(v).all(axis=-1)))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """An attention op's plan, made at its first call and kept in the program's memo: its
+    `_Static` part, the replay laying out each worker's kernel arguments as the first call's
+    first worker was (None: every call plans its workers the full way) and the middle's kernel
+    (a `CompiledCall` with no arrays, counted as reused by a later counting call)."""
+
+    static: _Static
+    replay: Replay | None
+    reused: CompiledCall
+
+
+def _static(op: FusedOp, ctx: RunContext) -> _Static:
+    """The plan's parts that need no call (CannotCompile: the op is not compiled)."""
     parts = attention_parts(op.body.block)
     res = tensor_info(parts.pv.results[0].type)
     if res.dtype not in ("f32", "f64") or {t.dtype for t in parts.qk.operand_infos() + parts.pv.
@@ -196,15 +269,47 @@ def _prepare(op: FusedOp, args: list[np.ndarray | None]) -> _Kernel:
     tq, tk = shape[-2:]
     if tk > MAX_KEYS or tk == 0 or tq == 0:
         raise CannotCompile(f"rows of {tk} keys (the compiled form takes 1 to {MAX_KEYS})")
-    env = interp.side_env(op, parts, args)
-    lead = shape[:-2]
-    q, kt = (_dense(env[v], lead) for v in parts.qk.operands)
-    v = _dense(env[parts.pv.operands[1]], lead)
     bq = max(1, min(tq, BLOCK_ELEMENTS // tk))
     dt = np.dtype(STORAGE[res.dtype])
-    return _Kernel(_middle(parts, bq), env, shape, q, kt, v, _tile_form(parts.qk, dt),
-                   _tile_form(parts.pv, dt), np.empty(res.shape, dtype=dt),
-                   _kmaxes(parts, env, shape, bq), np.asarray(np.isfinite(v).all(axis=-1)))
+    tasks = math.prod(shape[:-2]) * -(-tq // bq)
+    threads = tile_threads(ctx.options, math.prod(shape), tasks)
+    return _Static(interp.plan_of(op, ctx), _middle(parts, bq), _tile_form(parts.qk, dt),
+                   _tile_form(parts.pv, dt), dt, threads)
+
+
+def _workers(mid: _Middle, replay: Replay | None, env: dict[SSAValue, np.ndarray], n: int
+             ) -> list[_Worker]:
+    return [_first_worker(mid, env)[0] if replay is None else _replayed_worker(mid, replay, env)
+            for _ in range(n)]
+
+
+def _start(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext
+           ) -> tuple[_Kernel, list[_Worker]]:
+    """This call's kernel and its workers' states: from the op's kept plan, else planned now
+    (the first worker the full way, compiling or finding the middle's kernel) and kept, with the
+    reason it cannot be compiled when it cannot (raised again at every call)."""
+    kept = ctx.memo.get((_MEMO, op))
+    if isinstance(kept, str):
+        raise CannotCompile(kept)
+    if isinstance(kept, _Plan):
+        k = kept.static.bind(args)
+        if ctx.counting:
+            count_kernel(ctx, kept.reused)
+        return k, _workers(k.mid, kept.replay, k.env, kept.static.threads)
+    try:
+        static = _static(op, ctx)
+        k = static.bind(args)
+        first, call, replay = _first_worker(static.mid, k.env)
+    except CannotCompile as e:
+        ctx.memo[(_MEMO, op)] = str(e)
+        raise
+    count_kernel(ctx, call)
+    ctx.memo[(_MEMO, op)] = _Plan(static, replay, replace(call, reused=True, arrays=[],
+                                                          recipe=None, compactions=[]))
+    return k, [first, *_workers(static.mid, replay, k.env, static.threads - 1)]
+
+
+_MEMO = "compiled.attention"
 
 
 def _dense(a: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
@@ -258,7 +363,7 @@ def _block(k: _Kernel, w: _Worker, idx: tuple[int, ...], i0: int, flags: np.ndar
             buf[(0,) * (rank - 2) + (slice(0, n if buf.shape[-2] > 1 else 1),)] = \
                 blk.reshape(blk.shape[rank - 2:])
     flat = int(np.ravel_multi_index(idx, k.shape[:-2])) if idx else 0
-    w.call.kernel.entry(0, n, (flat * tq + i0) * tk, flags, *w.call.arrays)
+    w.entry(0, n, (flat * tq + i0) * tk, flags, *w.arrays)
     if flags[:n].any():
         return False
     kv = tk
@@ -297,18 +402,15 @@ def run_attention_compiled(op: Operation, args: list[np.ndarray | None], ctx: Ru
     assert isinstance(op, FusedOp)
     try:
         with np.errstate(all="ignore"):
-            k = _prepare(op, args)
-            tasks = math.prod(k.shape[:-2]) * -(-k.shape[-2] // k.mid.bq)
-            n = tile_threads(ctx.options, math.prod(k.shape), tasks)
-            states = [_worker_state(k.mid, k.env) for _ in range(n)]   # compiles on the first
-            count_kernel(ctx, states[0].call)
+            k, states = _start(op, args, ctx)
         if not _run_blocks(k, states):
             raise CannotCompile("a row the compiled kernel left to the interpreter")
     except CannotCompile as e:
         explain_fallback(ctx, op, str(e), "the NumPy interpreter's attention kernel")
         return interp.run_attention(op, args, ctx)
     outs = [k.out]
-    interp.record_stats(op, args, outs, ctx)
+    if ctx.counting:
+        interp.record_stats(op, args, outs, ctx)
     return outs
 
 

@@ -7,25 +7,29 @@ the statistics' walk over the body. On a small kernel that is ~300 us of Python 
 microseconds of machine code. None of it depends on the arrays' values, only on the op (which
 never changes during a program's life) and the arguments' layouts, so the first call with a
 layout keeps what it found in the program's memo (`RunContext.memo`) as a `Replay`, and a later
-call with the same layout (shape, strides, dtype, and which arguments are the same array) only:
+call with the same layout (shape, strides, dtype, and which arguments are the same array:
+`lamina.backends.numpy.fused.layout_key`, which the interpreter's kept tile plans share) only:
 runs the body's per-kernel ops (broadcasts, constants) as plain kernel calls with their `Call`
 built once, the matmul root's BLAS call, lays out the inputs (`Compaction`, views and at most one
 copy each), allocates the outputs (`result_pool`) and runs the numba entry over its rows. These
 are the same kernels on the same arrays as the full way, so the bits are the same.
 
+A kernel the generator did not compile (it writes outputs through layout ops, say) ran on the
+NumPy tile loop; its tile plan is kept instead (`lamina.backends.numpy.fused.TilePlan`, the
+tile loop's own kept plan, after the split-off matmul root's BLAS call when it has one), and
+later calls run the tiles without planning them.
+
 A call with another layout takes the full way and keeps that layout's replay too. A call whose
 kernel flags rows (`require` failed, dropout indices crossing 2**32) is run again the full way,
-which recomputes them with the interpreter: rare, and simpler than replaying the rescue. A kernel
-that did not compile, writes outputs through layout ops or has no per-tile steps is never
-replayed. Replays are used only in runs that do not count statistics (a program's later calls,
-which reuse its checked call's), and, like the full way, run inside the caller's
-`np.errstate(all="ignore")` (both the program's steps and `run_function` set it).
+which recomputes them with the interpreter: rare, and simpler than replaying the rescue.
+Replays are used only in runs that do not count statistics (a program's later calls, which reuse its checked
+call's), and, like the full way, run inside the caller's `np.errstate(all="ignore")` (both the
+program's steps and `run_function` set it).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +43,16 @@ from lamina.backends.compiled.fused import (
     run_full,
 )
 from lamina.backends.numpy import result_pool
-from lamina.backends.numpy.fused import FusedPlan
-from lamina.backends.numpy.kernels import kernel
+from lamina.backends.numpy.fused import (
+    LAYOUTS_MAX,
+    FusedPlan,
+    Once,
+    TilePlan,
+    layout_key,
+    once_ops,
+)
 from lamina.backends.numpy.options import NumpyOptions
-from lamina.backends.numpy.runner import RunContext, make_call, run_kernel
+from lamina.backends.numpy.runner import RunContext, run_kernel
 from lamina.backends.numpy.specialized import forms
 from lamina.backends.numpy.tile_threads import TileScratch
 from lamina.ir.dtypes import STORAGE
@@ -51,45 +61,9 @@ from lamina.ir.fused import FusedOp
 from lamina.ir.opbase import LaminaOp, tensor_info
 from xdsl.ir import Operation, SSAValue
 
-LayoutKey = tuple[Any, ...]
-LAYOUTS_MAX = 8     # replays kept per op; a program called with ever new layouts drops the oldest
 _MEMO = "compiled.replay"
 
 Values = list[Any]   # a call's env: block arguments, then per-kernel values, then the root's
-
-
-def layout_key(args: Sequence[np.ndarray | None]) -> LayoutKey:
-    """What a replay depends on in the arguments: each one's shape, strides and dtype, and the
-    first argument that is the same array (one array passed twice is one kernel input)."""
-    first: dict[int, int] = {}
-    return tuple(None if a is None else (a.shape, a.strides, a.dtype, first.setdefault(id(a), k))
-                 for k, a in enumerate(args))
-
-
-@dataclass(frozen=True)
-class _Once:
-    """A body op the plan runs once per kernel (a broadcast of an input, a constant): its kernel
-    with its `Call`, built once; operand and result positions in the call's values."""
-
-    fn: Callable[[list[np.ndarray | None], Call], np.ndarray]
-    call: Call
-    ins: tuple[int, ...]     # -1: an absent optional operand
-    out: int
-
-    def run(self, vals: Values) -> None:
-        vals[self.out] = self.fn([vals[k] if k >= 0 else None for k in self.ins], self.call)
-
-
-def _empty_result(xs: list[np.ndarray | None], call: Call) -> np.ndarray:
-    """A result with no elements, as `run_kernel` gives it (NumPy's reductions fail on one)."""
-    return np.zeros(call.result.shape, STORAGE[call.result.dtype])
-
-
-def _once(o: LaminaOp, pos: dict[SSAValue, int]) -> _Once:
-    call = make_call(o)
-    fn = _empty_result if math.prod(call.result.shape) == 0 else kernel(o.info)
-    return _Once(fn, call, tuple(-1 if v is None else pos[v] for v in o.operand_slots()),
-                 pos[o.results[0]])
 
 
 @dataclass(frozen=True)
@@ -150,7 +124,7 @@ class Replay:
     `results[j]` is (True, k): output k reshaped to `shapes[j]`, or (False, p): value p."""
 
     blank: tuple[None, ...]                   # the values after the block arguments
-    once: tuple[_Once, ...]
+    once: tuple[Once, ...]
     root: _Root | None
     inputs: tuple[tuple[int, Compaction], ...]
     outputs: tuple[_Output, ...]
@@ -162,6 +136,19 @@ class Replay:
 
     def run(self, args: Sequence[np.ndarray | None], options: NumpyOptions) -> list[np.ndarray] | None:
         """The op's results on `args`; None when the kernel flagged rows (run it the full way)."""
+        vals, arrays, outs = self.lay_out(args)
+        flags = np.zeros(self.rows, dtype=np.uint8)
+        _run_chunks(self.entry, self.rows, self.T, 0, flags, arrays, options)
+        if flags.any():
+            return None
+        return self.results_of(vals, outs)
+
+    def lay_out(self, args: Sequence[np.ndarray | None]
+                ) -> tuple[Values, list[np.ndarray], list[np.ndarray]]:
+        """Everything but the kernel's run on `args`: the call's values (per-kernel values and
+        the root's computed), the kernel's arrays (its inputs laid out, then its outputs) and
+        the outputs' fresh arrays. The compiled attention kernel lays out each worker's block
+        buffers so and runs the entry itself, block by block."""
         vals: Values = [*args, *self.blank]
         for st in self.once:
             st.run(vals)
@@ -172,10 +159,10 @@ class Replay:
         for a, o in zip(outs, self.outputs, strict=True):
             v = a.reshape(o.view)
             arrays.append(v.view(np.uint16) if v.dtype == np.float16 else v)
-        flags = np.zeros(self.rows, dtype=np.uint8)
-        _run_chunks(self.entry, self.rows, self.T, 0, flags, arrays, options)
-        if flags.any():
-            return None
+        return vals, arrays, outs
+
+    def results_of(self, vals: Values, outs: list[np.ndarray]) -> list[np.ndarray]:
+        """The op's results, once the kernel has written `outs` (`lay_out`'s)."""
         return [outs[k].reshape(s) if out else vals[k]
                 for (out, k), s in zip(self.results, self.shapes, strict=True)]
 
@@ -188,9 +175,7 @@ def build_replay(op: FusedOp, full: FullRun) -> Replay | None:
     pos = {v: k for k, v in enumerate(plan.env)}
     n = len(op.body.block.args)
     split = plan is not full.planned
-    root = full.planned.steps[0].op if split else None
-    once = tuple(_once(o, pos) for o in full.planned.body if isinstance(o, LaminaOp)
-                 and o is not root and pos.get(o.results[0], -1) >= n)
+    once = once_ops(full.planned, pos, full.planned.steps[0].op if split else None)
     return Replay((None,) * (len(pos) - n), once, _root(full.planned, pos) if split else None,
                   tuple(zip(call.recipe.env_index, call.compactions, strict=True)),
                   _outputs(plan, call), _results(plan, call, pos),
@@ -239,5 +224,29 @@ def run_fused_replayed(op: Operation, args: list[np.ndarray | None],
     if key not in replays:
         if len(replays) >= LAYOUTS_MAX:
             replays.pop(next(iter(replays)))
-        replays[key] = build_replay(op, full)
+        replays[key] = _kept(op, full, ctx.options)
     return full.outs
+
+
+@dataclass(frozen=True)
+class _Tiled:
+    """A kernel left to the NumPy tile loop after its matmul root was split off: the root's
+    BLAS call over every row, as `matmul_root.split_root` makes it, then the epilogue's tiles."""
+
+    root: _Root
+    tiles: TilePlan
+
+    def run(self, args: Sequence[np.ndarray | None], options: NumpyOptions) -> list[np.ndarray]:
+        return self.tiles.run(args, options, self.root.run)
+
+
+def _kept(op: FusedOp, full: FullRun, options: NumpyOptions) -> Replay | TilePlan | _Tiled | None:
+    """What a later call with this layout runs: the compiled kernel's replay, or the tile
+    loop's kept plan for a kernel the generator did not compile (module docstring)."""
+    if full.call is not None:
+        return build_replay(op, full)
+    if full.plan is full.planned:
+        return TilePlan.after(full.plan, options)
+    pos = {v: k for k, v in enumerate(full.plan.env)}
+    root = full.planned.steps[0].op
+    return _Tiled(_root(full.planned, pos), TilePlan.after(full.plan, options, root))

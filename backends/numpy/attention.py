@@ -40,6 +40,10 @@ Block sizes: one block of scores holds about `NumpyOptions.tile_bytes` bytes (AT
 without it); tests use tiny tiles to force many blocks. Blocks (leading index, query rows) run on
 the fused executor's thread pool, each computed the same way on any thread.
 
+Planned once (`AttentionPlan`): the body's parts, the side ops' and chain ops' calls and the block
+sizes depend only on the op and the options, so they are made at the op's first call and kept in
+the program's memo; a call computes its side values, binds its arrays and runs the blocks.
+
 Statistics: one kernel; its bytes are its distinct inputs and its result; the working set it
 reports is one worker's block buffers plus the side values it computed. Skipping changes none of
 these, nor the flops (the body's, every block counted).
@@ -56,17 +60,17 @@ from typing import Any
 
 import numpy as np
 from lamina.backends.numpy.blas import one_blas_thread
-from lamina.backends.numpy.fused import KIND_RUNNERS
+from lamina.backends.numpy.fused import KIND_RUNNERS, Once
 from lamina.backends.numpy.kernels import kernel
+from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import (
     RunContext,
     device_nbytes,
     distinct_nbytes,
     make_call,
-    run_kernel,
 )
 from lamina.backends.numpy.tile_threads import run_workers, tile_threads
-from lamina.ir.attention import AttentionParts, attention_parts, masked_fill
+from lamina.ir.attention import AttentionParts, MaskedFill, attention_parts, masked_fill
 from lamina.ir.dtypes import STORAGE, to_storage
 from lamina.ir.formulas import Block, Call
 from lamina.ir.fused import FusedOp
@@ -114,9 +118,11 @@ class _Skip:
 
 @dataclass
 class _Kernel:
-    """What every block needs, prepared once per call."""
+    """What every block of one call needs: the plan's facts bound to the call's arrays."""
 
     parts: AttentionParts
+    qk_call: Call
+    pv_call: Call
     scores: list[_Step]
     probs: list[_Step]
     env: dict[SSAValue, np.ndarray]      # block arguments and side values, whole
@@ -144,49 +150,103 @@ def block_sizes(tq: int, tk: int, itemsize: int, tile_bytes: int | None) -> tupl
     return max(1, min(tq, n // bk)), bk
 
 
-def side_env(op: FusedOp, parts: AttentionParts, args: Sequence[np.ndarray | None]
-             ) -> dict[SSAValue, np.ndarray]:
-    """The kernel's block arguments and its side values (computed now, on whole arrays), by
-    value: what every block of scores slices its other operands from."""
-    env: dict[SSAValue, np.ndarray] = {}
-    for a, x in zip(op.body.block.args, args, strict=True):
-        assert x is not None
-        env[a] = x
-    for o in parts.side:
-        env[o.results[0]] = run_kernel(o.info, [None if v is None else env[v]
-                                                for v in o.operand_slots()], make_call(o))
-    return env
+@dataclass(frozen=True)
+class _Chain:
+    """A score or prob op as every call runs it: its kernel and call facts, and per operand slot
+    ("none", None) an absent operand, ("chain", None) the running value or ("side", v) side
+    value v (`_Step.sources` once bound)."""
+
+    fn: Callable[[Sequence[np.ndarray | None], Call], np.ndarray]
+    attrs: dict[str, Any]
+    operands: list[TensorInfo | None]
+    result: TensorInfo
+    slots: list[tuple[str, SSAValue | None]]
 
 
-def _prepare(op: FusedOp, args: list[np.ndarray | None], ctx: RunContext, skip: bool = True
-             ) -> _Kernel:
-    parts = attention_parts(op.body.block)
-    env = side_env(op, parts, args)
-    shape = tuple(parts.scores_shape)
-    lead = shape[:-2]
-    q, kt = (env[v] for v in parts.qk.operands)
-    v = env[parts.pv.operands[1]]
-    q = np.broadcast_to(q, lead + q.shape[-2:])
-    kt = np.broadcast_to(kt, lead + kt.shape[-2:])
-    v = np.broadcast_to(v, lead + v.shape[-2:])
-    res = tensor_info(parts.pv.results[0].type)
-    cdt = np.dtype(np.float64 if res.dtype == "f64" else np.float32)
-    bq, bk = block_sizes(shape[-2], shape[-1], cdt.itemsize, ctx.options.tile_bytes)
-    out = np.empty(res.shape, dtype=STORAGE[res.dtype])
-    scores = _steps(parts.scores, parts.qk.results[0], env, len(shape))
-    probs = _steps(parts.probs, parts.softmax.results[0], env, len(shape))
-    k = _Kernel(parts, scores, probs, env, shape, q, kt, v, cdt, bq, bk, out, res.dtype)
-    if skip:
-        k.skip = _skip_plan(k, env[parts.pv.operands[1]])
-    return k
+@dataclass(frozen=True)
+class AttentionPlan:
+    """What depends only on one attention op and the program's options, made at its first call
+    and kept in the program's memo (`RunContext.memo`): the body's parts, the side ops with their
+    `Call`s, the chain ops' kernels and call facts, the block sizes. A call binds its arguments
+    (`env`, `bind`: the side values, the operands' views, the result) and runs the blocks; the
+    plan holds no array of any call."""
+
+    parts: AttentionParts
+    values: tuple[SSAValue, ...]        # the block arguments, then the side values
+    side: tuple[Once, ...]
+    scores: list[_Chain]
+    probs: list[_Chain]
+    shape: tuple[int, ...]              # the scores' shape: lead + (Tq, Tk)
+    result: TensorInfo
+    cdt: np.dtype
+    bq: int
+    bk: int
+    qk_call: Call
+    pv_call: Call
+    fill: MaskedFill | None
+
+    @staticmethod
+    def of(op: FusedOp, options: NumpyOptions) -> AttentionPlan:
+        parts = attention_parts(op.body.block)
+        values: tuple[SSAValue, ...] = (*op.body.block.args, *(o.results[0] for o in parts.side))
+        pos: dict[SSAValue, int] = {v: k for k, v in enumerate(values)}
+        shape = tuple(parts.scores_shape)
+        res = tensor_info(parts.pv.results[0].type)
+        cdt = np.dtype(np.float64 if res.dtype == "f64" else np.float32)
+        bq, bk = block_sizes(shape[-2], shape[-1], cdt.itemsize, options.tile_bytes)
+        return AttentionPlan(parts, values, tuple(Once.of(o, pos) for o in parts.side),
+                             _chain(parts.scores, parts.qk.results[0]),
+                             _chain(parts.probs, parts.softmax.results[0]), shape, res, cdt,
+                             bq, bk, make_call(parts.qk), make_call(parts.pv),
+                             masked_fill(parts))
+
+    def env(self, args: Sequence[np.ndarray | None]) -> dict[SSAValue, np.ndarray]:
+        """The kernel's block arguments and its side values (computed now, on whole arrays), by
+        value: what every block of scores slices its other operands from."""
+        vals: list[Any] = [*args, *(None,) * (len(self.values) - len(args))]
+        for o in self.side:
+            o.run(vals)
+        return dict(zip(self.values, vals, strict=True))
+
+    def bind(self, args: Sequence[np.ndarray | None], skip: bool) -> _Kernel:
+        """One call's kernel: the plan on `args`, with a fresh result array."""
+        parts = self.parts
+        env = self.env(args)
+        shape = self.shape
+        lead = shape[:-2]
+        q, kt = (env[v] for v in parts.qk.operands)
+        v = env[parts.pv.operands[1]]
+        q = np.broadcast_to(q, lead + q.shape[-2:])
+        kt = np.broadcast_to(kt, lead + kt.shape[-2:])
+        v = np.broadcast_to(v, lead + v.shape[-2:])
+        res = self.result
+        out = np.empty(res.shape, dtype=STORAGE[res.dtype])
+        rank = len(shape)
+        k = _Kernel(parts, self.qk_call, self.pv_call, _steps(self.scores, env, rank),
+                    _steps(self.probs, env, rank), env, shape, q, kt, v, self.cdt, self.bq,
+                    self.bk, out, res.dtype)
+        if skip and self.fill is not None:
+            k.skip = _skip_plan(k, self.fill, env[parts.pv.operands[1]])
+        return k
 
 
-def _skip_plan(k: _Kernel, v: np.ndarray) -> _Skip | None:
+def plan_of(op: FusedOp, ctx: RunContext) -> AttentionPlan:
+    """The op's plan, made at its first call in this program (or run) and kept in its memo."""
+    plan = ctx.memo.get((_MEMO, op))
+    if plan is None:
+        plan = ctx.memo[(_MEMO, op)] = AttentionPlan.of(op, ctx.options)
+    return plan
+
+
+_MEMO = "numpy.attention"
+
+
+def _skip_plan(k: _Kernel, mf: MaskedFill, v: np.ndarray) -> _Skip | None:
     """How to skip key blocks of only the fill (module docstring); None when no block may be
-    skipped: no masking select last, no keys, or a prob op that does not keep zeros zero."""
-    mf = masked_fill(k.parts)
+    skipped: no keys, or a prob op that does not keep zeros zero (the masking select `mf` is the
+    last score op)."""
     tk = k.shape[-1]
-    if mf is None or tk == 0 or not all(_keeps_zero(k, st) for st in k.probs):
+    if tk == 0 or not all(_keeps_zero(k, st) for st in k.probs):
         return None
     sel = k.scores[-1]
     mask = sel.sources[0][1]
@@ -223,23 +283,32 @@ def _keeps_zero(k: _Kernel, st: _Step) -> bool:
     return bool(np.all(out == 0))
 
 
-def _steps(ops: list[LaminaOp], chain: SSAValue, env: dict[SSAValue, np.ndarray], rank: int
-           ) -> list[_Step]:
+def _chain(ops: list[LaminaOp], chain: SSAValue) -> list[_Chain]:
     """The chain ops from `chain` on, each with where its operands come from."""
-    steps: list[_Step] = []
+    steps: list[_Chain] = []
     for o in ops:
-        sources: list[tuple[str, np.ndarray | None]] = []
+        slots: list[tuple[str, SSAValue | None]] = []
         for v in o.operand_slots():
+            slots.append(("none", None) if v is None else ("chain", None) if v is chain
+                         else ("side", v))
+        steps.append(_Chain(kernel(o.info), o.attr_values(), o.operand_infos(),
+                            tensor_info(o.results[0].type), slots))
+        chain = o.results[0]
+    return steps
+
+
+def _steps(chain: list[_Chain], env: dict[SSAValue, np.ndarray], rank: int) -> list[_Step]:
+    """The chain ops bound to one call's side values (each with the scores' rank)."""
+    steps: list[_Step] = []
+    for c in chain:
+        sources: list[tuple[str, np.ndarray | None]] = []
+        for kind, v in c.slots:
             if v is None:
-                sources.append(("none", None))
-            elif v is chain:
-                sources.append(("chain", None))
+                sources.append((kind, None))
             else:
                 w = env[v]
                 sources.append(("side", w.reshape((1,) * (rank - w.ndim) + w.shape)))
-        steps.append(_Step(kernel(o.info), o.attr_values(), o.operand_infos(),
-                           tensor_info(o.results[0].type), sources))
-        chain = o.results[0]
+        steps.append(_Step(c.fn, c.attrs, c.operands, c.result, sources))
     return steps
 
 
@@ -289,7 +358,7 @@ def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> tuple[int, int]:
     m = np.full((bi, 1), -np.inf, dtype=k.cdt)
     s_sum = np.zeros((bi, 1), dtype=k.cdt)
     acc = np.zeros((bi, dv), dtype=k.cdt)
-    qk_call, pv_call = make_call(p.qk), make_call(p.pv)
+    qk_call, pv_call = k.qk_call, k.pv_call
     lead1 = (1,) * k.nl
     held = skipped = 0
     for j0 in range(0, tk, k.bk):
@@ -350,13 +419,14 @@ def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext,
     `skip=False` every key block runs (what the tests compare skipping with)."""
     assert isinstance(op, FusedOp)
     with np.errstate(all="ignore"):
-        k = _prepare(op, args, ctx, skip)
+        k = plan_of(op, ctx).bind(args, skip)
     held, skipped = _run_blocks(k, ctx)
     outs = [k.out]
-    record_stats(op, args, outs, ctx)
-    if k.skip is not None:
-        extra = ctx.stats.extra
-        extra["attention_blocks_skipped"] = extra.get("attention_blocks_skipped", 0) + skipped
+    if ctx.counting:
+        record_stats(op, args, outs, ctx)
+        if k.skip is not None:
+            extra = ctx.stats.extra
+            extra["attention_blocks_skipped"] = extra.get("attention_blocks_skipped", 0) + skipped
     if ctx.observer is not None:
         side = sum(int(a.nbytes) for o in k.parts.side if (a := k.env[o.results[0]]).flags.owndata)
         ctx.observer.on_working_set(op, held + side)

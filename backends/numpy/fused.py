@@ -25,6 +25,12 @@ depend on the thread count (the property test checks 1 against 2 threads bit for
 
 Statistics: one fused op is one kernel; its bytes are its inputs' plus its results' bytes.
 
+Plans kept (`TilePlan`): the plan depends on the op and its arguments' layouts (shape, strides,
+dtype, which are the same array: `layout_key`), not their values, so a compiled program keeps
+each layout's plan in its memo at the first call with it (its checked call) and a later call
+that counts no statistics only binds its arrays (the per-kernel ops, the operands' views, fresh
+results) and runs the tiles: the same kernels on arrays laid out the same way, so the same bits.
+
 A backend that runs the tiles its own way (the compiled backend) shares the plan: `plan_fused`
 (iteration space, per-tile steps, per-kernel values, the results' arrays), `run_tiles` (this tile
 loop, also for a chosen set of one-row tiles), `fused_results` and `record_fused_stats`.
@@ -35,7 +41,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -220,25 +226,53 @@ def run_tiles(plan: FusedPlan, options: NumpyOptions, only_rows: Iterable[int] |
     """Run the plan's steps tile by tile (the interpreter's tile loop), writing every step that
     leaves the group into its `out2d`; with `only_rows`, just those rows, one row per tile.
     Returns the largest tile working set of a worker (its tile buffers and scratch, bytes)."""
-    steps, space = plan.steps, plan.space
-    if not steps:
+    if not plan.steps:
         return 0
     with np.errstate(all="ignore"):
-        tile_rows = 1 if only_rows is not None else _choose_rows(
-            space.rows, steps, space.row_group, options.tile_bytes)
-        tiling = None
-        if plan.paths:
-            tiling = box_tiling(space.lead, min(p.kept for p in plan.paths), tile_rows)
-            tile_rows = tiling.rows
-        buffers = _assign_buffers(steps, plan.slot_of, set(plan.results), tile_rows,
-                                  {p.source for p in plan.paths})
-        for st in steps:
-            st.sources = _operand_sources(st.op, plan.env, plan.slot_of, space, tile_rows)
-        job = _Job(steps, buffers, tile_rows, space.rows, space.nl, plan.paths, tiling)
-        if only_rows is None:
-            return _tile_loop(job, space, options)
-        assert not plan.paths, "one-row tiles of a kernel writing through layout ops"
-        return _worker(job, itertools.chain(only_rows, [space.rows]), space.rows)
+        return _run_tiling(plan, _tiling(plan, options, only_rows is not None), options, only_rows)
+
+
+@dataclass(frozen=True)
+class _Tiling:
+    """What the tile loop decides beyond the plan: rows per tile, the box tiling of a kernel
+    writing through layout ops, the tile buffers' (shape, dtype) by id (`Step.buffer`) and how
+    each step finds its operands."""
+
+    rows: int
+    box: BoxTiling | None
+    buffers: list[tuple[tuple[int, ...], np.dtype]]
+    sources: list[list[_Source]]
+
+
+def _tiling(plan: FusedPlan, options: NumpyOptions, one_row: bool) -> _Tiling:
+    """Choose the tiles of `plan` (setting each step's `buffer` and bound `sources`)."""
+    steps, space = plan.steps, plan.space
+    tile_rows = 1 if one_row else _choose_rows(space.rows, steps, space.row_group,
+                                               options.tile_bytes)
+    box = None
+    if plan.paths:
+        box = box_tiling(space.lead, min(p.kept for p in plan.paths), tile_rows)
+        tile_rows = box.rows
+    buffers = _assign_buffers(steps, plan.slot_of, set(plan.results), tile_rows,
+                              {p.source for p in plan.paths})
+    pos = {v: k for k, v in enumerate(plan.env)}
+    sources = [_source_kinds(st.op, plan.env, pos, plan.slot_of, space) for st in steps]
+    vals = list(plan.env.values())
+    for st, srcs in zip(steps, sources, strict=True):
+        st.sources = [s.bind(vals, space, tile_rows) for s in srcs]
+    return _Tiling(tile_rows, box, buffers, sources)
+
+
+def _run_tiling(plan: FusedPlan, tiling: _Tiling, options: NumpyOptions,
+                only_rows: Iterable[int] | None = None) -> int:
+    """The tile loop over the plan's steps as `tiling` lays them out (see `run_tiles`)."""
+    steps, space = plan.steps, plan.space
+    job = _Job(steps, tiling.buffers, tiling.rows, space.rows, space.nl, plan.paths, tiling.box,
+               [st.sources for st in steps], [st.out2d for st in steps])
+    if only_rows is None:
+        return _tile_loop(job, space, options)
+    assert not plan.paths, "one-row tiles of a kernel writing through layout ops"
+    return _worker(job, itertools.chain(only_rows, [space.rows]), space.rows)
 
 
 # kinds with an executor of their own (`lamina.backends.numpy.attention` adds "attention")
@@ -250,17 +284,171 @@ def run_fused(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> 
     """Run a `lamina.fused` op as one kernel: plan its steps once, then run the tiles.
 
     Planning (iteration space, per-kernel vs per-tile ops, operand sources, tile buffers) costs
-    O(body) and is done before any tile runs, so the tile loop only indexes prepared arrays."""
+    O(body) and is done before any tile runs, so the tile loop only indexes prepared arrays. A
+    compiled program keeps the plan of each argument layout in its memo (`TilePlan`): a call
+    that counts no statistics with a layout seen before only binds its arrays and runs tiles."""
     assert isinstance(op, FusedOp)
     if (own := KIND_RUNNERS.get(op.fusion_kind)) is not None:
         return own(op, args, ctx)
+    kept = ctx.memo.setdefault((_MEMO, op), {})
+    key = layout_key(args)
+    if not ctx.counting and ctx.observer is None and (tp := kept.get(key)) is not None:
+        return tp.run(args, ctx.options)
     plan = plan_fused(op, args)
-    tile_set = run_tiles(plan, ctx.options)
+    tiling = None
+    tile_set = 0
+    if plan.steps:
+        with np.errstate(all="ignore"):
+            tiling = _tiling(plan, ctx.options, False)
+            tile_set = _run_tiling(plan, tiling, ctx.options)
     outs = fused_results(plan)
-    record_fused_stats(ctx.stats, plan, args, outs)
+    if ctx.counting:
+        record_fused_stats(ctx.stats, plan, args, outs)
     if ctx.observer is not None:
         ctx.observer.on_working_set(op, working_set(plan, tile_set))
+    if key not in kept:
+        if len(kept) >= LAYOUTS_MAX:
+            kept.pop(next(iter(kept)))
+        kept[key] = TilePlan.of(plan, tiling)
     return outs
+
+
+# ---- plans kept per argument layout ------------------------------------------------------------
+
+LAYOUTS_MAX = 8     # plans kept per op; a program called with ever new layouts drops the oldest
+_MEMO = "numpy.tiles"
+
+LayoutKey = tuple[Any, ...]
+
+
+def layout_key(args: Sequence[np.ndarray | None]) -> LayoutKey:
+    """What a kept plan depends on in the arguments: each one's shape, strides and dtype, and
+    the first argument that is the same array (one array passed twice is one kernel input)."""
+    first: dict[int, int] = {}
+    return tuple(None if a is None else (a.shape, a.strides, a.dtype, first.setdefault(id(a), k))
+                 for k, a in enumerate(args))
+
+
+@dataclass(frozen=True)
+class Once:
+    """A body op a kept plan runs once per kernel (a broadcast of an input, a constant): its
+    kernel with its `Call`, built once; operand and result positions in the call's values (the
+    block arguments, then the per-kernel values in body order: `FusedPlan.env`'s order)."""
+
+    fn: Callable[[list[np.ndarray | None], Call], np.ndarray]
+    call: Call
+    ins: tuple[int, ...]     # -1: an absent optional operand
+    out: int
+
+    @staticmethod
+    def of(o: LaminaOp, pos: dict[SSAValue, int]) -> Once:
+        call = make_call(o)
+        fn = _empty_result if _prod(call.result.shape) == 0 else kernel(o.info)
+        return Once(fn, call, tuple(-1 if v is None else pos[v] for v in o.operand_slots()),
+                    pos[o.results[0]])
+
+    def run(self, vals: list[Any]) -> None:
+        vals[self.out] = self.fn([vals[k] if k >= 0 else None for k in self.ins], self.call)
+
+
+def _empty_result(xs: list[np.ndarray | None], call: Call) -> np.ndarray:
+    """A result with no elements, as `run_kernel` gives it (NumPy's reductions fail on one)."""
+    return np.zeros(call.result.shape, STORAGE[call.result.dtype])
+
+
+def once_ops(plan: FusedPlan, pos: dict[SSAValue, int], skip: Operation | None = None
+             ) -> tuple[Once, ...]:
+    """The plan's per-kernel ops (but `skip`), in body order, as `plan_fused` ran them."""
+    n = len(plan.op.body.block.args)
+    return tuple(Once.of(o, pos) for o in plan.body if isinstance(o, LaminaOp)
+                 and o is not skip and pos.get(o.results[0], -1) >= n)
+
+
+# a kept plan's output views hold no array: each call's result is bound into them
+_UNBOUND = np.empty((0,), dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """What one call of a fused op with one argument layout planned (`plan_fused` and the tile
+    loop's choices), holding none of that call's arrays: a later call with the same layout runs
+    the same kernels on arrays laid out the same way, so its bits are the full way's.
+
+    `run` binds the call's arguments, runs the per-kernel ops, allocates the results (from
+    `result_pool`, as `plan_fused` does), makes each step's operand views and runs the tiles.
+    `results[j]` is ("out", step) a step's global result, ("view", k) the array of `views[k]`'s
+    result, or ("val", p) value p (an argument or a per-kernel value)."""
+
+    n_values: int
+    once: tuple[Once, ...]
+    space: Space
+    steps: list[Step]                    # `buffer` set; no `sources` or `out2d`
+    sources: list[list[_Source]]
+    out2d: list[tuple[tuple[int, ...], np.dtype] | None]
+    tiling: _Tiling | None
+    paths: list[tuple[int, ViewPath]]    # (index of its result in `views`, path)
+    views: list[tuple[tuple[int, ...], np.dtype]]
+    results: list[tuple[str, int]]
+    shapes: list[tuple[int, ...]]
+
+    @staticmethod
+    def of(plan: FusedPlan, tiling: _Tiling | None, skip: Operation | None = None) -> TilePlan:
+        """`plan`'s kept form; `skip`: a body op whose value the caller of `run` computes (the
+        compiled backend's matmul root, split off)."""
+        pos = {v: k for k, v in enumerate(plan.env)}
+        steps = [replace(st, sources=[], out2d=None) for st in plan.steps]
+        out2d = [None if st.out2d is None else (st.out2d.shape, st.out2d.dtype)
+                 for st in plan.steps]
+        views = list(plan.written)
+        where = {id(plan.written[v]): k for k, v in enumerate(views)}
+        paths = [(where[id(p.dest)], replace(p, dest=_UNBOUND)) for p in plan.paths]
+        step_of: dict[SSAValue, int] = {st.op.results[0]: i for i, st in enumerate(plan.steps)}
+        results = [("view", views.index(v)) if v in plan.written else
+                   ("out", step_of[v]) if v in step_of else ("val", pos[v])
+                   for v in plan.results]
+        return TilePlan(len(pos), once_ops(plan, pos, skip), plan.space, steps,
+                        [] if tiling is None else tiling.sources, out2d, tiling, paths,
+                        [(_shape(v), np.dtype(STORAGE[tensor_info(v.type).dtype]))
+                         for v in views],
+                        results, [_shape(v) for v in plan.results])
+
+    @staticmethod
+    def after(plan: FusedPlan, options: NumpyOptions, skip: Operation | None = None) -> TilePlan:
+        """The plan of a call that ran `run_tiles(plan, options)` (the compiled backend's
+        kernels left to the tile loop): the same tiling, decided again from the plan and the
+        options alone."""
+        with np.errstate(all="ignore"):
+            return TilePlan.of(plan, _tiling(plan, options, False) if plan.steps else None, skip)
+
+    def run(self, args: Sequence[np.ndarray | None], options: NumpyOptions,
+            before: Callable[[list[Any]], None] | None = None) -> list[np.ndarray]:
+        """The op's results on `args` (inside the caller's `np.errstate(all="ignore")`, as the
+        program's steps run); `before` computes the skipped op's value after the per-kernel ops."""
+        vals: list[Any] = [*args, *(None,) * (self.n_values - len(args))]
+        for o in self.once:
+            o.run(vals)
+        if before is not None:
+            before(vals)
+        out2d = [None if a is None else result_pool.empty(*a) for a in self.out2d]
+        views = [np.empty(shape, dtype=dt) for shape, dt in self.views]
+        t = self.tiling
+        if t is not None:
+            space = self.space
+            sources = [[s.bind(vals, space, t.rows) for s in srcs] for srcs in self.sources]
+            paths = [replace(p, dest=views[k]) for k, p in self.paths]
+            _tile_loop(_Job(self.steps, t.buffers, t.rows, space.rows, space.nl, paths, t.box,
+                            sources, out2d), space, options)
+        outs: list[np.ndarray] = []
+        for (kind, k), shape in zip(self.results, self.shapes, strict=True):
+            if kind == "view":
+                outs.append(views[k])
+            elif kind == "out":
+                a = out2d[k]
+                assert a is not None
+                outs.append(a.reshape(shape))
+            else:
+                outs.append(vals[k])
+        return outs
 
 
 def _owned(a: np.ndarray) -> int:
@@ -407,8 +595,53 @@ def _assign_buffers(steps: list[Step], slot_of: dict[SSAValue, int], leaving: se
     return specs
 
 
-def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict[SSAValue, int],
-                     space: Space, tile_rows: int) -> list[tuple[str, Any]]:
+@dataclass(frozen=True)
+class _Source:
+    """How a per-tile step finds one operand (the kinds listed at `Step`), decided once from the
+    layouts of the arrays it reads; `bind` makes it from one call's values (`FusedPlan.env`'s
+    arrays in order). `ref`: the step's slot ("tile"), the outside value's position, or -1."""
+
+    kind: str
+    ref: int
+    dom: tuple[int, ...]     # the op's iteration domain: what an outside value broadcasts to
+    by_rows: bool            # the matmul root's left operand: its rows as they are
+
+    def bind(self, vals: Sequence[np.ndarray | None], space: Space, tile_rows: int
+             ) -> tuple[str, Any]:
+        kind = self.kind
+        if kind == "tile":
+            return ("tile", self.ref)
+        if kind == "none":
+            return ("none", None)
+        w = vals[self.ref]
+        assert w is not None
+        nl = space.nl
+        if kind == "whole":
+            return ("whole", w)
+        if self.by_rows:
+            return ("rows", w.reshape((space.rows,) + w.shape[nl:]))
+        b = _over_domain(w, self.dom)
+        if kind == "rows":
+            return ("rows", b.reshape((space.rows,) + self.dom[nl:]))
+        inv = b[(0,) * nl + (Ellipsis,)]
+        if kind == "inv":
+            return ("inv", inv)
+        # a row-invariant operand (a bias [T]) repeated once into a full tile: the op then runs
+        # on same-shape contiguous operands, which NumPy does ~1.5x faster than a broadcast over
+        # rows; a reduction's reduced operand must be a full tile anyway (its axes are the tile's)
+        rep = np.empty((tile_rows,) + self.dom[nl:], dtype=inv.dtype)
+        rep[...] = inv
+        return ("rep", rep)
+
+
+def _over_domain(w: np.ndarray, dom: tuple[int, ...]) -> np.ndarray:
+    """`w` broadcast to an op's iteration domain `dom` (aligned to its trailing dims)."""
+    b = np.broadcast_to(w, (1,) * (len(dom) - w.ndim) + w.shape if w.ndim <= len(dom) else w.shape)
+    return np.broadcast_to(b, dom)
+
+
+def _source_kinds(o: LaminaOp, env: dict[SSAValue, np.ndarray], pos: dict[SSAValue, int],
+                  slot_of: dict[SSAValue, int], space: Space) -> list[_Source]:
     """Where each operand of a per-tile step comes from (the kinds are listed at `Step`).
 
     Decided once per kernel from the outside arrays' strides, so a tile only slices: a value
@@ -416,40 +649,29 @@ def _operand_sources(o: LaminaOp, env: dict[SSAValue, np.ndarray], slot_of: dict
     dom = iteration_domain(o)
     nl = space.nl
     dom_tail = dom[nl:]
-    srcs: list[tuple[str, Any]] = []
+    srcs: list[_Source] = []
     for j, v in enumerate(o.operand_slots()):
         if v is None:
-            srcs.append(("none", None))
+            srcs.append(_Source("none", -1, dom, False))
             continue
         if v in slot_of:
-            srcs.append(("tile", slot_of[v]))
+            srcs.append(_Source("tile", slot_of[v], dom, False))
             continue
         w = env[v]
         if o.info.fusion == Fusion.OPAQUE:   # the matmul root: its left operand by rows
-            srcs.append(("rows", w.reshape((space.rows,) + w.shape[nl:])) if j == 0
-                        else ("whole", w))
+            srcs.append(_Source("rows" if j == 0 else "whole", pos[v], dom, j == 0))
             continue
         if o.info.fusion == Fusion.BROADCAST or w.ndim == 0:
-            srcs.append(("whole", w))
+            srcs.append(_Source("whole", pos[v], dom, False))
             continue
-        b = np.broadcast_to(w, (1,) * (len(dom) - w.ndim) + w.shape
-                            if w.ndim <= len(dom) else w.shape)
-        b = np.broadcast_to(b, dom)
+        b = _over_domain(w, dom)
         if not all(s == 0 for s in b.strides[:nl]):
-            srcs.append(("rows", b.reshape((space.rows,) + dom_tail)))
+            srcs.append(_Source("rows", pos[v], dom, False))
             continue
         inv = b[(0,) * nl + (Ellipsis,)]
-        if inv.shape == dom_tail and (j == 0 or inv.size > 1 and o.info.fusion
-                                      != Fusion.REDUCTION):
-            # a row-invariant operand (a bias [T]) repeated once into a full tile: the op then
-            # runs on same-shape contiguous operands, which NumPy does ~1.5x faster than a
-            # broadcast over rows; a reduction's reduced operand must be a full tile anyway (its
-            # axes are the tile's)
-            rep = np.empty((tile_rows,) + dom_tail, dtype=inv.dtype)
-            rep[...] = inv
-            srcs.append(("rep", rep))
-        else:
-            srcs.append(("inv", inv))
+        rep = inv.shape == dom_tail and (j == 0 or inv.size > 1 and o.info.fusion
+                                         != Fusion.REDUCTION)
+        srcs.append(_Source("rep" if rep else "inv", pos[v], dom, False))
     return srcs
 
 
@@ -464,6 +686,8 @@ class _Job:
     nl: int
     paths: list[ViewPath]
     tiling: BoxTiling | None
+    sources: list[list[tuple[str, Any]]]     # per step, this call's (`Step.sources`)
+    out2d: list[np.ndarray | None]           # per step, this call's (`Step.out2d`)
 
 
 def _tile_loop(job: _Job, space: Space, options: NumpyOptions) -> int:
@@ -497,8 +721,8 @@ def _worker(job: _Job, tiles: Iterator[int], n_tiles: int) -> int:
                                                  job.paths, job.tiling)
     bufs = [np.empty(shape, dtype=dt) for shape, dt in job.buffers]
     scratch = TileScratch()
-    plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch), st.sources,
-             st.out2d, None if st.buffer is None else bufs[st.buffer], i)
+    plan = [(st, st.op, _fast_path(st.op, st.call.operands, st.call, scratch), job.sources[i],
+             job.out2d[i], None if st.buffer is None else bufs[st.buffer], i)
             for i, st in enumerate(steps)]
     vals: list[np.ndarray | None] = [None] * len(steps)
     with np.errstate(all="ignore"):

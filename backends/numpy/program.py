@@ -9,7 +9,10 @@ is evaluated. An op-table op's step is its row's kernel with its `Call` built on
 single tile, so the same ops on the same arrays) is a nested `Steps` of its body, run over whole
 arrays with no planning per call (on the NumPy backend only: the compiled backend compiles every
 kernel); every other op calls its runner (`runner.op_runner`, or the backend's own, as the
-compiled backend's fused runner), which plans its tiles per call in O(body).
+compiled backend's fused runner). A runner keeps what it planned at the op's first call in the
+program's memo (`RunContext.memo`): the tile loop's plan per argument layout
+(`fused.TilePlan`), an attention kernel's plan (`attention.AttentionPlan`, the compiled
+backend's `_Plan`), a compiled kernel's replay; a later call binds its arrays and runs.
 
 Memory: the intermediates of op-table kernels live at offsets fixed at compile time in one arena
 per tier (`arena_steps`), so a steady-state call allocates only its outputs, the temporaries of
