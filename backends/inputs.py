@@ -65,6 +65,9 @@ def check_input_memory(func: FuncOp, limit: int | None = None) -> None:
 
 INT_HIGH = 1000    # integers without a bound are drawn in [0, INT_HIGH)
 COUNT_HIGH = 100   # a count (`Domain.COUNT`, a training step's step count) in [0, COUNT_HIGH)
+# a rate (`Domain.RATE`, a learning rate fed as an input) is RATE_SCALE * exp(z), z a standard
+# normal clipped to +-RATE_SPREAD: in [1.4e-4, 7.4e-3], positive and small enough for a stable step
+RATE_SCALE, RATE_SPREAD = 1e-3, 2.0
 
 
 def index_rows(func: FuncOp) -> dict[int, int]:
@@ -104,6 +107,8 @@ def _draw(rng: np.random.Generator, info: TensorInfo, domain: Domain, high: int
             to_storage(whole.astype(np.float32), info.dtype)
     a = rng.standard_normal(size=info.shape) if info.dtype == "f64" else \
         rng.standard_normal(size=info.shape, dtype=np.float32)
+    if domain is Domain.RATE:  # from the same normal draw, so no other argument's draw moves
+        a = RATE_SCALE * np.exp(np.clip(a, -RATE_SPREAD, RATE_SPREAD))
     return to_storage(np.abs(a) if domain is Domain.NONNEGATIVE else a, info.dtype)
 
 
@@ -112,7 +117,8 @@ def random_inputs(func: FuncOp, seed: int) -> list[np.ndarray]:
 
     Floats are standard normal, i1 are fair coins, integers uniform in [0, 1000); an argument
     with a role is drawn from its domain (`Domain.NONNEGATIVE`: |standard normal|,
-    `Domain.COUNT`: whole numbers in [0, 100)), and gather indices in [0, rows) of their table
+    `Domain.COUNT`: whole numbers in [0, 100), `Domain.RATE`: 1e-3 exp(z) for a standard normal
+    z clipped to [-2, 2]), and gather indices in [0, rows) of their table
     (`index_rows`); see the module docstring.
     """
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

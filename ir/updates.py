@@ -20,8 +20,10 @@ the argument's type):
                       %v_w: ... {lamina.role = "second_moment"}, %step: ... {lamina.role = "step_count"})
 
 `ROLES` is the one table of roles, each with the values such an argument may hold (`Domain`):
-a second moment is never negative, a step count is a whole number. `append-optimizer` writes a
-role on every argument it updates; the input generator (`lamina.backends.inputs`) draws each
+a second moment is never negative, a step count is a whole number, a learning rate is a small
+positive number. `append-optimizer` writes a role on every argument it updates, and on the
+learning rate it reads as an input (`lr-input=true`, which no result replaces: a training loop
+feeds each step's rate from its schedule); the input generator (`lamina.backends.inputs`) draws each
 argument from its role's domain rather than guessing from its name. `verify_roles` (run by
 `lamina.ir.source.verify`) refuses a role the table does not hold. An argument without a role
 (a training step's data) may hold anything its type can.
@@ -127,6 +129,7 @@ class Domain(Enum):
     REAL = "any real number"
     NONNEGATIVE = "a real number >= 0"
     COUNT = "a whole number >= 0"
+    RATE = "a small real number > 0 (a step size)"
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     Role("first_moment", Domain.REAL),         # Adam's running mean of the gradient (m)
     Role("second_moment", Domain.NONNEGATIVE),  # ... of the squared gradient (v): sqrt is taken
     Role("step_count", Domain.COUNT),          # updates done before this call (state['step'])
+    Role("momentum_buffer", Domain.REAL),      # SGD's momentum buffer (torch's momentum_buffer)
+    Role("learning_rate", Domain.RATE),        # this step's learning rate, an input of the step
 )}
 
 

@@ -8,6 +8,8 @@ option `func` picks one, by default every such function of the module. Output: t
 renamed `@NAME_step` (a trailing `_grad` becomes `_step`), ending in the optimizer's update:
 
     sgd     w' = w - lr (g + weight_decay w)                          (torch.optim.SGD, no momentum)
+    sgd with momentum=mu > 0                       (torch.optim.SGD, dampening 0, nesterov off)
+            b' = mu b + (g + weight_decay w),   w' = w - lr b'
     adamw   w' = w (1 - lr weight_decay)                              (torch.optim.AdamW)
             m' = beta1 m + (1 - beta1) g,   v' = beta2 v + (1 - beta2) g^2
             w' = w' - lr / (1 - beta1^t) * m' / (sqrt(v') / sqrt(1 - beta2^t) + eps)
@@ -27,6 +29,20 @@ two corrections (the hand-written samples' update). `state-tier=host` (or nvme) 
 in that memory tier, ZeRO-Offload-style: they arrive and leave in it, and each is moved to HBM
 right before its update (`lamina.move`), its new value back right after.
 
+Options a training loop needs (the defaults leave the step as above):
+- `lr-input=true`: the learning rate is an input of the step, `%lr: tensor<f32>` with role
+  `learning_rate`, the last argument (no result replaces it), instead of a constant, so a loop
+  feeds each step the rate of its schedule and the step is compiled once. It is used where the
+  constant was: AdamW's decay factor `1 - lr weight_decay` and bias-corrected rate
+  `lr / (1 - beta1^t)` are computed in the IR (f32, or f64 for f64 parameters), as PyTorch
+  computes them in Python floats from its param group's lr.
+- `momentum=mu` (kind=sgd): each parameter W gets a momentum buffer `%buf_W` (typed as W, role
+  `momentum_buffer`, after the parameters' moments would be), returned as `new_buf_W`. PyTorch
+  starts the buffer at the first gradient; a buffer of zeros gives that exactly (mu 0 + g = g).
+- `grad-clip=c` (> 0): every gradient is scaled by min(1, c / (norm + 1e-6)) before the update,
+  norm the global L2 norm over all gradients (torch.nn.utils.clip_grad_norm_), computed in the
+  IR in f32 (f64 when every parameter is f64): the sum of each gradient's squares, then sqrt.
+
 Scalars (lr, the betas, eps, the corrections) are rank-0 constants of the parameter's element type;
 the step count and its powers are f32. The update ops are unplaced, so `propagate-sharding` places
 them like any op (a replicated parameter's update is computed redundantly on every device).
@@ -40,6 +56,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.lamina import MinOp
 from lamina.ir.memory import MoveOp, with_tier
 from lamina.ir.program_builder import Builder, info_of
 from lamina.ir.updates import ROLE_ATTR, UPDATES_ATTR, set_roles, set_updates, updates_problem
@@ -69,6 +86,7 @@ class _Param:
     g: SSAValue
     m: SSAValue | None = None
     v: SSAValue | None = None
+    buf: SSAValue | None = None   # sgd's momentum buffer
 
 
 class _Step:
@@ -80,6 +98,31 @@ class _Step:
         self.b = Builder.before_op(ret, func.location)
         self.adam = p.kind == "adamw"
         self.fixes: dict[str, tuple[SSAValue, SSAValue, SSAValue]] = {}
+        self.lr: SSAValue | None = None   # the `%lr` argument with lr-input=true
+
+    def rate(self, dtype: str) -> SSAValue:
+        """The learning rate as a rank-0 value of `dtype`: the `%lr` input or the constant."""
+        if self.lr is None:
+            return self.b.scalar(self.p.lr, dtype)
+        return self.b.cast(self.lr, dtype)
+
+    def clip(self, params: list[_Param]) -> None:
+        """Scale every gradient by min(1, c / (global norm + 1e-6)), as clip_grad_norm_ does."""
+        b = self.b
+        wide = "f64" if all(info_of(q.g).dtype == "f64" for q in params) else "f32"
+        total: SSAValue | None = None
+        for q in params:
+            g = b.cast(q.g, wide)
+            sq = b.reduce_sum(b.mul(g, g), list(range(len(info_of(g).shape))))
+            total = sq if total is None else b.add(total, sq)
+        assert total is not None
+        norm = b.sqrt(total)
+        norm.name_hint = "grad_norm"
+        coef = b.emit(MinOp, [b.div(b.scalar(self.p.grad_clip, wide),
+                                    b.add(norm, b.scalar(1e-6, wide))), b.scalar(1.0, wide)])
+        coef.name_hint = "clip_coef"
+        for q in params:
+            q.g = b.mul(q.g, b.cast(coef, info_of(q.g).dtype))
 
     def state_type(self, w: SSAValue) -> Attribute:
         """A moment's argument type: the parameter's, placed like it, in `state-tier`."""
@@ -102,12 +145,16 @@ class _Step:
         self.block.insert_op_before(move, self.ret)
         return move.results[0]
 
-    def sgd(self, q: _Param) -> SSAValue:
+    def sgd(self, q: _Param) -> tuple[SSAValue, SSAValue | None]:
+        """(w', the new momentum buffer or None) for one parameter."""
         b, p = self.b, self.p
         g = q.g
         if p.weight_decay:
             g = b.add(g, b.mul(q.w, b.like(p.weight_decay, q.w)))
-        return b.sub(q.w, b.mul(g, b.like(p.lr, q.w)))
+        buf = None
+        if q.buf is not None:
+            g = buf = b.add(b.mul(self.to_compute(q.buf), b.like(p.momentum, q.w)), g)
+        return b.sub(q.w, b.mul(g, self.rate(info_of(q.w).dtype))), buf
 
     def corrections(self, step: SSAValue, dtype: str) -> tuple[SSAValue, SSAValue, SSAValue]:
         """(t = step + 1, lr / (1 - beta1^t), sqrt(1 - beta2^t)) for parameters of `dtype`, in
@@ -119,7 +166,7 @@ class _Step:
         b, p = self.b, self.p
         one = b.scalar(1.0, wide)
         t = b.add(b.cast(step, wide), one)
-        size = b.div(b.scalar(p.lr, wide), b.sub(one, b.pow(b.scalar(p.beta1, wide), t)))
+        size = b.div(self.rate(wide), b.sub(one, b.pow(b.scalar(p.beta1, wide), t)))
         root = b.sqrt(b.sub(one, b.pow(b.scalar(p.beta2, wide), t)))
         got = self.fixes[wide] = (t, size, root)
         return got
@@ -137,14 +184,28 @@ class _Step:
         if fix is not None:
             root = b.div(root, b.cast(fix[2], dtype))
         ratio = b.div(m2, b.add(root, b.like(p.eps, w)))
-        rate = b.cast(fix[1], dtype) if fix is not None else b.like(p.lr, w)
-        base = b.mul(w, b.like(1.0 - p.lr * p.weight_decay, w)) if p.weight_decay else w
-        return b.sub(base, b.mul(ratio, rate)), m2, v2
+        rate = b.cast(fix[1], dtype) if fix is not None else self.rate(dtype)
+        return b.sub(self.decayed(w), b.mul(ratio, rate)), m2, v2
+
+    def decayed(self, w: SSAValue) -> SSAValue:
+        """AdamW's decoupled decay w (1 - lr weight_decay): the factor a constant, or computed
+        in the IR from the `%lr` input (in f64 for f64 parameters, else f32)."""
+        b, p = self.b, self.p
+        if not p.weight_decay:
+            return w
+        if self.lr is None:
+            return b.mul(w, b.like(1.0 - p.lr * p.weight_decay, w))
+        dtype = info_of(w).dtype
+        wide = "f64" if dtype == "f64" else "f32"
+        factor = b.sub(b.scalar(1.0, wide), b.mul(self.rate(wide), b.scalar(p.weight_decay, wide)))
+        return b.mul(w, b.cast(factor, dtype))
 
     def run(self, params: list[_Param], step: SSAValue | None, log: ExplainLog | None
             ) -> list[SSAValue]:
         news: list[SSAValue] = []
         states: list[SSAValue] = []
+        if self.p.grad_clip:
+            self.clip(params)
         for q in params:
             if self.adam:
                 w2, m2, v2 = self.adamw(q, step)
@@ -152,13 +213,19 @@ class _Step:
                 for s, n in zip(states[-2:], ("m", "v"), strict=True):
                     s.name_hint = s.name_hint or f"new_{n}_{q.name}"
             else:
-                w2 = self.sgd(q)
+                w2, buf = self.sgd(q)
+                if buf is not None:
+                    buf = self.to_state(buf, q.w)
+                    buf.name_hint = buf.name_hint or f"new_buf_{q.name}"
+                    states.append(buf)
             w2 = returned_as(self.b, w2, q.w.type)
             w2.name_hint = w2.name_hint or f"new_{q.name}"
             news.append(w2)
             if log is not None:
                 state = f"; moments %m_{q.name}, %v_{q.name} in tier {self.p.state_tier}" \
                     if self.adam and self.p.state_tier != "none" else ""
+                if q.buf is not None:
+                    state = f"; momentum {self.p.momentum} in %buf_{q.name}"
                 log.add(self.func, f"%{q.name}: {self.p.kind} update from its gradient{state}")
         if step is None:
             return news + states
@@ -185,10 +252,17 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
             q.m.name_hint = f"m_{q.name}"
             q.v = block.insert_arg(step.state_type(q.w), len(block.args))
             q.v.name_hint = f"v_{q.name}"
+    elif p.momentum:
+        for q in params:
+            q.buf = block.insert_arg(step.state_type(q.w), len(block.args))
+            q.buf.name_hint = f"buf_{q.name}"
     count = None
     if step.adam and p.bias_correction:
         count = block.insert_arg(TensorType(Float32Type(), []), len(block.args))
         count.name_hint = "step"
+    if p.lr_input:
+        step.lr = block.insert_arg(TensorType(Float32Type(), []), len(block.args))
+        step.lr.name_hint = "lr"
     loss = ret.operands[0]
     results = [*step.run(params, count, log), loss]
     # which argument each result replaces, in result order (`lamina.ir.updates`): the parameters,
@@ -196,6 +270,8 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
     replaced: list[SSAValue | None] = [q.w for q in params]
     if step.adam:
         replaced += [s for q in params for s in (q.m, q.v)]
+    elif p.momentum:
+        replaced += [q.buf for q in params]
     if count is not None:
         replaced.append(count)
     assert len(replaced) == len(results) - 1
@@ -208,7 +284,7 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
     position: dict[SSAValue, int] = {a: i for i, a in enumerate(block.args)}
     updates = {r: position[a] for r, a in enumerate(replaced) if a is not None}
     set_updates(func, updates)
-    roles = _roles(params, count)
+    roles = _roles(params, count, step.lr)
     set_roles(func, {position[a]: role for a, role in roles.items()})
     old = func.sym_name.data
     func.sym_name = StringAttr((old[:-len("_grad")] if old.endswith("_grad") else old) + "_step")
@@ -216,7 +292,11 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
     if problem is not None:  # a result not typed like its argument: a bug of this pass
         raise error_at(func, f"{PASS}: internal error: {problem}")
     if log is not None:
-        hyper = f"lr={p.lr}, weight-decay={p.weight_decay}"
+        hyper = f"lr={'%lr (an input)' if p.lr_input else p.lr}, weight-decay={p.weight_decay}"
+        if p.momentum:
+            hyper += f", momentum={p.momentum}"
+        if p.grad_clip:
+            hyper += f", grad-clip={p.grad_clip} (global norm)"
         if step.adam:
             hyper += f", beta1={p.beta1}, beta2={p.beta2}, eps={p.eps}, bias-correction=" \
                      f"{str(p.bias_correction).lower()}"
@@ -230,15 +310,21 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
         log.add(func, f"@{func.sym_name.data}: {ROLE_ATTR} (what an argument holds): {held}")
 
 
-def _roles(params: list[_Param], count: SSAValue | None) -> dict[SSAValue, str]:
-    """The role (`lamina.ir.updates.ROLES`) of each argument the step updates."""
+def _roles(params: list[_Param], count: SSAValue | None, lr: SSAValue | None
+           ) -> dict[SSAValue, str]:
+    """The role (`lamina.ir.updates.ROLES`) of each argument the step updates, and of the
+    learning rate input."""
     roles: dict[SSAValue, str] = {}
     for q in params:
         roles[q.w] = "parameter"
         if q.m is not None and q.v is not None:
             roles[q.m], roles[q.v] = "first_moment", "second_moment"
+        if q.buf is not None:
+            roles[q.buf] = "momentum_buffer"
     if count is not None:
         roles[count] = "step_count"
+    if lr is not None:
+        roles[lr] = "learning_rate"
     return roles
 
 
@@ -258,6 +344,9 @@ class AppendOptimizer(LaminaPass):
     weight_decay: float = 0.0
     bias_correction: bool = True
     state_tier: str = "none"
+    lr_input: bool = False
+    momentum: float = 0.0
+    grad_clip: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -266,9 +355,15 @@ class AppendOptimizer(LaminaPass):
                 ("beta1", self.beta1, 0 <= self.beta1 < 1, "in [0, 1)"),
                 ("beta2", self.beta2, 0 <= self.beta2 < 1, "in [0, 1)"),
                 ("eps", self.eps, self.eps >= 0, ">= 0"),
-                ("weight-decay", self.weight_decay, self.weight_decay >= 0, ">= 0")):
+                ("weight-decay", self.weight_decay, self.weight_decay >= 0, ">= 0"),
+                ("momentum", self.momentum, self.momentum >= 0, ">= 0"),
+                ("grad-clip", self.grad_clip, self.grad_clip >= 0, ">= 0 (0: no clipping)")):
             if not ok:
                 raise LaminaError(f"option '{option}' for {PASS} must be {want}, got {value}")
+        if self.momentum and self.kind != "sgd":
+            raise LaminaError(f"option 'momentum' for {PASS} applies to kind=sgd (adamw keeps "
+                              f"moments of its own), got momentum={self.momentum} with "
+                              f"kind={self.kind}")
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         funcs = [op for op in module.ops if isinstance(op, FuncOp)]

@@ -103,9 +103,11 @@ def test_set_roles_keeps_other_argument_attributes_and_reads_back() -> None:
 
 @pytest.mark.parametrize("attrs, message", [
     ('{lamina.role = "variance"}', 'argument #2 (%v) has lamina.role "variance"; a role is one of '
-     '"parameter", "first_moment", "second_moment", "step_count"'),
+     '"parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", '
+     '"learning_rate"'),
     ("{lamina.role = 2 : i64}", 'argument #2 (%v) has lamina.role 2 : i64; a role is one of '
-     '"parameter", "first_moment", "second_moment", "step_count"'),
+     '"parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", '
+     '"learning_rate"'),
 ])
 def test_the_verifier_refuses_an_unknown_role_at_the_function(attrs: str, message: str) -> None:
     with pytest.raises(LaminaError) as e:
@@ -134,8 +136,9 @@ def _step(options: str = "kind=adamw") -> FuncOp:
 @pytest.mark.parametrize("seed", [0, 1, 7])
 def test_a_role_changes_only_its_own_arguments_draw(seed: int) -> None:
     """The step drawn with its roles and the same step with them removed: the same arrays, except
-    that each second moment is the absolute value and the step count a whole number."""
-    step = _step()
+    that each second moment is the absolute value, the step count a whole number and the
+    learning rate (`lr-input=true`) a small positive number made from the same normal draw."""
+    step = _step("kind=adamw lr-input=true")
     with_roles = random_inputs(step, seed)
     roles = roles_of(step)
     step.arg_attrs = None
@@ -146,6 +149,9 @@ def test_a_role_changes_only_its_own_arguments_draw(seed: int) -> None:
             np.testing.assert_array_equal(a, np.abs(b))
         elif domain is Domain.COUNT:
             assert a.shape == () and float(a) == int(a) and 0 <= a < COUNT_HIGH
+        elif domain is Domain.RATE:
+            assert a.shape == () and 1e-4 < a < 1e-2
+            assert a == np.float32(1e-3 * np.exp(np.clip(b, -2, 2)))  # from the same draw
         else:
             np.testing.assert_array_equal(a, b)
     assert {r.domain for r in roles.values()} == set(Domain)
