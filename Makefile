@@ -14,6 +14,7 @@ EXTRAS += torch
 EXTRAS += onnx
 EXTRAS += jax
 EXTRAS += compiled
+EXTRAS += train
 comma := ,
 empty :=
 space := $(empty) $(empty)

@@ -11,6 +11,7 @@ The Python API, for scripts and notebooks (the command-line tools are `lamina.cl
     run.outputs["out0"], run.stats
     exe = lamina.compile(module, backend="compiled")           # compile once ...
     exe(x).outputs["out0"]                                     # ... call many times
+    trainer = lamina.train(module, {"x": xs, "y": ys}, steps=50)  # a forward function's loss, trained
 
 The README's "Python API" section is the tutorial; its code is run by the tests.
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.executable import Executable, Run, compile, random_arrays
 from lamina.ir.diagnostics import LaminaError
+from lamina.training import NonFiniteLoss, StepRecord, Trainer, train
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,8 +36,9 @@ if TYPE_CHECKING:
 
 __version__ = "0.2.0"
 
-__all__ = ["Executable", "LaminaError", "Run", "__version__", "apply", "compile", "inputs", "load",
-           "parse", "run", "to_text", "verify"]
+__all__ = ["Executable", "LaminaError", "NonFiniteLoss", "Run", "StepRecord", "Trainer",
+           "__version__", "apply", "compile", "inputs", "load", "parse", "run", "to_text", "train",
+           "verify"]
 
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:
