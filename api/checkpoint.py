@@ -70,7 +70,7 @@ def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
         for key, a in arrays.items():
             with z.open(key + ".npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.ascontiguousarray(a), allow_pickle=False)
+                np.lib.format.write_array(member, np.asarray(a), allow_pickle=False)
     return buf.getvalue()
 
 

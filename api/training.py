@@ -27,7 +27,9 @@ nn.Linear bound), rank 0 and 1 (biases, norm gains) zero; drawn in argument orde
 
 Schedules (`lr_at`, step i counted from 0): `constant` is `lr`; with `warmup=W` the first W steps
 ramp linearly, lr (i + 1) / W; `cosine` then decays from lr to 0 over the remaining steps,
-lr (1 + cos(pi (i - W) / (steps - W))) / 2.
+lr (1 + cos(pi (i - W) / (steps - W))) / 2. The cosine spans the run's `steps`: a run resumed
+with another `steps` than the checkpoint's follows the new span from there on (lamina-train
+says so in a note).
 
 Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name, plus the step,
 the data position (step mod N), N, the seed and the options (`lamina.checkpoint`), so a run
@@ -150,7 +152,7 @@ def initializer(func: FuncOp, params: list[int], seed: int) -> dict[int, np.ndar
             a = rng.uniform(-bound, bound, size=info.shape)
         else:
             a = np.zeros(info.shape)
-        out[i] = np.ascontiguousarray(to_storage(a, info.dtype))
+        out[i] = np.array(to_storage(a, info.dtype), order="C", copy=True)  # 0-d stays 0-d
     return out
 
 
@@ -275,6 +277,7 @@ class Trainer:
             raise LaminaError(f"@{step.sym_name.data}: no value for argument(s) {', '.join(left)}"
                               " (neither data, a parameter nor optimizer state)")
         self.done = 0   # steps done
+        self.checkpoint_steps: int | None = None   # the steps of the run a checkpoint came from
         self.executable: Executable = lamina.compile(own, step.sym_name.data, backend,
                                                      donate=True, **backend_options)
         self.backend = backend
@@ -391,8 +394,10 @@ class Trainer:
         for name in self.state_roles:
             self._args[self.arg_names.index(name)] = arrays[name]
         self.done = int(meta["step"])
-        if self.steps is None and isinstance(meta.get("steps"), int):
-            self.steps = meta["steps"]
+        self.checkpoint_steps = meta.get("steps") if isinstance(meta.get("steps"),
+                                                                            int) else None
+        if self.steps is None:
+            self.steps = self.checkpoint_steps
 
 
 def train(module: ModuleOp, data: Mapping[str, np.ndarray], steps: int,

@@ -210,6 +210,10 @@ def run(argv: Sequence[str] | None = None) -> int:
                       grad_clip=args.grad_clip, **options)
     if args.resume is not None:
         trainer.load_checkpoint(args.resume)
+        was = trainer.checkpoint_steps
+        if args.lr_schedule == "cosine" and was is not None and was != args.steps:
+            print(f"{PROG}: note: the checkpoint's run had --steps {was}; the cosine schedule now "
+                  f"decays over {args.steps} steps", file=sys.stderr)
         trainer.steps = args.steps
     log: IO[str] | None = None
     if args.log is not None:
