@@ -24,6 +24,7 @@ from typing import Any
 import lamina
 import numpy as np
 import pytest
+from lamina.cli.outputs import save_npz_atomic
 from lamina.cli.train import main as train_main
 from lamina.training import Hyper, lr_at
 
@@ -121,7 +122,7 @@ def _cli(tmp: Path, *argv: str) -> int:
 
 @pytest.fixture
 def tmp(tmp_path: Path) -> Path:
-    np.savez(tmp_path / "data.npz", **_data())
+    save_npz_atomic(str(tmp_path / "data.npz"), _data())
     return tmp_path
 
 
@@ -207,7 +208,7 @@ def _assert_one_error(capsys: pytest.CaptureFixture[str], message: str) -> None:
 def test_wrong_data_shape(tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = _data()
     data["x"] = data["x"][:, :, :7]
-    np.savez(tmp / "bad.npz", **data)
+    save_npz_atomic(str(tmp / "bad.npz"), data)
     rc = train_main([SAMPLE, "--data", str(tmp / "bad.npz"), "--steps", "3", "--log",
                      str(tmp / "log.jsonl"), "--save", str(tmp / "f.npz"), "--checkpoint",
                      str(tmp / "ck")])
@@ -222,7 +223,7 @@ def test_data_arrays_must_agree_on_the_batch_count(tmp: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     data = _data()
     data["y"] = data["y"][:3]
-    np.savez(tmp / "bad.npz", **data)
+    save_npz_atomic(str(tmp / "bad.npz"), data)
     assert train_main([SAMPLE, "--data", str(tmp / "bad.npz"), "--steps", "3"]) == 1
     _assert_one_error(capsys, f"error: {tmp / 'bad.npz'}: the data arrays disagree on the number "
                       "of batches (leading dim): 'x' 5, 'y' 3")
@@ -241,7 +242,7 @@ def test_bad_init(tmp: Path, capsys: pytest.CaptureFixture[str], drop: list[str]
         del init[n]
     if reshape:
         init[reshape] = init[reshape][:, :-1]
-    np.savez(tmp / "init.npz", **init)
+    save_npz_atomic(str(tmp / "init.npz"), init)
     assert _cli(tmp, "--init", str(tmp / "init.npz"), "--steps", "2", "--save",
                 str(tmp / "f.npz")) == 1
     _assert_one_error(capsys, f"error: {tmp / 'init.npz'}: {message}")
@@ -253,7 +254,7 @@ def test_init_sets_the_starting_point(tmp: Path) -> None:
     rng = np.random.default_rng(0)
     init = {"w1": rng.standard_normal((8, 32)), "b1": np.ones(32), "w2": rng.standard_normal(
         (32, 4)), "b2": np.zeros(4)}
-    np.savez(tmp / "init.npz", **init)
+    save_npz_atomic(str(tmp / "init.npz"), init)
     assert _cli(tmp, "--init", str(tmp / "init.npz"), "--steps", "0", "--save",
                 str(tmp / "f.npz")) == 0
     got = _npz(tmp / "f.npz")
@@ -294,7 +295,7 @@ def test_a_non_finite_loss_stops_at_its_step(tmp: Path, capsys: pytest.CaptureFi
                                              ) -> None:
     data = _data()
     data["y"][2, 0, 0] = np.nan       # batch 2: step 3
-    np.savez(tmp / "nan.npz", **data)
+    save_npz_atomic(str(tmp / "nan.npz"), data)
     ck = tmp / "ck"
     rc = train_main([SAMPLE, "--data", str(tmp / "nan.npz"), "--steps", "6", "--checkpoint",
                      str(ck), "--checkpoint-every", "2", "--save", str(tmp / "f.npz")])
