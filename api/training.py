@@ -214,6 +214,7 @@ class Trainer:
         `steps` of the first `run`). `data_name` / `init_name` name the sources in messages."""
         import lamina
         from lamina.backends.interface import arg_names, find_entry
+        from lamina.ir.diagnostics import error_at
         from lamina.ir.dtypes import STORAGE
         from lamina.ir.opbase import tensor_info
         from lamina.ir.updates import roles_of, updates_of
@@ -232,8 +233,8 @@ class Trainer:
         if not outs or tensor_info(outs[0]).shape != () or \
                 tensor_info(outs[0]).dtype not in ("f16", "bf16", "f32", "f64"):
             got = str(outs[0]) if outs else "nothing"
-            raise LaminaError(f"@{self.entry} returns {got} first; training needs a scalar float "
-                              "loss as its first result")
+            raise error_at(forward, f"@{self.entry} returns {got} first; training needs a "
+                           "scalar float loss as its first result")
         self.data, self.batches = _check_data(forward, data, data_name)
         names = arg_names(forward)
         missing = [n for n, t in zip(names, forward.function_type.inputs.data, strict=True)

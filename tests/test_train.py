@@ -319,3 +319,36 @@ def test_bad_flags(tmp: Path, capsys: pytest.CaptureFixture[str], argv: list[str
                    message: str) -> None:
     assert _cli(tmp, *argv) == 1
     _assert_one_error(capsys, message)
+
+
+def test_a_progress_bar_on_a_terminal(tmp: Path) -> None:
+    """With stderr on a terminal (a pseudo-terminal here), tqdm draws the bar: steps and loss."""
+    pytest.importorskip("tqdm")
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
+    try:
+        res = subprocess.run([sys.executable, "-m", "lamina.cli.train", SAMPLE, "--data",
+                              str(tmp / "data.npz"), "--steps", "5"], stdout=subprocess.PIPE,
+                             stderr=slave, timeout=300, check=False)
+    finally:
+        os.close(slave)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:   # EIO: the terminal has no writer left
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    assert res.returncode == 0, shown
+    text = shown.decode(errors="replace")
+    assert "5/5" in text and "loss=" in text, text
