@@ -352,3 +352,28 @@ def test_a_progress_bar_on_a_terminal(tmp: Path) -> None:
     assert res.returncode == 0, shown
     text = shown.decode(errors="replace")
     assert "5/5" in text and "loss=" in text, text
+
+
+def test_train_checkpoints_every_k_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lamina.train` writes a checkpoint after steps K, 2K, ... and at the end (each write
+    seen through `write_checkpoint`), calls `on_step` once per step, and a run resumed from the
+    final checkpoint with more steps goes on from there."""
+    import lamina.checkpoint as ck
+
+    written: list[int] = []
+    real = ck.write_checkpoint
+
+    def spy(folder: str, step: int, arrays: Any, meta: Any) -> None:
+        written.append(step)
+        real(folder, step, arrays, meta)
+
+    monkeypatch.setattr(ck, "write_checkpoint", spy)
+    seen: list[int] = []
+    module = lamina.load(SAMPLE)
+    done = lamina.train(module, _data(), steps=7, checkpoint=str(tmp_path / "ck"),
+                        checkpoint_every=3, on_step=lambda r: seen.append(r.step), lr=0.01)
+    assert written == [3, 6, 7] and seen == list(range(1, 8)) and done.done == 7
+    more = lamina.train(module, _data(), steps=9, resume=str(tmp_path / "ck"), lr=0.01)
+    straight = lamina.train(module, _data(), steps=9, lr=0.01)
+    for name, a in straight.parameters.items():
+        np.testing.assert_array_equal(more.parameters[name], a)
