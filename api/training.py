@@ -19,7 +19,9 @@ Which arguments are what: the `data` keys are the data arguments; every other fl
 a parameter (derive-backward's default `wrt`); the moments, momentum buffers, step count and
 learning rate are found by their roles (`lamina.role`, `lamina.ir.updates.ROLES`).
 
-Initial parameters: `init` (by argument name, every parameter; the arrays are copied), else
+The data arrays are read where they are (no copy, unless their dtype needs converting), so
+changing one during training changes the batches. Initial parameters: `init` (by argument
+name, every parameter; the arrays are copied, since the step updates them in place), else
 `initializer(seed)`: a parameter of rank >= 2 uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)] with
 fan_in the product of all dims but the last (Lamina's matmul weights are [in, out]: torch's
 nn.Linear bound), rank 0 and 1 (biases, norm gains) zero; drawn in argument order from
@@ -158,7 +160,8 @@ def initializer(func: FuncOp, params: list[int], seed: int) -> dict[int, np.ndar
 
 def _fit(where: str, name: str, t: Any, a: Any, batched: bool) -> np.ndarray:
     """`a` converted to argument `name`'s storage type `t` (with a leading batch dim when
-    `batched`), C-contiguous and owned; a shape, dtype or value it cannot take is one error."""
+    `batched`), C-contiguous (and a copy unless `batched`); a shape, dtype or value it cannot
+    take is one error."""
     from lamina.ir.dtypes import STORAGE, to_storage, unrepresentable
     from lamina.ir.opbase import tensor_info
 
@@ -177,7 +180,11 @@ def _fit(where: str, name: str, t: Any, a: Any, batched: bool) -> np.ndarray:
         raise LaminaError(f"{where}: '{name}' has dtype {a.dtype}, argument '{name}' is {t}")
     if a.dtype != want_dtype and (why := unrepresentable(a, info.dtype)) is not None:
         raise LaminaError(f"{where}: '{name}' does not fit its argument type {t}: {why}")
-    return np.array(to_storage(a, info.dtype), order="C", copy=True)
+    converted = to_storage(a, info.dtype)
+    # a batch is only read, so the data need no copy; a parameter is donated (updated in place by
+    # every step), so it is copied and the caller's array stays as it was
+    return np.ascontiguousarray(converted) if batched else \
+        np.array(converted, order="C", copy=True)
 
 
 def _check_data(forward: FuncOp, data: Mapping[str, np.ndarray], where: str
