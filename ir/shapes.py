@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lamina.ir.dtypes import FLOAT_TYPES, INT_TYPES
+from lamina.ir.dtypes import FLOAT_TYPES, INT_TYPES, tensor_dtype, tensor_shape
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,15 @@ class TensorInfo:
 
     def __str__(self) -> str:
         return "tensor<" + "".join(f"{d}x" for d in self.shape) + self.dtype + ">"
+
+
+def info_of(v: SSAValue) -> TensorInfo:
+    """The (shape, element type) of a tensor value, as the rules take it.
+
+    The one bridge from xDSL values to rules, kept beside `TensorInfo` because this is the lowest
+    module every reader shares: the VJP rules need it and are imported by the op table, so it can
+    live in nothing that imports the table (the builder, `opbase`)."""
+    return TensorInfo(tensor_shape(v.type), tensor_dtype(v.type))
 
 
 @dataclass(frozen=True)
