@@ -4,7 +4,8 @@ Each rule takes the operands' `TensorInfo`s, the op's attributes as Python value
 result, and returns the result `TensorInfo` the op produces, or raises `ShapeError` with a message
 that says what is wrong. The verifier compares the returned info with the declared result type;
 importers and builders can call the same rules to infer types. Rules know nothing about xDSL, so
-other front ends (torch, ONNX) and back ends (JAX) can share them.
+other front ends (torch, ONNX) and back ends (JAX) can share them; `info_of` is the one bridge,
+reading an xDSL value's type as a `TensorInfo` for them.
 """
 
 from __future__ import annotations
