@@ -4,16 +4,20 @@ Each rule takes the operands' `TensorInfo`s, the op's attributes as Python value
 result, and returns the result `TensorInfo` the op produces, or raises `ShapeError` with a message
 that says what is wrong. The verifier compares the returned info with the declared result type;
 importers and builders can call the same rules to infer types. Rules know nothing about xDSL, so
-other front ends (torch, ONNX) and back ends (JAX) can share them.
+other front ends (torch, ONNX) and back ends (JAX) can share them; `info_of` is the one bridge,
+reading an xDSL value's type as a `TensorInfo` for them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lamina.ir.dtypes import FLOAT_TYPES, INT_TYPES
+from lamina.ir.dtypes import FLOAT_TYPES, INT_TYPES, tensor_dtype, tensor_shape
+
+if TYPE_CHECKING:
+    from xdsl.ir import SSAValue
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,15 @@ class TensorInfo:
 
     def __str__(self) -> str:
         return "tensor<" + "".join(f"{d}x" for d in self.shape) + self.dtype + ">"
+
+
+def info_of(v: SSAValue) -> TensorInfo:
+    """The (shape, element type) of a tensor value, as the rules take it.
+
+    The one bridge from xDSL values to rules, kept beside `TensorInfo` because this is the lowest
+    module every reader shares: the VJP rules need it and are imported by the op table, so it can
+    live in nothing that imports the table (the builder, `opbase`)."""
+    return TensorInfo(tensor_shape(v.type), tensor_dtype(v.type))
 
 
 @dataclass(frozen=True)

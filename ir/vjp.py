@@ -3,7 +3,7 @@
 A row's `vjp` (`lamina.ir.optable.OpInfo.vjp`) is either a `Rule` or `NotDifferentiable(reason)`.
 A rule is a pure function of a `VjpCall`: the op's operand slots and result (SSA values of the
 forward program), the cotangent of the result, the op's attributes and which operand slots need a
-cotangent; it emits Lamina ops through `call.b` (a `lamina.ir.program_builder.Builder`, so every
+cotangent; it emits Lamina ops through `call.b` (a `lamina.ir.builder.Builder`, so every
 op is a typed class with an inferred result type; the rules see it through the `Emitter` protocol
 below, so this module, which the table imports, imports no builder) and returns one cotangent per
 operand slot, None where none is wanted or it is zero. The backward program is therefore an
@@ -35,13 +35,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lamina.ir.dtypes import tensor_dtype, tensor_shape
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.shapes import TensorInfo, info_of
 from xdsl.ir import SSAValue
 
 
 class Emitter(Protocol):
-    """The ops a rule emits, as `lamina.ir.program_builder.Builder` provides them (each op its
+    """The ops a rule emits, as `lamina.ir.builder.Builder` provides them (each op its
     typed class, its result type inferred by its row's shape rule).
 
     A structural type, not an import: the op table imports this module for its rows' rules, and
@@ -82,11 +81,6 @@ class Emitter(Protocol):
               strides: Sequence[int] | None = None) -> SSAValue: ...
     def concat(self, parts: Sequence[SSAValue], dim: int) -> SSAValue: ...
     def sum_to(self, g: SSAValue, shape: Sequence[int]) -> SSAValue: ...
-
-
-def info_of(v: SSAValue) -> TensorInfo:
-    """The (shape, element type) of a tensor value."""
-    return TensorInfo(tensor_shape(v.type), tensor_dtype(v.type))
 
 
 @dataclass(frozen=True)

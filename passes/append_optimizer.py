@@ -55,10 +55,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from lamina.ir.builder import Builder
 from lamina.ir.diagnostics import LaminaError, error_at
 from lamina.ir.lamina import MinOp
 from lamina.ir.memory import MoveOp, with_tier
-from lamina.ir.program_builder import Builder, info_of
+from lamina.ir.shapes import info_of
 from lamina.ir.updates import ROLE_ATTR, UPDATES_ATTR, set_roles, set_updates, updates_problem
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (

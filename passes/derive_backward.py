@@ -41,11 +41,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.analysis.naming import Namer
+from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.diagnostics import error_at, note_at
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import MoveOp
 from lamina.ir.opbase import LaminaOp
-from lamina.ir.program_builder import Builder, info_of, is_float_value
+from lamina.ir.shapes import info_of
 from lamina.ir.vjp import NotDifferentiable, VjpCall
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (

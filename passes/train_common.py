@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lamina.ir.builder import Builder, retype
 from lamina.ir.collectives import ReshardOp, with_spec
 from lamina.ir.collectives import build as build_placement
 from lamina.ir.diagnostics import error_at
 from lamina.ir.lamina import ReshapeOp
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.placement import place_of, spec_of
-from lamina.ir.program_builder import Builder, info_of, retype
+from lamina.ir.shapes import info_of
 from lamina.ir.sharding import Spec
 from xdsl.dialects.builtin import DenseArrayBase, FunctionType, IntegerType, TensorType, i64
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -129,6 +130,6 @@ def returned_as(b: Builder, v: SSAValue, like: Attribute) -> SSAValue:
             any(spec_of(o.type) is None for o in owner.operands):
         retype(v, want)
         return v
-    r = b.emit(ReshapeOp, [v], info_of(v))
+    r = b.op(ReshapeOp, v, result=info_of(v))  # the generic entry: an identity, on purpose
     retype(r, want)
     return r

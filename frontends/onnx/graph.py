@@ -39,11 +39,11 @@ from lamina.frontends.common import (
     FunctionBuilder,
     ImportRefused,
 )
-from lamina.ir.builder import Builder, info_of
+from lamina.ir.builder import Builder
 from lamina.ir.diagnostics import LaminaError, SourceLoc
 from lamina.ir.dtypes import INT_TYPES
 from lamina.ir.lamina import CastOp
-from lamina.ir.shapes import ShapeError, TensorInfo
+from lamina.ir.shapes import ShapeError, TensorInfo, info_of
 from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from xdsl.dialects.builtin import ModuleOp

@@ -16,8 +16,7 @@ import numpy as np
 from lamina.frontends.common import ATTRIBUTE, DTYPE
 from lamina.frontends.onnx.graph import NodeCtx, Val, const_val
 from lamina.ir import lamina as L
-from lamina.ir.builder import info_of
-from lamina.ir.shapes import TensorInfo, broadcast_shapes
+from lamina.ir.shapes import TensorInfo, broadcast_shapes, info_of
 from onnx import numpy_helper
 from xdsl.ir import SSAValue
 

@@ -24,8 +24,7 @@ from lamina.frontends.torch.table import (
     torch_dtype_name,
 )
 from lamina.ir import lamina as L
-from lamina.ir.builder import info_of
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.shapes import TensorInfo, info_of
 from xdsl.ir import SSAValue
 
 BINARY = {"add": L.AddOp, "sub": L.SubOp, "mul": L.MulOp, "div": L.DivOp, "pow": L.PowOp,

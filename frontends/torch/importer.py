@@ -31,10 +31,10 @@ from lamina.frontends.common import (
     FunctionBuilder,
     ImportRefused,
 )
-from lamina.ir.builder import Builder, info_of
+from lamina.ir.builder import Builder
 from lamina.ir.diagnostics import SourceLoc, record_source, source_line
 from lamina.ir.lamina import CastOp
-from lamina.ir.shapes import ShapeError, TensorInfo
+from lamina.ir.shapes import ShapeError, TensorInfo, info_of
 from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
