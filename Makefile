@@ -19,7 +19,7 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 
-.PHONY: demo test pytest lit lint imports bench clean FORCE
+.PHONY: demo test test-long pytest lit lint imports bench clean FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,10 +44,16 @@ demo: $(STAMP)
 	@echo "== 3. Run f32[8192,4096] as written and after fusion on the same inputs; compare; stats (kernels after vs reference)"
 	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout --seed 0 -p fuse-elementwise --check --stats-json -
 
+# pytest prints its progress percentages and, at the end, the slowest tests, so a slow test shows
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/lit -v tests/filecheck
+
+# `make test` in the long randomized Hypothesis profile: 20 x each test's examples, new draws
+# each run, compiled-backend shapes at random (tests/conftest.py)
+test-long: $(STAMP)
+	HYPOTHESIS_PROFILE=thorough $(MAKE) test
 
 imports: $(STAMP)
 	$(BIN)/lint-imports

@@ -13,7 +13,7 @@ from lamina.passes.annotate_lifetimes import annotate
 from lamina.passes.explain import ExplainLog
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from memtools import checked_run, parse
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 
 T = "tensor<4x8xf32>"
@@ -144,7 +144,7 @@ def test_frees_lower_checked_peak():
     assert after.peak["hbm"] == 4 * 128
 
 
-@settings(max_examples=scaled(0.3))
+@settings(max_examples=examples(20))
 @given(programs(max_ops=12))
 def test_random_programs_same_outputs(p):
     ctx, m = parse(p.text)

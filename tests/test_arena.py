@@ -22,6 +22,7 @@ from lamina.ir.memory import FreeOp
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
 from sample_files import VALID
+from strategies import examples
 from strategies.programs import programs
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -106,7 +107,7 @@ def _peak(buffers: list[Buffer], shared: dict[int, int]) -> int:
                     if _live(b, p) and overwritten_at.get(i) != p) for p in points), default=0)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(buffer_lists())
 def test_plan_simulates(buffers: list[Buffer]) -> None:
     layout = plan(buffers)
@@ -198,14 +199,14 @@ def _check_function(func: FuncOp, p: ArenaPlan) -> None:
         assert size >= p.peak_live_bytes[tier]
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(programs(min_ops=2, max_ops=14, dtypes=("f32", "bf16", "f64")))
 def test_plan_function_random_programs(prog) -> None:
     _check_program(prog.text)
 
 
 # views (reshapes) read later than their operand, elementwise ops on both sides of layout ops
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(programs(min_ops=4, max_ops=14, families=("layout", "layout_between", "elementwise")))
 def test_plan_function_random_layout_programs(prog) -> None:
     _check_program(prog.text)

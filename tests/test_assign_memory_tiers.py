@@ -36,7 +36,7 @@ from lamina.passes.tier_plan.problem import (
     plan_cost,
 )
 from memtools import checked_run, parse, target_with
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from strategies.tiers import need_and_live, random_values
 from xdsl.dialects.builtin import TensorType
@@ -107,7 +107,7 @@ def plans_and_fits(text: str, inputs: list[np.ndarray], frac: float, solver: str
         np.testing.assert_array_equal(a, b)
 
 
-@settings(max_examples=scaled(0.4))
+@settings(max_examples=examples(20))
 @given(programs(min_ops=2, max_ops=14), st.floats(0, 1), st.sampled_from(["greedy", "ilp"]))
 def test_feasible_capacity_fits_and_keeps_outputs(p, frac, solver):
     plans_and_fits(p.text, p.inputs, frac, solver)
@@ -173,7 +173,7 @@ def test_infeasible_diagnostic_names_a_need_over_the_capacity(text, solver):
     assert "largest live values: %" in msg, msg
 
 
-@settings(max_examples=scaled(0.3))
+@settings(max_examples=examples(20))
 @given(programs(min_ops=2, max_ops=10), st.floats(0.05, 0.99))
 def test_infeasible_capacity_gives_diagnostic(p, frac):
     m, func = prepared(p.text)

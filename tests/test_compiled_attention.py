@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.options import NumpyOptions
-from strategies import scaled
+from strategies import examples, signature_parts
 from test_fuse_attention import NEG_INF, attention_text, fuse, masked_text, parse, run
 from xdsl.ir import BlockArgument
 
@@ -72,9 +72,18 @@ def test_dropout_masks_are_the_interpreters_bits(monkeypatch: pytest.MonkeyPatch
         close(got.outputs[0], want)
 
 
-@settings(max_examples=scaled(25), deadline=None)
-@given(lead=st.sampled_from([(), (2,), (2, 2)]), tq=st.integers(1, 20), tk=st.integers(1, 20),
-       dh=st.integers(1, 5), dv=st.integers(1, 5), rate=st.sampled_from([None, 0.25]),
+# (lead, tq, tk, dh, dv): numba compiles a kernel per shape, so `make test` draws from these
+# (a single row and column; tq > tk, where the causal mask masks rows whole; tq < tk; a square
+# 20 x 20); the long run draws any shape too
+ATTENTION_SHAPES = signature_parts(
+    [((), 1, 1, 1, 1), ((2,), 7, 3, 4, 2), ((2, 2), 5, 12, 3, 5), ((), 20, 20, 5, 1)],
+    st.tuples(st.sampled_from([(), (2,), (2, 2)]), st.integers(1, 20), st.integers(1, 20),
+              st.integers(1, 5), st.integers(1, 5)), key="compiled-attention-shape")
+
+
+@settings(max_examples=examples(8), deadline=None)
+@given(lead=ATTENTION_SHAPES[0], tq=ATTENTION_SHAPES[1], tk=ATTENTION_SHAPES[2],
+       dh=ATTENTION_SHAPES[3], dv=ATTENTION_SHAPES[4], rate=st.sampled_from([None, 0.25]),
        fill=st.sampled_from(["-1.0e+09", NEG_INF]), flip=st.booleans(),
        block=st.sampled_from([1, 7, 64, 1 << 16]), seed=st.integers(0, 2**16))
 def test_random_masked_attention_matches_on_any_thread_count(

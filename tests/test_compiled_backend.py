@@ -51,7 +51,7 @@ from lamina.ir.fused import FusedOp
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from numba import njit
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs, random_program
 from test_samples import ENTRIES
 
@@ -373,7 +373,7 @@ def _property(prog, threads: bool) -> None:
             assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
 
-@settings(max_examples=scaled(0.08))
+@settings(max_examples=examples(5))
 @given(programs(min_ops=2, max_ops=14, dtypes=("f32", "f64", "f16", "bf16")))
 def test_random_programs_match_the_interpreter(prog) -> None:
     """The fusion property test's programs (every op family, four float types): the compiled

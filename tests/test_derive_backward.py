@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 
 MLP = """\
@@ -288,13 +288,13 @@ def check_random(prog) -> None:
             lamina.to_text(got.module)
 
 
-@settings(max_examples=scaled(1.0))
+@settings(max_examples=examples(25))
 @given(prog=programs(max_ops=10, dtypes=("f32", "f64")))
 def test_random_programs_match_autograd(prog) -> None:
     check_random(prog)
 
 
-@settings(max_examples=scaled(0.3))
+@settings(max_examples=examples(15))
 @given(prog=programs(max_ops=8, dtypes=("bf16", "f16")))
 def test_random_low_precision_programs_match_autograd(prog) -> None:
     check_random(prog)
@@ -304,7 +304,7 @@ FD_STEP = 1e-6
 FD_RTOL = 1e-5
 
 
-@settings(max_examples=scaled(0.5))
+@settings(max_examples=examples(15))
 @given(prog=programs(max_ops=6, dtypes=("f64",), max_dim=4), data=st.data())
 def test_f64_gradients_match_central_differences(prog, data) -> None:
     """<grad, u> against (L(x + h u) - L(x - h u)) / 2h for a random direction u per argument,

@@ -25,10 +25,11 @@ from lamina.backends.registry import get_backend
 from lamina.ir.fused import FusedOp
 from lamina.ir.updates import updates_of
 from sample_files import ROOT
+from strategies import examples
 from strategies.programs import GeneratedProgram, programs
 from xdsl.dialects.builtin import ModuleOp
 
-SETTINGS = settings(max_examples=12, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=examples(6), deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 MLP = """

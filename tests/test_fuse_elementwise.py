@@ -21,7 +21,7 @@ from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from xdsl.dialects.builtin import FileLineColLoc
 
@@ -374,13 +374,13 @@ def _property(prog, spec: str, threads: bool = False,
             assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"), text
 
 
-@settings(max_examples=scaled(15))
+@settings(max_examples=examples(25))
 @given(programs(min_ops=2, max_ops=14, dtypes=("f32", "f64", "f16", "bf16")))
 def test_property_random_programs(prog):
     _property(prog, "fuse-elementwise", threads=True, options=TINY_TILES)
 
 
-@settings(max_examples=scaled(5))
+@settings(max_examples=examples(20))
 @given(programs(min_ops=2, max_ops=14), )
 def test_property_options(prog):
     _property(prog, "fuse-elementwise{max-group-size=3 reduction-fusion=false}")

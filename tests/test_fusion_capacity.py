@@ -20,7 +20,7 @@ from lamina.ir.fused import FusedOp
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +51,7 @@ def _fused(m) -> list[FusedOp]:
     return [op for op in m.walk() if isinstance(op, FusedOp)]
 
 
-@settings(max_examples=scaled(0.3))
+@settings(max_examples=examples(20))
 @given(programs(min_ops=2, max_ops=16, dtypes=("f32", "f64", "f16")),
        st.one_of(st.sampled_from([1, 64, 256, 1024]), st.integers(1, 4096)))
 def test_every_kernel_fits_the_targets_sram(prog, capacity):

@@ -48,7 +48,7 @@ from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import Fusion
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from strategies.programs import FLOATS, GeneratedProgram, programs, random_program
 from test_spmd import place_args
 from xdsl.dialects.builtin import ModuleOp
@@ -140,20 +140,20 @@ def check_one_device(prog: GeneratedProgram, exact: bool) -> tuple[int, int]:
     return a.stats["kernels"], b.stats["kernels"]
 
 
-@settings(max_examples=scaled(0.4), deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(prog=programs(min_ops=4, max_ops=16, dtypes=FLOATS, families=LAYOUT_FAMILIES))
 def test_layout_motifs_fuse_bit_exact(prog: GeneratedProgram) -> None:
     check_one_device(prog, exact=True)
 
 
-@settings(max_examples=scaled(0.4), deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(prog=programs(min_ops=4, max_ops=16, dtypes=("f32", "f64"), families=EPILOGUE_FAMILIES))
 def test_epilogue_motifs_fuse_within_tolerance(prog: GeneratedProgram) -> None:
     """Within tolerance; bit-exact when the draw holds no matmul (layout and elementwise only)."""
     check_one_device(prog, exact=_no_matmul(prog))
 
 
-@settings(max_examples=scaled(0.3), deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(prog=programs(min_ops=4, max_ops=14, dtypes=("f32", "f64"), families=EPILOGUE_FAMILIES),
        mesh=st.sampled_from(MESHES), data=st.data(), before_collectives=st.booleans())
 def test_placed_motifs_fuse_after_propagate_sharding(prog: GeneratedProgram, mesh, data,

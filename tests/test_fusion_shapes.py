@@ -29,7 +29,7 @@ from lamina.ir.optable import Fusion
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
-from strategies import scaled
+from strategies import examples
 from strategies.programs import GeneratedProgram, programs, random_program_text
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation
@@ -280,7 +280,7 @@ def test_the_check_rejects_a_made_up_cycle() -> None:
         assert_cycle_lines_are_true(ref, fake)
 
 
-@settings(max_examples=scaled(0.5), deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(prog=programs(min_ops=8, max_ops=30))
 def test_cycle_lines_name_ops_on_real_paths(prog: GeneratedProgram) -> None:
     assert_cycle_lines_are_true(*_explain(prog.text))

@@ -24,6 +24,7 @@ from lamina.ir.view_rules import reshape_dims
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from strategies import examples
 from test_fuse_elementwise import fused_ops
 from xdsl.utils.exceptions import VerifyException
 
@@ -267,7 +268,7 @@ def _layout_case(draw):
     return info, call, shapes, j, box
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(_layout_case())
 def test_box_carries_exactly_the_elements_the_op_moves(case) -> None:
     """Carrying a block of operand j through the op's index map puts exactly its elements where
@@ -290,7 +291,7 @@ def test_box_carries_exactly_the_elements_the_op_moves(case) -> None:
     assert np.array_equal(got, want)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.integers(0, 4),
        st.integers(1, 40))
 def test_box_tiles_cover_every_row_once(lead: list[int], kept: int, want: int) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.analysis.graph import ContractedDag
-from strategies import scaled
+from strategies import examples
 
 
 def _node_edges(n: int, edges: list[tuple[int, int]], root: dict[int, int]) -> set[tuple[int, int]]:
@@ -41,7 +41,7 @@ def _dags(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]], list[tuple[int, 
     return n, edges, tries
 
 
-@settings(max_examples=scaled(3))
+@settings(max_examples=examples(50))
 @given(_dags())
 def test_contract_is_exact_and_keeps_a_topological_order(case):
     n, edges, tries = case
@@ -65,7 +65,7 @@ def test_contract_is_exact_and_keeps_a_topological_order(case):
             assert label[p] < label[q], (edges, tries)
 
 
-@settings(max_examples=scaled(1))
+@settings(max_examples=examples(50))
 @given(_dags())
 def test_reaches_names_a_node_on_a_path(case):
     n, edges, _ = case

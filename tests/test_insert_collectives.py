@@ -11,7 +11,7 @@ from lamina.backends.numpy.spmd import run_spmd
 from lamina.ir.opbase import tensor_info
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from xdsl.dialects.func import FuncOp
 
 MESH = "lamina.mesh @m [data = 2, model = 4]\n"
@@ -109,7 +109,7 @@ def reshards(draw: st.DrawFn) -> tuple[str, str, str]:
     return decl, spec(True), spec(False)
 
 
-@settings(max_examples=scaled(2), deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(reshards())
 def test_property_any_reshard_lowers_to_collectives_that_compute_it(case) -> None:
     """Random source/destination placements: the lowering verifies, leaves no reshard, and the

@@ -23,7 +23,7 @@ from lamina.ir.intervals import Domain, DomainKind, Interval
 from lamina.ir.optable import OPS, AttrKind, Fusion, OpInfo
 from lamina.ir.shapes import TensorInfo
 from lamina.ir.sharding import Reduction
-from strategies import scaled
+from strategies import examples
 
 ELEMENTWISE = [info for info in OPS.values() if info.fusion is Fusion.ELEMENTWISE]
 SPAN = 8.0          # operand intervals are drawn inside [-SPAN, SPAN] (and the domain)
@@ -107,7 +107,7 @@ def _case(data: st.DataObject, info: OpInfo) -> tuple[list[Interval | None], lis
 
 
 @pytest.mark.parametrize("info", ELEMENTWISE, ids=[i.name for i in ELEMENTWISE])
-@settings(max_examples=scaled(0.5))
+@settings(max_examples=examples(20))
 @given(data=st.data())
 def test_elementwise_rule_contains_formula_values(info: OpInfo, data: st.DataObject) -> None:
     rule = info.interval
@@ -149,6 +149,7 @@ def test_domains_admit() -> None:
     assert iv.ANY.admits((-math.inf, math.inf))
 
 
+@settings(max_examples=examples(30))
 @given(st.floats(-SPAN, SPAN), st.floats(-SPAN, SPAN), st.integers(1, 4), st.integers(1, 4))
 def test_reduction_rules_contain_formula_values(a: float, b: float, rows: int, cols: int) -> None:
     """The rules of the reduction-class rows on a [rows, cols] operand (reductions over axis 1,

@@ -32,7 +32,7 @@ from lamina.ir.opbase import tensor_info  # noqa: E402
 from lamina.ir.optable import OPS  # noqa: E402
 from lamina.ir.shapes import TensorInfo  # noqa: E402
 from sample_files import VALID  # noqa: E402
-from strategies import scaled  # noqa: E402
+from strategies import examples  # noqa: E402
 from strategies.programs import programs  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 
@@ -133,7 +133,7 @@ def test_sample_on_jax_equals_the_interpreter(path: str, entry: str) -> None:
     assert "as parsed" in ran and "fused" in ran
 
 
-@settings(max_examples=scaled(0.3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(max_ops=10, dtypes=("f32", "f64", "bf16", "f16")))
 def test_random_programs_on_jax_equal_the_interpreter(prog) -> None:
     module = lamina.parse(prog.text, "gen.mlir")

@@ -27,7 +27,7 @@ from lamina.backends.jax import hlo, plan  # noqa: E402
 from lamina.backends.jax.backend import compare_collectives  # noqa: E402
 from lamina.ir.dtypes import tensor_dtype  # noqa: E402
 from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
-from strategies import scaled  # noqa: E402
+from strategies import examples  # noqa: E402
 from strategies.programs import programs  # noqa: E402
 from test_insert_collectives import reshards  # noqa: E402
 from test_jax_backend import tolerance_dtype  # noqa: E402
@@ -62,7 +62,7 @@ def check_on_jax(module: ModuleOp, inputs: list[np.ndarray], what: str,
     return got.stats
 
 
-@settings(max_examples=scaled(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(8), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(max_ops=10, dtypes=("f32", "f64")), mesh=st.sampled_from(MESHES),
        fuse=st.sampled_from(["", "before", "after"]), data=st.data())
 def test_placed_random_programs_on_jax(prog, mesh, fuse: str, data) -> None:
@@ -78,7 +78,7 @@ def test_placed_random_programs_on_jax(prog, mesh, fuse: str, data) -> None:
     check_on_jax(module, prog.inputs, prog.text, strict=False)
 
 
-@settings(max_examples=scaled(0.5), deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(case=reshards(), lowered=st.booleans())
 def test_reshards_on_jax(case: tuple[str, str, str], lowered: bool) -> None:
     """A reshard as written (the backend's own assemble-and-slice lowering) and as insert-collectives

@@ -25,7 +25,7 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.optable import OPS
 from lamina.ir.source import parse_text, verify
-from strategies import scaled
+from strategies import examples
 from test_dropout import keep_ref
 
 FLOATS = ("f16", "bf16", "f32", "f64")
@@ -37,7 +37,7 @@ NP_STORAGE = {"f16": np.float16, "bf16": np.float32, "f32": np.float32, "f64": n
 TOL = {"f64": (1e-10, 1e-12), "f32": (2e-5, 2e-5), "f16": (2e-3, 2e-3), "bf16": (1.6e-2, 1.6e-2)}
 
 COVERED: set[str] = set()
-EXAMPLES = scaled(0.25)
+EXAMPLES = examples(20)
 
 
 def covers(*names: str) -> None:

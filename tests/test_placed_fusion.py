@@ -21,7 +21,7 @@ from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from test_spmd import meshes, place_args
 
@@ -112,7 +112,7 @@ func.func @f(%x: tensor<8x4xf32, #lamina.place<@m, [[d], []], tier = hbm>>, %u: 
     assert "lamina.add mixes placed and unplaced values (m, none); run propagate-sharding" in lines
 
 
-@settings(max_examples=scaled(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(max_ops=10, dtypes=("f32", "f64")), mesh=meshes(), data=st.data(),
        before_collectives=st.booleans())
 def test_fusing_a_placed_program_keeps_every_device_bit_exact(prog, mesh, data,

@@ -23,7 +23,7 @@ from lamina.backends.numpy.runner import make_call, run_function
 from lamina.ir.opbase import LaminaOp
 from lamina.ir.optable import OPS
 from lamina.ir.source import parse_text, verify
-from strategies import scaled
+from strategies import examples
 from strategies.programs import (
     FLOATS,
     KNOWN_FAMILIES,
@@ -77,19 +77,20 @@ def check_program(p: GeneratedProgram) -> None:
             assert np.isfinite(o).all(), p.text
 
 
+@settings(max_examples=examples(30))
 @given(programs())
 def test_default_programs_are_valid(p: GeneratedProgram) -> None:
     check_program(p)
 
 
-@settings(max_examples=scaled(0.5))
+@settings(max_examples=examples(20))
 @given(programs(dtypes=FLOATS, max_ops=20))
 def test_mixed_dtype_programs_are_valid(p: GeneratedProgram) -> None:
     check_program(p)
 
 
 @pytest.mark.parametrize("family", KNOWN_FAMILIES)
-@settings(max_examples=scaled(0.2))
+@settings(max_examples=examples(10))
 @given(data=st.data())
 def test_single_family_programs_are_valid(family: str, data) -> None:
     dtypes = data.draw(st.sampled_from(
@@ -98,14 +99,14 @@ def test_single_family_programs_are_valid(family: str, data) -> None:
     check_program(p)
 
 
-@settings(max_examples=scaled(0.2))
+@settings(max_examples=examples(20))
 @given(programs(max_rank=1, max_dim=2, max_outputs=1, min_ops=3, max_ops=6))
 def test_small_shape_programs_are_valid(p: GeneratedProgram) -> None:
     check_program(p)
     assert p.text.count("func.return") == 1
 
 
-@settings(max_examples=scaled(0.1))
+@settings(max_examples=examples(10))
 @given(programs(max_rank=0))
 def test_rank0_programs_are_valid(p: GeneratedProgram) -> None:
     check_program(p)
@@ -229,7 +230,7 @@ def _values_outside_ranges(p: GeneratedProgram, rel: float) -> list[str]:
     return bad
 
 
-@settings(max_examples=scaled(0.5))
+@settings(max_examples=examples(20))
 @given(programs(dtypes=("f64",), max_ops=20))
 def test_values_stay_in_the_tracked_ranges(p: GeneratedProgram) -> None:
     """The rows' interval rules as the generator applies them are sound on real values: every

@@ -12,7 +12,7 @@ from lamina.ir.placement import spec_of
 from lamina.ir.sharding import Spec
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from xdsl.dialects.builtin import ModuleOp
 
 MESH = "lamina.mesh @m [data = 2, model = 4]\n"
@@ -227,7 +227,7 @@ def _dims(s: Spec) -> str:
     return "[" + ", ".join("[" + ", ".join(d) + "]" for d in s.splits) + "]"
 
 
-@settings(max_examples=scaled(20), deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(conflicting_ops())
 def test_property_conflicting_placements_keep_agreed_splits_and_compute_the_same(case) -> None:
     """Random placements of both operands, often breaking the op's rule: the placed program's

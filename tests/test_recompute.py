@@ -36,7 +36,7 @@ from lamina.passes.tier_plan.problem import (
     gaps_of,
 )
 from memtools import checked_run, parse, target_with
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from strategies.tiers import need_and_live, random_values
 from xdsl.dialects.func import ReturnOp
@@ -80,7 +80,7 @@ def compute_ops(func) -> int:
     return sum(1 for o in func.body.block.ops if not isinstance(o, (MoveOp, FreeOp, ReturnOp)))
 
 
-@settings(max_examples=scaled(0.4))
+@settings(max_examples=examples(20))
 @given(programs(min_ops=2, max_ops=14), st.floats(0.02, 0.7), st.sampled_from(["greedy", "ilp"]))
 def test_recompute_plan_fits_and_keeps_outputs_exactly(p, frac, solver):
     _, m0 = parse(p.text)
@@ -108,7 +108,7 @@ def test_recompute_plan_fits_and_keeps_outputs_exactly(p, frac, solver):
         np.testing.assert_array_equal(a, b)
 
 
-@settings(max_examples=scaled(0.3))
+@settings(max_examples=examples(15))
 @given(programs(min_ops=2, max_ops=10), st.floats(0.0, 0.6))
 def test_ilp_below_greedy_and_recompute_never_dearer(p, frac):
     cap = capacity(p.text, frac)

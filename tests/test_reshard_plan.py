@@ -22,7 +22,7 @@ from lamina.ir.sharding import Spec
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.ir.target import load_target
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 
 BIG = (1024, 2048)
 
@@ -127,7 +127,7 @@ def reshards(draw: st.DrawFn) -> tuple[dict[str, int], Spec, Spec]:
     return sizes, one(True), one(False)
 
 
-@settings(max_examples=scaled(30), deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(reshards())
 def test_property_plans_compute_the_reshard_and_never_send_more(bandwidth_only, case) -> None:
     """Random reshards on a bandwidth-only target: the lowered program gives the input back on the

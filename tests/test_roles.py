@@ -28,7 +28,7 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy.backend import reference_run
 from lamina.ir.diagnostics import LaminaError
 from lamina.ir.updates import ROLES, Domain, roles_of, set_roles, updated_arguments
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from test_cli import assert_error, run, write
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr
@@ -166,7 +166,7 @@ def test_a_step_on_its_default_inputs_has_finite_outputs(seed: int) -> None:
     assert all(np.isfinite(o).all() for o in outputs)
 
 
-@settings(max_examples=scaled(0.3))
+@settings(max_examples=examples(15))
 @given(prog=programs(max_ops=8, dtypes=("f32", "f64")), seed=st.integers(0, 2**16),
        options=st.sampled_from(["kind=adamw", "kind=adamw bias-correction=false",
                                 "kind=adamw state-tier=host"]))

@@ -22,7 +22,7 @@ from lamina.backends.numpy.runner import run_function
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
@@ -67,7 +67,7 @@ def _same_outputs(a: ModuleOp, b: ModuleOp, inputs: list[np.ndarray], where: str
         assert d.ok, f"{where}: {d.line()}"
 
 
-@settings(max_examples=scaled(0.4))
+@settings(max_examples=examples(20))
 @given(prog=programs(min_ops=2, max_ops=12, dtypes=("f32", "bf16")),
        pipeline=st.sampled_from(PIPELINES))
 def test_every_pipeline_output_reads_back_and_runs_the_same(prog, pipeline: str) -> None:
@@ -84,7 +84,7 @@ def test_every_pipeline_output_reads_back_and_runs_the_same(prog, pipeline: str)
     _same_outputs(reference, again, prog.inputs, pipeline)
 
 
-@settings(max_examples=scaled(0.4))
+@settings(max_examples=examples(20))
 @given(prog=programs(min_ops=2, max_ops=12),
        order=st.lists(st.sampled_from(ORDERABLE), min_size=1, max_size=5))
 def test_random_pass_orders_verify_after_every_prefix(prog, order: list[str]) -> None:

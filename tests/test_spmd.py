@@ -3,7 +3,7 @@
 Random programs from the shared strategy, random meshes (1-8 devices, 1-3 axes) and random input
 placements; f32 and f64 (`lamina.backends.compare` is relative to each output's largest
 magnitude, so the reordered sums of a sharded f32 run pass). Example counts follow the Hypothesis
-profile (`scaled`).
+profile (`examples`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from lamina.ir.placement import MeshOp, spec_of
 from lamina.ir.sharding import Spec
 from lamina.ir.source import load, make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from xdsl.dialects.builtin import FunctionType, TensorType
 
@@ -101,13 +101,13 @@ def _sharded_equals_single_device(prog, mesh, draw, fuse: bool) -> None:
     assert len(got.stats["collectives"]) <= n_coll
 
 
-@settings(max_examples=scaled(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(max_ops=10, dtypes=("f32", "f64")), mesh=meshes(), data=st.data())
 def test_sharded_run_equals_single_device(prog, mesh, data) -> None:
     _sharded_equals_single_device(prog, mesh, data.draw, fuse=False)
 
 
-@settings(max_examples=scaled(1.0), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(max_ops=10, dtypes=("f32", "f64")), mesh=meshes(), data=st.data())
 def test_fused_sharded_run_equals_unfused_single_device(prog, mesh, data) -> None:
     """fuse-elementwise first, then propagate-sharding,insert-collectives: the SPMD run of the

@@ -30,7 +30,7 @@ from lamina.ir.updates import (
     updates_problem,
     verify_updates,
 )
-from strategies import scaled
+from strategies import examples
 from strategies.programs import programs
 from xdsl.dialects.func import FuncOp
 
@@ -210,7 +210,7 @@ def test_cli_reports_a_bad_attribute_with_exit_1(tmp_path: Path) -> None:
 
 # ---- random programs ----------------------------------------------------------------------------
 
-@settings(max_examples=scaled(0.3))
+@settings(max_examples=examples(15))
 @given(prog=programs(max_ops=8, dtypes=("f32", "f64")),
        options=st.sampled_from(["kind=sgd", "kind=adamw", "kind=adamw state-tier=host",
                                 "kind=adamw bias-correction=false"]))
