@@ -99,11 +99,17 @@ def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: T
         return torch.softmax(x, dim=attrs["axis"])
     if name == "log_softmax":
         return torch.log_softmax(x, dim=attrs["axis"])
-    if name == "gather":   # in-range indices (the cases build them with iota)
-        idx = _present(xs[1]).to(torch.int64)
+    if name == "gather":   # Lamina's index rule: i < 0 reads row n + i, outside [-n, n) gives 0
+        idx = _present(xs[1]).to(torch.int64).reshape(-1)
         axis = attrs["axis"] % x.dim()
-        picked = torch.index_select(x, axis, idx.reshape(-1) % x.shape[axis])
-        return picked.reshape(res.shape)
+        n = x.shape[axis]
+        idx = torch.where(idx < 0, idx + n, idx)
+        inside = (idx >= 0) & (idx < n)
+        if n == 0:
+            return torch.zeros(res.shape, dtype=x.dtype)
+        picked = torch.index_select(x, axis, torch.where(inside, idx, 0))
+        keep = inside.reshape([1] * axis + [-1] + [1] * (x.dim() - axis - 1))
+        return torch.where(keep, picked, torch.zeros((), dtype=x.dtype)).reshape(res.shape)
     if name == "matmul":
         return torch.matmul(x, _present(xs[1]))
     if name == "transpose":
