@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from lamina.analysis.naming import Namer
+from lamina.analysis.segments import RangeCover
 from lamina.analysis.sizes import fmt_bytes, local_bytes
 from lamina.ir.dtypes import tensor_dtype, tensor_shape
 from lamina.ir.memory import FreeOp, effective_tier
@@ -190,7 +191,7 @@ def _best_fit(blocks: Sequence[_Block], key: Callable[[_Block], tuple[int, ...]]
     m = len(starts)
     first_ix = [bisect.bisect_left(starts, b.first) for b in blocks]
     last_ix = [bisect.bisect_right(starts, b.last) - 1 for b in blocks]
-    tree: list[list[int]] = [[] for _ in range(2 * m)]  # segment tree: placed blocks by cover
+    tree = RangeCover(m)                                # placed blocks over their lives
     by_first = sorted(range(n), key=lambda i: first_ix[i])
     begin = [0] * (m + 1)                               # by_first[begin[c]:] starts at point >= c
     for i in by_first:
@@ -207,11 +208,7 @@ def _best_fit(blocks: Sequence[_Block], key: Callable[[_Block], tuple[int, ...]]
         if b.size == 0:
             continue
         lo, hi = first_ix[i], last_ix[i]
-        meet: list[int] = []
-        p = lo + m
-        while p >= 1:                                   # placed blocks alive at b's start
-            meet.extend(tree[p])
-            p >>= 1
+        meet = tree.at(lo)                              # placed blocks alive at b's start
         later = by_first_ix[begin[lo + 1]:begin[hi + 1]]  # placed blocks starting inside b's life
         ids = np.concatenate((np.array(meet, np.int64), later[placed[later]]))
         offset = 0
@@ -232,16 +229,7 @@ def _best_fit(blocks: Sequence[_Block], key: Callable[[_Block], tuple[int, ...]]
         low[i], high[i] = offset, offset + b.size
         arena = max(arena, offset + b.size)
         placed[i] = True
-        a, z = lo + m, hi + m + 1                       # insert into the tree over [lo, hi]
-        while a < z:
-            if a & 1:
-                tree[a].append(i)
-                a += 1
-            if z & 1:
-                z -= 1
-                tree[z].append(i)
-            a >>= 1
-            z >>= 1
+        tree.add(lo, hi, i)
     return offsets, arena
 
 

@@ -42,6 +42,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,8 +61,9 @@ from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
 from lamina.passes.pipeline import build_pipeline, run_pipeline  # noqa: E402
 
 
-def timings(fn, repeats: int) -> list[float]:
-    """Seconds of `repeats` runs of fn after one warm-up run (jit compile, page faults)."""
+def timings(fn: Callable[[], object], repeats: int) -> list[float]:
+    """Seconds of `repeats` runs of fn after one warm-up run (jit compile, page faults); the one
+    timing loop of the benchmarks that import this module."""
     fn()
     ts = []
     for _ in range(repeats):

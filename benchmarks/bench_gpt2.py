@@ -45,8 +45,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,7 +52,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import lamina  # noqa: E402
-from bench_fusion import attention_text, gpt2_inputs, gpt2_program, jax_fns, t  # noqa: E402
+from bench_fusion import (  # noqa: E402
+    attention_text,
+    gpt2_inputs,
+    gpt2_program,
+    jax_fns,
+    t,
+    timings,
+)
 from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.ir.dtypes import tensor_dtype  # noqa: E402
@@ -84,17 +89,6 @@ def missing_pass(spec: str) -> str | None:
     known = available_passes()
     return next((s.name for s in parse_pipeline_spec(spec) if s.name not in known), None) \
         if spec else None
-
-
-def timings(fn: Callable[[], object], repeats: int) -> list[float]:
-    """Seconds of `repeats` runs of fn after one warm-up run."""
-    fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def cell(ts: list[float] | None) -> str:

@@ -44,7 +44,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +53,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import lamina  # noqa: E402
-from bench_fusion import FUSE, gpt2_inputs, gpt2_program, seed_program, t  # noqa: E402
+from bench_fusion import (  # noqa: E402
+    FUSE,
+    gpt2_inputs,
+    gpt2_program,
+    seed_program,
+    t,
+    timings,
+)
 from lamina.backends.interface import arg_names, find_entry  # noqa: E402
 from lamina.ir.updates import updates_of  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
@@ -370,17 +376,6 @@ def small_cases(only: set[str] | None) -> list[Case]:
 
 # ---- timing ------------------------------------------------------------------------------------
 
-def timed(call: Callable[[], Any], repeats: int) -> list[float]:
-    """Seconds of `repeats` calls after one warm-up call."""
-    call()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        ts.append(time.perf_counter() - t0)
-    return ts
-
-
 def lamina_call(case: Case, backend: str) -> Callable[[], Any]:
     """A call of the case's executable on `backend`; donated outputs fed back as next inputs."""
     exe = lamina.compile(case.module, case.entry, backend=backend, donate=case.donate)
@@ -445,7 +440,7 @@ def measure(case: Case, repeats: int) -> tuple[dict[str, list[float] | str], str
             first = call()
             if not check(case, first, want):
                 bad.append(col)
-            cols[col] = timed(call, repeats)
+            cols[col] = timings(call, repeats)
         except Exception as e:  # a column that fails prints '-' and says why
             cols[col] = "-"
             case.notes.append(f"{case.name} {col}: {type(e).__name__}: {str(e)[:200]}")
@@ -550,10 +545,10 @@ def anchor_table(only: set[str] | None, repeats: int) -> list[tuple[str, str, bo
                      xs: list[np.ndarray] = xs) -> None:
                 kern.append(exe(xs).stats["run_seconds"])
 
-            wall = timed(call, repeats)
+            wall = timings(call, repeats)
             kern = kern[1:]   # the warm-up call's
             over = [w - k for w, k in zip(wall, kern, strict=True)]
-            old = timed(lambda m=m, backend=backend, xs=xs: lamina.run(m, xs, backend=backend),
+            old = timings(lambda m=m, backend=backend, xs=xs: lamina.run(m, xs, backend=backend),
                         repeats)
             frac = statistics.median(over) / statistics.median(kern)
             ok = frac <= 0.02

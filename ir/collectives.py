@@ -346,6 +346,16 @@ def _split_suffix(name: str, src: Spec, dim: int, axes: tuple[str, ...], rank: i
     return splits
 
 
+def _split_further(name: str, src: Spec, dim: int, axes: tuple[str, ...], rank: int) -> list:
+    """`src`'s splits with `axes` added as the minor-most split of dimension `dim`: what a
+    reduce-scatter or a slice leaves (the inverse of `_split_suffix`)."""
+    if not 0 <= dim < rank:
+        raise VerifyException(f"{name}: dimension {dim} is out of range for rank {rank}")
+    splits = list(src.splits)
+    splits[dim] = tuple(splits[dim]) + axes
+    return splits
+
+
 def _drop_partial(name: str, src: Spec, axes: tuple[str, ...], kind: str) -> tuple[tuple, str]:
     missing = [a for a in axes if a not in src.partial]
     if missing:
@@ -388,12 +398,9 @@ class ReduceScatterOp(PlacementOp):
     kind = opt_prop_def(AnyAttr())
 
     def produce(self, src: Spec, rank: int) -> Spec:
-        dim, axes = self.int_attr(DIM), self.axis_names()
-        if not 0 <= dim < rank:
-            raise VerifyException(f"{self.name}: dimension {dim} is out of range for rank {rank}")
+        axes = self.axis_names()
+        splits = _split_further(self.name, src, self.int_attr(DIM), axes, rank)
         partial, kind = _drop_partial(self.name, src, axes, self.reduce_kind())
-        splits = list(src.splits)
-        splits[dim] = tuple(splits[dim]) + axes
         return Spec(tuple(splits), partial, kind)
 
 
@@ -421,11 +428,7 @@ class AllSliceOp(PlacementOp):
     dim = opt_prop_def(AnyAttr())
 
     def produce(self, src: Spec, rank: int) -> Spec:
-        dim, axes = self.int_attr(DIM), self.axis_names()
-        if not 0 <= dim < rank:
-            raise VerifyException(f"{self.name}: dimension {dim} is out of range for rank {rank}")
-        splits = list(src.splits)
-        splits[dim] = tuple(splits[dim]) + axes
+        splits = _split_further(self.name, src, self.int_attr(DIM), self.axis_names(), rank)
         return Spec(tuple(splits), src.partial, src.partial_kind)
 
 

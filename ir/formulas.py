@@ -297,15 +297,20 @@ def _rescaled(xp: Namespace, v: Array, sq_mean: Array, axes: tuple[int, ...]
     return vs, xp.where(bad, xp.mean(vs * vs, axis=axes, keepdims=True), sq_mean), s * s
 
 
-def layernorm(xp: Namespace, args: Args, call: Call) -> Array:
+Guard = Callable[[Namespace, Array, Array, tuple[int, ...]], tuple[Array, Array, Array]]
+"""How a normalization keeps its row's mean of squares finite: (v, mean(v^2), axes) ->
+(v', mean(v'^2), s^2), v' = v / s. The formulas rescale (`_rescaled`); the compiled backend's
+per-row forms (`scalar_forms`) require a finite mean and keep s = 1."""
+
+
+def normalized(xp: Namespace, args: Args, call: Call, centered: bool, guard: Guard) -> Array:
+    """layernorm (`centered`) or rmsnorm of `args` = (x, [scale, [bias]]), the one statement of
+    both that the formulas and the compiled per-row forms share, differing only in `guard`."""
     x, scale, bias = (list(args) + [None, None])[:3]
     axes = tuple(range(call.attrs["axis"] % len(x.shape), len(x.shape)))
-    eps = float(call.attrs["eps"])
-    mean = xp.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
-    var = xp.mean(centered * centered, axis=axes, keepdims=True)
-    centered, var, s2 = _rescaled(xp, centered, var, axes)
-    y = centered / xp.sqrt(var + eps / s2)
+    v = x - xp.mean(x, axis=axes, keepdims=True) if centered else x
+    v, sq_mean, s2 = guard(xp, v, xp.mean(v * v, axis=axes, keepdims=True), axes)
+    y = v / xp.sqrt(sq_mean + float(call.attrs["eps"]) / s2)
     if scale is not None:
         y = y * scale
     if bias is not None:
@@ -313,15 +318,12 @@ def layernorm(xp: Namespace, args: Args, call: Call) -> Array:
     return y
 
 
+def layernorm(xp: Namespace, args: Args, call: Call) -> Array:
+    return normalized(xp, args, call, True, _rescaled)
+
+
 def rmsnorm(xp: Namespace, args: Args, call: Call) -> Array:
-    x, scale = (list(args) + [None])[:2]
-    axes = tuple(range(call.attrs["axis"] % len(x.shape), len(x.shape)))
-    eps = float(call.attrs["eps"])
-    xs, ms, s2 = _rescaled(xp, x, xp.mean(x * x, axis=axes, keepdims=True), axes)
-    y = xs / xp.sqrt(ms + eps / s2)
-    if scale is not None:
-        y = y * scale
-    return y
+    return normalized(xp, args, call, False, _rescaled)
 
 
 def softmax(xp: Namespace, args: Args, call: Call) -> Array:

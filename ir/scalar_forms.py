@@ -45,33 +45,19 @@ def dropout(sp: Namespace, args: Args, call: Call) -> Value:
     return fm.dropout_at(sp, args, call, sp.element_index)
 
 
-def _norm_axes(x: Value, call: Call) -> tuple[int, ...]:
-    rank = len(x.shape)
-    return tuple(range(call.attrs["axis"] % rank, rank))
+def _require_finite(sp: Namespace, v: Value, sq_mean: Value, axes: tuple[int, ...]
+                    ) -> tuple[Value, Value, float]:
+    """The normalizations' guard on one row: a row whose mean of squares overflowed goes back
+    to the formula (which rescales it); every other row is the formula's with s = 1."""
+    sp.require(sp.isfinite(sq_mean))
+    return v, sq_mean, 1.0
 
 
 def layernorm(sp: Namespace, args: Args, call: Call) -> Value:
     """The layernorm formula on one row whose squares do not overflow (a finite variance)."""
-    x, scale, bias = (list(args) + [None, None])[:3]
-    axes = _norm_axes(x, call)
-    mean = sp.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
-    var = sp.mean(centered * centered, axis=axes, keepdims=True)
-    sp.require(sp.isfinite(var))
-    y = centered / sp.sqrt(var + float(call.attrs["eps"]))
-    if scale is not None:
-        y = y * scale
-    if bias is not None:
-        y = y + bias
-    return y
+    return fm.normalized(sp, args, call, True, _require_finite)
 
 
 def rmsnorm(sp: Namespace, args: Args, call: Call) -> Value:
     """The rmsnorm formula on one row whose mean square is finite."""
-    x, scale = (list(args) + [None])[:2]
-    ms = sp.mean(x * x, axis=_norm_axes(x, call), keepdims=True)
-    sp.require(sp.isfinite(ms))
-    y = x / sp.sqrt(ms + float(call.attrs["eps"]))
-    if scale is not None:
-        y = y * scale
-    return y
+    return fm.normalized(sp, args, call, False, _require_finite)

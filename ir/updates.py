@@ -81,6 +81,13 @@ def _arg(func: FuncOp, a: int) -> str:
     return f"argument #{a} (%{name})" if name else f"argument #{a}"
 
 
+def _count_mismatch(head: str, have: int, n: int, per: str) -> str:
+    """The one message of both per-position attributes (`lamina.updates` per result, `arg_attrs`
+    per argument) when they hold `have` entries for `n` positions."""
+    entries = f"{have} entr{'y' if have == 1 else 'ies'}"
+    return f"{head} has {entries} for {n} {per}{'' if n == 1 else 's'} (one per {per})"
+
+
 def updates_problem(func: FuncOp) -> str | None:
     """What is wrong with `func`'s `lamina.updates` (module docstring), or None."""
     if UPDATES_ATTR not in func.attributes:
@@ -93,9 +100,7 @@ def updates_problem(func: FuncOp) -> str | None:
             f"got {attr}"
     ins, outs = func.function_type.inputs.data, func.function_type.outputs.data
     if len(entries) != len(outs):
-        have = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
-        return f"{head} has {have} for {len(outs)} result{'' if len(outs) == 1 else 's'} " \
-            "(one per result)"
+        return _count_mismatch(head, len(entries), len(outs), "result")
     seen: dict[int, int] = {}
     for r, a in enumerate(entries):
         if a == NONE:
@@ -186,8 +191,7 @@ def roles_problem(func: FuncOp) -> str | None:
         return None
     n, have = len(func.function_type.inputs.data), len(func.arg_attrs.data)
     if have != n:
-        return f"func.func @{func.sym_name.data}: arg_attrs has {have} entr" \
-            f"{'y' if have == 1 else 'ies'} for {n} argument{'' if n == 1 else 's'} (one per argument)"
+        return _count_mismatch(f"func.func @{func.sym_name.data}: arg_attrs", have, n, "argument")
     for i, d in enumerate(func.arg_attrs.data):
         attr = d.data.get(ROLE_ATTR)
         if attr is None or isinstance(attr, StringAttr) and attr.data in ROLES:

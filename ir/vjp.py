@@ -385,19 +385,20 @@ def _norm_input(c: VjpCall, xhat: SSAValue, rstd: SSAValue, dxhat: SSAValue,
     return b.mul(rstd, b.sub(inner, proj))
 
 
-@in_f32
-def layernorm(c: VjpCall) -> Cotangents:
+def _normalization(c: VjpCall, centered: bool) -> Cotangents:
+    """The VJP of layernorm (`centered`) or rmsnorm, which differ only in centering x: the
+    forward recomputed in f32 as xhat = v * rstd, then dx, dscale and (layernorm) dbias."""
     b, x = c.b, c.x()
     axes, lead = _norm_axes(c)
     scale = c.operands[1] if len(c.operands) > 1 else None
-    centered = b.sub(x, b.reduce_mean(x, axes, keepdims=True))
-    var = b.reduce_mean(b.mul(centered, centered), axes, keepdims=True)
-    rstd = b.rsqrt(b.add(var, b.like(float(c.attrs["eps"]), x)))
-    xhat = b.mul(centered, rstd)
+    v = b.sub(x, b.reduce_mean(x, axes, keepdims=True)) if centered else x
+    sq_mean = b.reduce_mean(b.mul(v, v), axes, keepdims=True)
+    rstd = b.rsqrt(b.add(sq_mean, b.like(float(c.attrs["eps"]), x)))
+    xhat = b.mul(v, rstd)
     g = c.ct
     out: Cotangents = [None] * len(c.operands)
     if c.wanted[0]:
-        out[0] = _norm_input(c, xhat, rstd, b.mul(g, scale) if scale is not None else g, True)
+        out[0] = _norm_input(c, xhat, rstd, b.mul(g, scale) if scale is not None else g, centered)
     if len(c.operands) > 1 and c.wanted[1]:
         out[1] = b.reduce_sum(b.mul(g, xhat), lead)
     if len(c.operands) > 2 and c.wanted[2]:
@@ -406,20 +407,13 @@ def layernorm(c: VjpCall) -> Cotangents:
 
 
 @in_f32
+def layernorm(c: VjpCall) -> Cotangents:
+    return _normalization(c, True)
+
+
+@in_f32
 def rmsnorm(c: VjpCall) -> Cotangents:
-    b, x = c.b, c.x()
-    axes, lead = _norm_axes(c)
-    scale = c.operands[1] if len(c.operands) > 1 else None
-    ms = b.reduce_mean(b.mul(x, x), axes, keepdims=True)
-    rstd = b.rsqrt(b.add(ms, b.like(float(c.attrs["eps"]), x)))
-    xhat = b.mul(x, rstd)
-    g = c.ct
-    out: Cotangents = [None] * len(c.operands)
-    if c.wanted[0]:
-        out[0] = _norm_input(c, xhat, rstd, b.mul(g, scale) if scale is not None else g, False)
-    if len(c.operands) > 1 and c.wanted[1]:
-        out[1] = b.reduce_sum(b.mul(g, xhat), lead)
-    return out
+    return _normalization(c, False)
 
 
 @in_f32

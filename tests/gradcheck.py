@@ -172,3 +172,18 @@ def derive_all(text: str, entry: str, loss: int = 0, name: str = "<test>") -> De
             blocked.append(named[0])
             wrt = [i for i in wrt if i != named[0]]
     return Derived(None, [], blocked)
+
+
+def optimizer_step(text: str, options: str) -> tuple[Derived, FuncOp] | None:
+    """A random program's training step: `@main` derived wrt every float argument it can be
+    (`derive_all`), then `append-optimizer{options}`; None for a program without a sum of squares
+    to train on or with no argument left to derive (what the random-step tests skip)."""
+    module = lamina.parse(text)
+    if not with_sum_of_squares(module):
+        return None
+    got = derive_all(lamina.to_text(module), "main", name="gen.mlir")
+    if got.module is None:
+        return None
+    step = find_entry(derive(lamina.to_text(got.module), f"append-optimizer{{{options}}}",
+                             "gen.mlir"), "main_step")
+    return got, step

@@ -53,6 +53,7 @@ from lamina.passes.pipeline import build_pipeline, run_pipeline
 from numba import njit
 from strategies import examples
 from strategies.programs import programs, random_program
+from support import count_calls
 from test_samples import ENTRIES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -653,18 +654,6 @@ def _replay_inputs(gen: np.random.Generator, t: str, strided: bool) -> list[np.n
             v.T if strided else v]
 
 
-def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[int]:
-    """Count the calls of `owner.name` (one list entry each)."""
-    calls: list[int] = []
-    fn = getattr(owner, name)
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return fn(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, counted)
-    return calls
-
 
 @pytest.mark.parametrize("t", ["f32", "f64"])
 def test_a_program_called_many_times_gives_the_full_runs_bits(t: str,
@@ -682,7 +671,7 @@ def test_a_program_called_many_times_gives_the_full_runs_bits(t: str,
     func = find_entry(m, None)
     exe = lamina.compile(m, backend="compiled")
     gen = np.random.default_rng(11)
-    full = _count_calls(monkeypatch, replay, "run_full")
+    full = count_calls(monkeypatch, replay, "run_full")
     layouts = [False, False, False, True, False, True, True, False]
     for i, strided in enumerate(layouts):
         xs = _replay_inputs(gen, t, strided)
@@ -703,8 +692,8 @@ def test_a_program_plans_and_generates_each_kernel_once(monkeypatch: pytest.Monk
     import lamina
 
     m = fused(REPLAYED.format(t="f32"))
-    plans = _count_calls(monkeypatch, compiled_exec, "plan_fused")
-    gets = _count_calls(monkeypatch, KERNELS, "get")
+    plans = count_calls(monkeypatch, compiled_exec, "plan_fused")
+    gets = count_calls(monkeypatch, KERNELS, "get")
     exe = lamina.compile(m, backend="compiled")
     assert (len(plans), len(gets)) == (2, 2)
     gen = np.random.default_rng(2)
@@ -729,7 +718,7 @@ def test_a_program_call_with_flagged_rows_runs_them_the_full_way(
     func = find_entry(m, None)
     exe = lamina.compile(m, backend="compiled")
     gen = np.random.default_rng(4)
-    full = _count_calls(monkeypatch, replay, "run_full")
+    full = count_calls(monkeypatch, replay, "run_full")
     for huge in (False, False, True, False):
         before = len(full)
         x = gen.standard_normal((6, 32)).astype(np.float32)

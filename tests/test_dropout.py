@@ -24,12 +24,19 @@ M32 = 0xFFFFFFFF
 # ---- the reference, straight from the docstring ------------------------------------------------
 
 def mix_ref(x: int) -> int:
-    x &= M32
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & M32
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & M32
-    x ^= x >> 16
+    """The docstring's `mix`, step by step: xor-shifts and multiplications modulo 2**32 (a
+    different spelling from `rng.mix_scalar`'s in-place updates, so the two cannot share a slip)."""
+    def xorshift(v: int, s: int) -> int:
+        return v ^ (v >> s)
+
+    def times(v: int, m: int) -> int:
+        return (v * m) % (1 << 32)
+
+    steps = [lambda v: xorshift(v, 16), lambda v: times(v, 0x7FEB352D), lambda v: xorshift(v, 15),
+             lambda v: times(v, 0x846CA68B), lambda v: xorshift(v, 16)]
+    x %= 1 << 32
+    for step in steps:
+        x = step(x)
     return x
 
 

@@ -27,6 +27,7 @@ from lamina.ir.updates import updates_of
 from sample_files import ROOT
 from strategies import examples
 from strategies.programs import GeneratedProgram, programs
+from support import count_calls
 from xdsl.dialects.builtin import ModuleOp
 
 SETTINGS = settings(max_examples=examples(6), deadline=None, derandomize=True,
@@ -368,18 +369,6 @@ def _sample(name: str, pipeline: str) -> ModuleOp:
         return lamina.apply(lamina.parse(f.read(), name), pipeline)
 
 
-def _count_calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
-    """Replace `module.name` by a wrapper that counts its calls."""
-    seen: list[int] = []
-    real = getattr(module, name)
-
-    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, counting)
-    return seen
-
 
 @pytest.mark.parametrize("backend", ["numpy", "compiled"])
 def test_fused_and_attention_kernels_are_planned_once(backend: str,
@@ -402,7 +391,7 @@ def test_fused_and_attention_kernels_are_planned_once(backend: str,
 
         planners += [(compiled_attention, "_middle"), (compiled_attention, "plan_fused"),
                      (replay, "run_full")]   # every fused kernel the full way, one left to tiles
-    counts = {name: _count_calls(monkeypatch, mod, name) for mod, name in planners}
+    counts = {name: count_calls(monkeypatch, mod, name) for mod, name in planners}
     exe = lamina.compile(module, backend=backend, tile_bytes=256)
     calls = [(x := lamina.inputs(module, seed=0), exe(x).outputs)]
     planned = {name: len(seen) for name, seen in counts.items()}
@@ -426,7 +415,7 @@ def test_a_new_argument_layout_is_planned_once_more(monkeypatch: pytest.MonkeyPa
 
     module = _sample("layernorm_gelu_dropout.mlir", "fuse-elementwise")
     entry = "ln_gelu_dropout_small"
-    plans = _count_calls(monkeypatch, numpy_fused, "plan_fused")
+    plans = count_calls(monkeypatch, numpy_fused, "plan_fused")
     exe = lamina.compile(module, entry, tile_bytes=512)
     assert len(plans) == 1   # the checked call at compile planned the C-ordered layout
     for seed, (fortran, planned) in enumerate([(False, 0), (False, 0), (True, 1), (False, 0),

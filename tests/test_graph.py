@@ -41,13 +41,19 @@ def _dags(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]], list[tuple[int, 
     return n, edges, tries
 
 
+def _built(n: int, edges: list[tuple[int, int]]) -> ContractedDag:
+    """A ContractedDag of n nodes with `edges` added in order."""
+    dag = ContractedDag(n)
+    for u, v in edges:
+        dag.add_edge(u, v)
+    return dag
+
+
 @settings(max_examples=examples(50))
 @given(_dags())
 def test_contract_is_exact_and_keeps_a_topological_order(case):
     n, edges, tries = case
-    dag = ContractedDag(n)
-    for u, v in edges:
-        dag.add_edge(u, v)
+    dag = _built(n, edges)
     for x, y in tries:
         a, b = dag.find(x), dag.find(y)
         if a == b:
@@ -69,9 +75,7 @@ def test_contract_is_exact_and_keeps_a_topological_order(case):
 @given(_dags())
 def test_reaches_names_a_node_on_a_path(case):
     n, edges, _ = case
-    dag = ContractedDag(n)
-    for u, v in edges:
-        dag.add_edge(u, v)
+    dag = _built(n, edges)
     src, dst = 0, n - 1
     items = [u for u, v in edges if v == dst]
     got = dag.reaches(src, dst, items)

@@ -21,6 +21,7 @@ from lamina.ir.opbase import dense_to_array
 from lamina.ir.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from sample_files import VALID
+from support import module
 from xdsl.dialects.builtin import ModuleOp, NoneAttr, TensorType
 from xdsl.printer import Printer
 
@@ -28,10 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 OPT = Path(sys.executable).parent / "lamina-opt"
 
 
-def module(text: str) -> ModuleOp:
-    m = parse_text(text, "t.mlir")
-    verify(m)
-    return m
+def _on_x(op: str) -> str:
+    """A function of one tensor<4xf32> %x whose one op is `op` (written up to its type), on line 2."""
+    return ("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+            f"  %0 = {op} : tensor<4xf32>\n"
+            "  func.return %0 : tensor<4xf32>\n}\n")
 
 
 def constant(value: str, type_: str) -> str:
@@ -168,9 +170,7 @@ def test_dense_value_out_of_range_is_one_diagnostic_at_the_literal(literal: str,
     ("{rate = 0.5 : f128, seed = 1 : i64}", "float attributes of type f128 are not supported"),
 ])
 def test_scalar_attribute_out_of_range_is_positioned(attrs: str, message: str) -> None:
-    text = ("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
-            f"  %0 = lamina.dropout %x {attrs} : tensor<4xf32>\n"
-            "  func.return %0 : tensor<4xf32>\n}\n")
+    text = _on_x(f"lamina.dropout %x {attrs}")
     err = error(text)
     assert message in err.message and err.loc is not None and err.loc.line == 2, err.render()
     assert err.loc.col > 3  # at the literal, not at the op
@@ -182,18 +182,14 @@ def test_scalar_attribute_out_of_range_is_positioned(attrs: str, message: str) -
     ("array<f128: 1.0>", "array literal: its element type cannot be stored"),
 ])
 def test_array_attribute_out_of_range_is_positioned(array: str, message: str) -> None:
-    text = ("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
-            f"  %0 = lamina.neg %x {{a.b = {array}}} : tensor<4xf32>\n"
-            "  func.return %0 : tensor<4xf32>\n}\n")
+    text = _on_x(f"lamina.neg %x {{a.b = {array}}}")
     err = error(text)
     assert err.message.startswith(message)
     assert err.loc is not None and (err.loc.line, err.loc.col) == at(text, "<", "array")
 
 
 def test_hex_float_attribute_is_a_bit_pattern() -> None:
-    text = ("func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
-            "  %0 = lamina.dropout %x {rate = 0x3FB999999999999A : f64, seed = 1 : i64} : "
-            "tensor<4xf32>\n  func.return %0 : tensor<4xf32>\n}\n")
+    text = _on_x("lamina.dropout %x {rate = 0x3FB999999999999A : f64, seed = 1 : i64}")
     (op,) = [o for o in module(text).walk() if isinstance(o, DropoutOp)]
     assert op.attr_values()["rate"] == 0.1  # the f64 whose bits are 0x3FB999999999999A
 

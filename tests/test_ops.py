@@ -531,19 +531,8 @@ def test_normalization(op: str, shape, dtype: str, seed: int, data) -> None:
 @settings(max_examples=EXAMPLES)
 @given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS), seed=SEED, data=st.data())
 def test_softmax(shape, dtype: str, seed: int, data) -> None:
-    rank = len(shape)
-    axis = data.draw(st.integers(-rank, rank - 1))
-    show = axis != -1 or data.draw(st.booleans())
-    x = values(seed, shape, dtype, -10, 10)
-    got = run_op("softmax", [(shape, dtype)], (shape, dtype), [x],
-                 f"axis = {axis} : i64" if show else "")
-    ax = axis % rank
-    ref = np.empty(shape, dtype=np.float64)
-    for idx in np.ndindex(shape):
-        line = [float(x[idx[:ax] + (k,) + idx[ax + 1:]]) for k in range(shape[ax])]
-        m = max(line)
-        ref[idx] = math.exp(float(x[idx]) - m) / math.fsum(math.exp(v - m) for v in line)
-    check(got, ref, dtype)
+    check_softmax_family("softmax", shape, dtype, seed, data,
+                         lambda v, m, total: math.exp(v - m) / total)
 
 
 covers("log_softmax")
@@ -552,18 +541,26 @@ covers("log_softmax")
 @settings(max_examples=EXAMPLES)
 @given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS), seed=SEED, data=st.data())
 def test_log_softmax(shape, dtype: str, seed: int, data) -> None:
+    check_softmax_family("log_softmax", shape, dtype, seed, data,
+                         lambda v, m, total: v - m - math.log(total))
+
+
+def check_softmax_family(op: str, shape: tuple[int, ...], dtype: str, seed: int, data,
+                         ref_of: Callable[[float, float, float], float]) -> None:
+    """Run `op` along a drawn axis (written out or left to its default -1) against `ref_of(v, m,
+    total)`, the element v's exact value from its line's max m and total = fsum(exp(line - m)):
+    softmax and log_softmax differ only there."""
     rank = len(shape)
     axis = data.draw(st.integers(-rank, rank - 1))
     show = axis != -1 or data.draw(st.booleans())
     x = values(seed, shape, dtype, -10, 10)
-    got = run_op("log_softmax", [(shape, dtype)], (shape, dtype), [x],
-                 f"axis = {axis} : i64" if show else "")
+    got = run_op(op, [(shape, dtype)], (shape, dtype), [x], f"axis = {axis} : i64" if show else "")
     ax = axis % rank
     ref = np.empty(shape, dtype=np.float64)
     for idx in np.ndindex(shape):
         line = [float(x[idx[:ax] + (k,) + idx[ax + 1:]]) for k in range(shape[ax])]
         m = max(line)
-        ref[idx] = float(x[idx]) - m - math.log(math.fsum(math.exp(v - m) for v in line))
+        ref[idx] = ref_of(float(x[idx]), m, math.fsum(math.exp(v - m) for v in line))
     check(got, ref, dtype)
 
 

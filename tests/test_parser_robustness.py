@@ -17,17 +17,10 @@ from lamina.ir.diagnostics import LaminaError
 from lamina.ir.opbase import MAX_RANK
 from lamina.ir.placement import MAX_MESH_DEVICES
 from lamina.ir.robust_parser import MAX_ATTRIBUTE_DEPTH, MAX_REGION_DEPTH
-from lamina.ir.source import parse_text, verify
-from xdsl.dialects.builtin import ModuleOp
+from support import module
 
 ROOT = Path(__file__).resolve().parent.parent
 OPT = Path(sys.executable).parent / "lamina-opt"
-
-
-def module(text: str) -> ModuleOp:
-    m = parse_text(text, "t.mlir")
-    verify(m)
-    return m
 
 
 def error(text: str) -> LaminaError:

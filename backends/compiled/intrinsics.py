@@ -127,6 +127,30 @@ def _row_pointer(context: Any, builder: Any, aryty: Any, ary: Any, off: Any) -> 
     return builder.gep(data, [off]), fty, context.get_abi_sizeof(fty)
 
 
+def _float_row(arr: Any, codegen: Any) -> Any:
+    """The typing of a row intrinsic `(arr, off, n) -> arr.dtype` with `codegen`: only float
+    arrays (None: numba tries other implementations, then reports the call as untyped)."""
+    if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Float)):
+        return None
+    return arr.dtype(arr, types.intp, types.intp), codegen
+
+
+def _row_loads(context: Any, builder: Any, sig: Any, args: Any, lanes: int
+               ) -> tuple[Callable[[Any, Any], Any], Any, Any]:
+    """(load, element type, vector type of `lanes` elements) for a row intrinsic's arguments
+    (arr, off, n): load(i, ty) reads element off + i as `ty`, the element type or (a vector
+    type) the `lanes` elements from there, aligned only to the element size."""
+    base, fty, size = _row_pointer(context, builder, sig.args[0], args[0], args[1])
+    vty = ir.VectorType(fty, lanes)
+
+    def load(i: Any, ty: Any) -> Any:
+        ptr = builder.gep(base, [i])
+        return builder.load(builder.bitcast(ptr, ty.as_pointer()) if ty is vty else ptr,
+                            align=size)
+
+    return load, fty, vty
+
+
 def _hsum(builder: Any, acc: Any, lanes: int) -> Any:
     """The lanes of a vector added as a balanced tree: ((r0+r1)+(r2+r3))+..., left to right."""
     r = [builder.extract_element(acc, ir.Constant(_I32, k)) for k in range(lanes)]
@@ -166,19 +190,11 @@ def _counted_loop(builder: Any, start: Any, stop: Any, step: int, carried: list[
 @lowered
 def _lanes_leaf(typingctx: Any, arr: Any, off: Any, m: Any) -> Any:
     """The sum of row[off:off+m], m >= 1, in the order of `row_sum` (module docstring)."""
-    if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Float)):
-        return None
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        base, fty, size = _row_pointer(context, builder, sig.args[0], args[0], args[1])
+        load, fty, vty = _row_loads(context, builder, sig, args, SUM_LANES)
         m_v = args[2]
         ity = m_v.type
-        vty = ir.VectorType(fty, SUM_LANES)
-
-        def load(i: Any, ty: Any) -> Any:
-            ptr = builder.gep(base, [i])
-            return builder.load(builder.bitcast(ptr, ty.as_pointer()) if ty is vty else ptr,
-                                align=size)
 
         def const(k: int) -> Any:
             return ir.Constant(ity, k)
@@ -215,7 +231,7 @@ def _lanes_leaf(typingctx: Any, arr: Any, off: Any, m: Any) -> Any:
                             lambda i, c: [builder.fadd(c[0], load(i, fty))], "sum.tail")
         return res[0]
 
-    return arr.dtype(arr, types.intp, types.intp), codegen
+    return _float_row(arr, codegen)
 
 
 @njit(error_model="numpy")
@@ -254,24 +270,16 @@ def row_sum(a: Any, off: int, n: int) -> Any:
 @lowered
 def row_max(typingctx: Any, arr: Any, off: Any, n: Any) -> Any:
     """max(row[off:off+n]) for n >= 1, NaN when any element is NaN."""
-    if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Float)):
-        return None
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        base, fty, size = _row_pointer(context, builder, sig.args[0], args[0], args[1])
+        load, fty, vty = _row_loads(context, builder, sig, args, LANES)
         n_v = args[2]
         ity = n_v.type
         width = 4 * LANES
-        vty = ir.VectorType(fty, LANES)
 
         def pick(v: Any, acc: Any) -> Any:   # v if v > acc or v is NaN, else acc
             take = builder.or_(builder.fcmp_ordered(">", v, acc), builder.fcmp_unordered("uno", v, v))
             return builder.select(take, v, acc)
-
-        def load(i: Any, ty: Any) -> Any:
-            ptr = builder.gep(base, [i])
-            return builder.load(builder.bitcast(ptr, ty.as_pointer()) if ty is vty else ptr,
-                                align=size)
 
         first = load(ir.Constant(ity, 0), fty)
         init = builder.insert_element(ir.Constant(vty, ir.Undefined), first, ir.Constant(_I32, 0))
@@ -314,4 +322,4 @@ def row_max(typingctx: Any, arr: Any, off: Any, n: Any) -> Any:
         builder.position_at_end(done)
         return res
 
-    return arr.dtype(arr, types.intp, types.intp), codegen
+    return _float_row(arr, codegen)

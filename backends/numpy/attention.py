@@ -60,13 +60,11 @@ from typing import Any
 
 import numpy as np
 from lamina.backends.numpy.blas import one_blas_thread
-from lamina.backends.numpy.fused import KIND_RUNNERS, Once
+from lamina.backends.numpy.fused import KIND_RUNNERS, Once, record_kernel_stats
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import (
     RunContext,
-    device_nbytes,
-    distinct_nbytes,
     make_call,
 )
 from lamina.backends.numpy.tile_threads import run_workers, tile_threads
@@ -436,18 +434,7 @@ def run_attention(op: Operation, args: list[np.ndarray | None], ctx: RunContext,
 def record_stats(op: FusedOp, args: list[np.ndarray | None], outs: list[np.ndarray],
                   ctx: RunContext) -> None:
     """One kernel whose traffic is its inputs and its result (the scores stay in the block)."""
-    stats = ctx.stats
-    stats.kernels += 1
-    stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
-                                for a, v in zip(args, op.inputs, strict=True) if a is not None)
-    stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
-                                for a, v in zip(outs, op.outputs, strict=True))
-    stats.bytes_moved += distinct_nbytes(op.inputs, args) + distinct_nbytes(op.outputs, outs)
-    body = [o for o in op.body.block.ops if isinstance(o, LaminaOp)]
-    for o in body:
-        stats.flops += o.info.flops(o.operand_infos(), tensor_info(o.results[0].type),
-                                    o.attr_values())
-    stats.extra["fused_ops_executed"] = stats.extra.get("fused_ops_executed", 0) + len(body)
-
+    record_kernel_stats(ctx.stats, op, args, outs,
+                        [o for o in op.body.block.ops if isinstance(o, LaminaOp)])
 
 KIND_RUNNERS["attention"] = run_attention

@@ -778,7 +778,13 @@ def record_fused_stats(stats: RunStats, plan: FusedPlan, args: Sequence[np.ndarr
                        outs: list[np.ndarray]) -> None:
     """Count the fused op as one kernel whose traffic is its inputs and results (what a fused
     kernel reads and writes: its intermediates never leave the tile), with its body's flops."""
-    op, body = plan.op, plan.body
+    record_kernel_stats(stats, plan.op, args, outs, plan.body)
+
+
+def record_kernel_stats(stats: RunStats, op: FusedOp, args: Sequence[np.ndarray | None],
+                        outs: Sequence[np.ndarray], body: Sequence[Operation]) -> None:
+    """One kernel for `op` (any kind: the tile loop's, attention's) whose traffic is its inputs
+    and results, with the flops of `body`'s op-table ops, all of `body` counted as executed."""
     stats.kernels += 1
     stats.bytes_accessed += sum(device_nbytes(a, tensor_info(v.type).dtype)
                                 for a, v in zip(args, op.inputs, strict=True) if a is not None)

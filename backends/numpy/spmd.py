@@ -290,65 +290,61 @@ def _reshard(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAVal
     return distribute(mesh, spec_or_replicated(r.type), whole)
 
 
+def _by_group(mesh: Mesh, op: PlacementOp, shards: Shards,
+              member_blocks: Callable[[list[np.ndarray]], list[np.ndarray]]) -> Shards:
+    """The shards after a collective over `op`'s mesh axes: each group's members' blocks, in
+    group order, become `member_blocks(blocks)`, one per member in the same order. What the
+    collectives below differ in is only that function."""
+    out: Shards = [shards[0]] * mesh.devices
+    for g in mesh.groups(op.axis_names()):
+        for d, block_ in zip(g, member_blocks([shards[d] for d in g]), strict=True):
+            out[d] = block_
+    return out
+
+
 @LOWERINGS.register(ALL_REDUCE)
 def _all_reduce(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
     """Every device of a group gets the group's reduction."""
-    out: Shards = [shards[0]] * mesh.devices
     dtype = tensor_info(x.type).dtype
-    for g in mesh.groups(op.axis_names()):
-        red = reduce_parts([shards[d] for d in g], op.reduce_kind(), dtype)
-        for d in g:
-            out[d] = red
-    return out
+    return _by_group(mesh, op, shards,
+                     lambda bs: [reduce_parts(bs, op.reduce_kind(), dtype)] * len(bs))
 
 
 @LOWERINGS.register(REDUCE_SCATTER)
 def _reduce_scatter(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue,
                     r: SSAValue) -> Shards:
     """Device j of a group gets block j along `dim` of the group's reduction."""
-    out: Shards = [shards[0]] * mesh.devices
     dim, dtype = op.int_attr(DIM), tensor_info(x.type).dtype
-    for g in mesh.groups(op.axis_names()):
-        red = reduce_parts([shards[d] for d in g], op.reduce_kind(), dtype)
-        for j, piece in enumerate(np.split(red, len(g), axis=dim)):
-            out[g[j]] = piece
-    return out
+    return _by_group(mesh, op, shards, lambda bs: np.split(
+        reduce_parts(bs, op.reduce_kind(), dtype), len(bs), axis=dim))
 
 
 @LOWERINGS.register(ALL_GATHER)
 def _all_gather(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
     """Every device of a group gets the group's blocks concatenated along `dim`."""
-    out: Shards = [shards[0]] * mesh.devices
     dim = op.int_attr(DIM)
-    for g in mesh.groups(op.axis_names()):
-        whole = np.concatenate([shards[d] for d in g], axis=dim)
-        for d in g:
-            out[d] = whole
-    return out
+    return _by_group(mesh, op, shards, lambda bs: [np.concatenate(bs, axis=dim)] * len(bs))
 
 
 @LOWERINGS.register(ALL_TO_ALL)
 def _all_to_all(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
     """Device j of a group gets piece j (along `split_dim`) of every member's block,
     concatenated along `concat_dim`."""
-    out: Shards = [shards[0]] * mesh.devices
     sd, cd = op.int_attr(SPLIT_DIM), op.int_attr(CONCAT_DIM)
-    for g in mesh.groups(op.axis_names()):
-        pieces = [np.split(shards[d], len(g), axis=sd) for d in g]
-        for j, d in enumerate(g):
-            out[d] = np.concatenate([pieces[i][j] for i in range(len(g))], axis=cd)
-    return out
+
+    def exchange(bs: list[np.ndarray]) -> list[np.ndarray]:
+        pieces = [np.split(b, len(bs), axis=sd) for b in bs]
+        return [np.concatenate([p[j] for p in pieces], axis=cd) for j in range(len(bs))]
+
+    return _by_group(mesh, op, shards, exchange)
 
 
 @LOWERINGS.register(ALL_SLICE)
 def _all_slice(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
     """Device j of a group keeps its block j along `dim` (no communication)."""
-    out: Shards = [shards[0]] * mesh.devices
     dim = op.int_attr(DIM)
-    for g in mesh.groups(op.axis_names()):
-        for j, d in enumerate(g):
-            out[d] = np.split(shards[d], len(g), axis=dim)[j]
-    return out
+    return _by_group(mesh, op, shards, lambda bs: [
+        np.split(b, len(bs), axis=dim)[j] for j, b in enumerate(bs)])
 
 
 def _identity(op: Operation, args: list[np.ndarray | None], ctx: RunContext) -> list[np.ndarray]:

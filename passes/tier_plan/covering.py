@@ -7,6 +7,7 @@ the sum of the gaps' spans (quadratic in a program whose values live long).
 
 from __future__ import annotations
 
+from lamina.analysis.segments import RangeCover
 from lamina.passes.tier_plan.problem import Gap
 
 
@@ -24,46 +25,29 @@ class Covering:
 
     def __init__(self, gaps: list[list[Gap]], K: int) -> None:
         self.gaps, self.K = gaps, K
-        self.size = 0
-        self.nodes: list[list[int]] = []
+        self.tree: RangeCover | None = None
         self.keys: list[tuple[int, int]] = []
 
-    def _build(self) -> None:
+    def _build(self) -> RangeCover:
         size = 1
         while size < self.K + 1:
             size *= 2
-        self.size = size
-        nodes: list[list[int]] = [[] for _ in range(2 * size)]
+        tree = RangeCover(size)
         keys = self.keys
         for vi, gs in enumerate(self.gaps):
             for gi, g in enumerate(gs):
                 lo, hi = g.a + 1, min(g.b if g.tail else g.b - 1, self.K)
                 if lo > hi:
                     continue
-                ident = len(keys)
+                tree.add(lo, hi, len(keys))
                 keys.append((vi, gi))
-                lo += size
-                hi += size + 1
-                while lo < hi:
-                    if lo & 1:
-                        nodes[lo].append(ident)
-                        lo += 1
-                    if hi & 1:
-                        hi -= 1
-                        nodes[hi].append(ident)
-                    lo //= 2
-                    hi //= 2
-        self.nodes = nodes
+        return tree
 
     def at(self, k: int) -> list[tuple[int, int]]:
         """The gaps over step k, in (value, gap) order."""
-        if not self.nodes:
-            self._build()
-        found: list[int] = []
-        i = k + self.size
-        while i:
-            found.extend(self.nodes[i])
-            i //= 2
+        if self.tree is None:
+            self.tree = self._build()
+        found = self.tree.at(k)
         found.sort()
         keys = self.keys
         return [keys[j] for j in found]
