@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.diagnostics import LaminaError
@@ -32,6 +32,7 @@ from lamina.ir.lamina import (
 )
 from lamina.ir.shapes import ShapeError, TensorInfo, info_of
 from lamina.ir.source import verify
+from strategies import examples
 from xdsl.dialects.builtin import FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Operation, Region, SSAValue
@@ -289,6 +290,7 @@ def _step(b: Builder, v: SSAValue, x: SSAValue, what: str, k: int) -> SSAValue:
     return v
 
 
+@settings(max_examples=examples(40))
 @given(_chains())
 def test_every_op_built_verifies(chain: tuple[tuple[int, ...], str, list[tuple[str, int]]]) -> None:
     shape, dtype, steps = chain
