@@ -172,6 +172,9 @@ def test_a_flag_of_another_backend_is_refused(here: Path, capsys: pytest.Capture
     assert code == 1 and out == ""
     assert err == f"lamina-run: error: {applies}\n", err
     assert not (here / "o.npz").exists()
+    # refused before any work: the program is not even read
+    code, _, err = lamina_run(capsys, "absent.mlir", "--backend", backend, *flag)
+    assert code == 1 and err == f"lamina-run: error: {applies}\n", err
 
 
 @pytest.mark.parametrize("backend", ["numpy", "compiled", "jax"])

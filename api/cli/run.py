@@ -212,22 +212,25 @@ BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
     "num_processes": ("jax",), "process_id": ("jax",)}
 
 
+def check_backend_flags(args: argparse.Namespace, backend: Backend) -> None:
+    """Refuse, before any work, a backend-specific flag that `backend`'s options do not take:
+    ignoring it would run something other than what was asked (the NumPy backends run every
+    device of the program's mesh, whatever `--devices` says)."""
+    takes = {f.name for f in fields(backend.Options)}
+    for name, backends in BACKEND_FLAGS.items():
+        if getattr(args, name) is not None and name not in takes:
+            raise UsageError("lamina-run", f"{_flag(name)} applies to --backend "
+                             f"{', '.join(backends)}")
+
+
 def run_options(args: argparse.Namespace, backend: Backend, target: Target | None
                 ) -> dict[str, Any]:
-    """The backend-specific flags given, for `backend`'s options (a target always goes
-    through, so a backend without checked execution refuses it). A flag the backend's options
-    do not take is refused: ignoring it would run something other than what was asked (the
-    NumPy backends run every device of the program's mesh, whatever `--devices` says)."""
-    takes = {f.name for f in fields(backend.Options)}
-    options: dict[str, Any] = {}
-    for name in BACKEND_FLAGS:
-        value = getattr(args, name)
-        if value is None:
-            continue
-        if name not in takes:
-            raise UsageError("lamina-run", f"{_flag(name)} applies to --backend "
-                             f"{', '.join(BACKEND_FLAGS[name])}")
-        options[name] = value
+    """The backend-specific flags given, for `backend`'s options (checked by
+    `check_backend_flags`); a target always goes through, so a backend without checked
+    execution refuses it."""
+    check_backend_flags(args, backend)
+    options: dict[str, Any] = {name: getattr(args, name) for name in BACKEND_FLAGS
+                               if getattr(args, name) is not None}
     if target is not None:
         options["target"] = target
     return options
@@ -370,6 +373,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = arg_parser().parse_args(argv)
     check_args(args)
     backend = get_backend(args.backend)  # an unknown backend is reported before any work
+    check_backend_flags(args, backend)
     ctx = make_context()
     module: ModuleOp = load(args.file, ctx)
     reference = module.clone() if args.check else None
