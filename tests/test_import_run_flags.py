@@ -318,3 +318,10 @@ def test_rmsnorm_default_eps_is_torchs(dtype: str) -> None:
         want = model(x).double().numpy()
     tol = {"float32": 1e-5, "float64": 1e-12}.get(dtype, 1e-2)
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tol, atol=tol)
+
+
+def test_an_empty_inputs_value_among_several_is_refused(here: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    npz("x.npz", x=X4)
+    code, _, err = lamina_run(capsys, "two.mlir", "--inputs", "x.npz", "--inputs", "")
+    assert code == 1 and err == "lamina-run: error: argument --inputs: expected a value, got ''\n"

@@ -186,7 +186,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.allow_nonfinite and not args.check:
         raise UsageError("lamina-run", "--allow-nonfinite applies to --check, which is not given")
     for dest, value in vars(args).items():
-        if value == "" and dest not in ("passes", "file"):
+        given = value if isinstance(value, list) else [value]   # --inputs repeats
+        if "" in given and dest not in ("passes", "file"):
             raise UsageError("lamina-run", f"argument {_flag(dest)}: expected a value, got ''")
     seen: dict[str, str] = {}
     for dest in _DESTINATIONS:
