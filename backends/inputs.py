@@ -11,13 +11,17 @@ of the table it indexes, so every index picks a row rather than the zeros of an 
 allocated before it is known to fit: every array's header (shape, dtype) is read and checked
 against its argument before its data is, so a header declaring a huge shape is one diagnostic,
 not a MemoryError; and a program whose inputs alone exceed the machine's physical memory is
-refused before any input is drawn or read (`check_input_memory`).
+refused before any input is drawn or read (`check_input_memory`). Several files are merged by
+key (a model's inputs and its weights), a key in two of them refused; an array whose dtype the
+argument cannot hold exactly (float64 for an f32) is converted with a note (`LoadedInputs.casts`).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO
 
 import numpy as np
@@ -150,6 +154,10 @@ def _header(f: IO[bytes]) -> tuple[tuple[int, ...], np.dtype]:
 
 def _headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Every array of the `.npz` at `path`: key -> (shape, dtype), from the headers only."""
+    # np.load also accepts .npy and pickle files (and says "pickled data" for any other bytes);
+    # an inputs file must be an .npz archive.
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        raise LaminaError(f"cannot read inputs '{path}': not an .npz archive")
     out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     with zipfile.ZipFile(path) as z:
         for member in z.infolist():
@@ -163,46 +171,92 @@ def _headers(path: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return out
 
 
-def _match_keys(path: str, func: FuncOp, keys: set[str]) -> list[str]:
-    """The key of each argument in the file (its name, else `arg<i>`; only `arg<i>` when two
+def _match_keys(paths: Sequence[str], func: FuncOp, keys: set[str]) -> list[str]:
+    """The key of each argument in the files (its name, else `arg<i>`; only `arg<i>` when two
     names coincide, see `input_keys`), refusing missing and extra arrays."""
+    where = ", ".join(paths)
     names = arg_names(func)
     unique = len(set(names)) == len(names)
     out: list[str] = []
     for i, name in enumerate(names):
         key = name if unique and name in keys else f"arg{i}"
         if key not in keys:
-            raise LaminaError(f"{path}: no array for argument '{name}' (expected key '{name}' or "
-                              f"'arg{i}'; file has: {', '.join(sorted(keys)) or 'nothing'})")
+            has = "file has" if len(paths) == 1 else "files have"
+            raise LaminaError(f"{where}: no array for argument '{name}' (expected key '{name}' or "
+                              f"'arg{i}'; {has}: {', '.join(sorted(keys)) or 'nothing'})")
         out.append(key)
     extra = sorted(keys - set(out))
     if extra:
-        raise LaminaError(f"{path}: arrays {', '.join(extra)} match no argument of "
+        raise LaminaError(f"{where}: arrays {', '.join(extra)} match no argument of "
                           f"@{func.sym_name.data} (arguments: {', '.join(names)})")
     return out
 
 
-def load_inputs(path: str, func: FuncOp) -> list[np.ndarray]:
-    """Arrays for `func`'s arguments from an `.npz`, keyed by argument name (`x` for `%x`) or
-    by position (`arg0`, `arg1`, ...); each array's shape is checked before its data is read."""
+@dataclass
+class LoadedInputs:
+    """Arrays for a function's arguments read from `.npz` files: `arrays[i]` is argument i's,
+    read from file `files[i]` under key `keys[i]` (as stored: not yet converted to the
+    argument's element type, which `casts` describes)."""
+
+    arrays: list[np.ndarray]
+    files: list[str]
+    keys: list[str]
+
+    def casts(self, func: FuncOp) -> list[str]:
+        """One note per array whose dtype the argument's element type cannot hold exactly
+        (float64 for an f32, int64 for an i32, an integer for a float): the run converts it
+        (`lamina.backends.arrays.check_inputs`, which refuses a value out of the type's range),
+        and the note says so rather than change the input's precision without a word. A
+        conversion that keeps every value (float16 to f32, int32 to i64) needs none."""
+        notes: list[str] = []
+        for a, path, key, t in zip(self.arrays, self.files, self.keys,
+                                   func.function_type.inputs.data, strict=True):
+            dtype = tensor_info(t).dtype
+            want = STORAGE[dtype]
+            if np.promote_types(a.dtype, want) != want:
+                notes.append(f"{path}: array '{key}' is {a.dtype}; cast to {dtype}, the element "
+                             f"type of its argument ({t})")
+        return notes
+
+
+def read_inputs(paths: str | Sequence[str], func: FuncOp) -> LoadedInputs:
+    """Arrays for `func`'s arguments from one or more `.npz` files, keyed by argument name (`x`
+    for `%x`) or by position (`arg0`, `arg1`, ...), merged by key: a model's inputs in one file
+    and its weights (`lamina-import --weights`) in another. A key in two files is refused naming
+    both; each array's shape is checked before any data is read."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
     check_input_memory(func)
+    path = paths[0]
     try:
-        # np.load also accepts .npy and pickle files (and says "pickled data" for any other
-        # bytes); an inputs file must be an .npz archive.
-        if os.path.isfile(path) and not zipfile.is_zipfile(path):
-            raise LaminaError(f"cannot read inputs '{path}': not an .npz archive")
-        headers = _headers(path)
-        keys = _match_keys(path, func, set(headers))
+        headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        origin: dict[str, str] = {}
+        for path in paths:
+            for key, header in _headers(path).items():
+                if key in origin:
+                    raise LaminaError(f"inputs '{origin[key]}' and '{path}' both have an array "
+                                      f"'{key}'")
+                headers[key], origin[key] = header, path
+        keys = _match_keys(paths, func, set(headers))
         for key, name, t in zip(keys, arg_names(func), func.function_type.inputs.data,
                                 strict=True):
             shape, _ = headers[key]
             if shape != tensor_info(t).shape:
                 raise error_at(func, f"input '{name}' has shape {shape}, argument type is {t}")
-        with np.load(path, allow_pickle=False) as data:
-            return [data[k] for k in keys]
+        arrays: dict[str, np.ndarray] = {}
+        for path in paths:
+            wanted = [k for k in keys if origin[k] == path]
+            if wanted:
+                with np.load(path, allow_pickle=False) as data:
+                    arrays.update((k, data[k]) for k in wanted)
+        return LoadedInputs([arrays[k] for k in keys], [origin[k] for k in keys], keys)
     except FileNotFoundError:
         raise LaminaError(f"cannot read inputs '{path}': no such file") from None
     except IsADirectoryError:
         raise LaminaError(f"cannot read inputs '{path}': Is a directory") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
         raise LaminaError(f"cannot read inputs '{path}': {e}") from None
+
+
+def load_inputs(paths: str | Sequence[str], func: FuncOp) -> list[np.ndarray]:
+    """The arrays of `read_inputs(paths, func)`, one per argument, as stored in the files."""
+    return read_inputs(paths, func).arrays

@@ -7,10 +7,14 @@ cross-entropy loss of each position's logits against the next token. The causal 
 from `arange` (an iota in Lamina: no index tensor as a constant). `make_gpt2` is what
 `lamina-import torch samples.gpt2_model:make_gpt2` calls; `GPT2Config` sizes it (`small()` is
 GPT-2 small: 12 layers, D = 768, 12 heads, vocabulary 50257). Run as a script, it writes the same
-model as an ONNX file (`torch.onnx.export(dynamo=True)`, weights in FILE.data beside it).
+model as an ONNX file (`torch.onnx.export(dynamo=True)`, weights in FILE.data beside it), or with
+`--tokens -o IN.npz` its example inputs (`idx`, `targets`: what `lamina-run --inputs` reads
+beside the weights `lamina-import --weights` wrote).
 
 Run:
   lamina-import torch samples.gpt2_model:make_gpt2 --args 2x8xi64,2x8xi64 -o gpt2.mlir --weights gpt2.npz
+  python samples/gpt2_model.py --tokens -o tokens.npz
+  lamina-run gpt2.mlir --inputs tokens.npz --inputs gpt2.npz
   python samples/gpt2_model.py gpt2.onnx
   lamina-import onnx gpt2.onnx -o gpt2_onnx.mlir --weights gpt2_onnx.npz
 """
@@ -21,6 +25,7 @@ import math
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -113,7 +118,16 @@ def export_onnx(path: str, cfg: GPT2Config | None = None) -> None:
     program.save(path, external_data=True)
 
 
+def save_tokens(path: str, cfg: GPT2Config | None = None) -> None:
+    """`example_inputs(cfg)` as an .npz keyed by the model's argument names (`idx`, `targets`)."""
+    idx, targets = example_inputs(cfg or GPT2Config())
+    np.savez(path, idx=idx.numpy(), targets=targets.numpy())
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python samples/gpt2_model.py OUT.onnx")
-    export_onnx(sys.argv[1])
+    if len(sys.argv) == 4 and sys.argv[1:3] == ["--tokens", "-o"]:
+        save_tokens(sys.argv[3])
+    elif len(sys.argv) == 2 and not sys.argv[1].startswith("-"):
+        export_onnx(sys.argv[1])
+    else:
+        sys.exit("usage: python samples/gpt2_model.py OUT.onnx | --tokens -o IN.npz")

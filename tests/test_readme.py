@@ -5,8 +5,8 @@
   first command, `source .venv/bin/activate`, is what puts the tools there, as it says. A command
   whose comment shows a diagnostic (`# samples/bad.mlir:11:3: error: ...`) must exit 1 with that
   line first on stderr; every other command must exit 0, and every file it names with `-o`,
-  `--outputs`, `--write-inputs`, `--stats-json`, `--memory-plot`, `--save` or `--log` must exist
-  afterwards. Nothing is written in the repository.
+  `--outputs`, `--write-inputs`, `--stats-json`, `--memory-plot`, `--weights`, `--save` or `--log`
+  must exist afterwards. Nothing is written in the repository.
 - The code blocks of "Python API" run, in order and in one namespace, from a copy of the repository.
 - Every field `lamina-run --stats-json` writes is a row of the "Run statistics" table, and every row
   is a field some run writes; the keys of its nested entries are named in their row.
@@ -61,7 +61,8 @@ def shell_commands(text: str) -> list[str]:
 
 
 _EXPECTED_ERROR = re.compile(r"\s#\s+(\S+:\d+:\d+: error: .*)$")
-_WRITES = ("-o", "--outputs", "--write-inputs", "--stats-json", "--memory-plot", "--save", "--log")
+_WRITES = ("-o", "--outputs", "--write-inputs", "--stats-json", "--memory-plot", "--weights",
+           "--save", "--log")
 
 
 def written_files(command: str) -> list[str]:

@@ -1,6 +1,6 @@
 """`lamina-run`: run a function of a Lamina program on a backend (default: the NumPy interpreter).
 
-    lamina-run FILE [-p PIPELINE] [--entry NAME] [--backend NAME] [--inputs IN.npz] [--seed N]
+    lamina-run FILE [-p PIPELINE] [--entry NAME] [--backend NAME] [--inputs IN.npz ...] [--seed N]
                [--write-inputs IN.npz] [--outputs OUT.npz] [--check [--allow-nonfinite]]
                [--stats-json PATH]
                [--print-outputs] [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
@@ -9,7 +9,11 @@
 
 Without `--inputs`, inputs are drawn from the argument types, the roles the IR gives arguments
 and `--seed` (`lamina.backends.inputs`); `--write-inputs` saves the inputs a run used, keyed by
-argument name, in the form `--inputs` reads back. With `--check` the program runs twice on the
+argument name, in the form `--inputs` reads back. `--inputs` may be given several times (a
+model's inputs and the weights `lamina-import --weights` wrote): the files are merged by key, and
+a key in two of them is refused naming both. An array whose dtype the argument cannot hold
+exactly (float64 for an f32, int64 for an i32) is converted with a note on stderr naming it and
+both types; a value out of the argument type's range is refused. With `--check` the program runs twice on the
 same inputs, as parsed and after the pipeline, and every output is compared (tolerances by
 element type, see `lamina.backends.compare`); exit 1 with a per-output report when they disagree,
 and also when an output agrees only by being NaN or inf in the same places on both sides (its
@@ -36,7 +40,8 @@ When `--check` finds a difference, the files that describe and reproduce it (`--
 `--memory-plot`, `--write-inputs`) are written and `--outputs` is not.
 
 The function is compiled once (`lamina.compile`) and called once; `--repeats N` calls it N more
-times on the same inputs, on any backend, and the stats say `compile_seconds` (the whole compile),
+times on the same inputs, on any backend, prints one `timing:` line (the median per call of the
+N calls, and the compile time) and the stats say `compile_seconds` (the whole compile),
 `run_seconds` (the median of the repeats; without repeats, the one call), `run_seconds_all` and
 `repeats`. On the NumPy backends the first call is the checked one (every statistic counted);
 the repeats run the prepared kernels alone.
@@ -46,7 +51,8 @@ many devices (on CPU: host devices XLA starts with; default the mesh's size), an
 `--coordinator`, `--num-processes`, `--process-id` run one process of a multi-process job (every
 process runs the same command with its own id; only process 0 prints and writes files). Its stats
 add `backend` and, for placed programs, the compiled HLO's collectives (`hlo_collectives`) beside
-Lamina's own (`collectives`).
+Lamina's own (`collectives`). A backend's flag given to another backend (`--devices` to numpy,
+which runs every device of the program's mesh, or `--threads` to jax) is refused, never ignored.
 
 Every `--stats-json` field (name, unit, per device or total) is documented in one place: the
 README's "Run statistics" section.
@@ -65,8 +71,9 @@ from typing import Any, TextIO
 
 import lamina
 import numpy as np
+from lamina.backends.arrays import check_inputs
 from lamina.backends.compare import compare
-from lamina.backends.inputs import input_keys, load_inputs, random_inputs
+from lamina.backends.inputs import input_keys, random_inputs, read_inputs
 from lamina.backends.interface import (
     Backend,
     RunResult,
@@ -76,9 +83,10 @@ from lamina.backends.interface import (
 )
 from lamina.backends.numpy.backend import reference_run
 from lamina.backends.registry import backend_names, get_backend
+from lamina.cli.entry import guarded
 from lamina.cli.memory_plot import plot_format, plot_memory
-from lamina.cli.outputs import StagedOutputs, broken_pipe_exit, check_destination, is_stdout
-from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic, report
+from lamina.cli.outputs import StagedOutputs, check_destination, is_stdout
+from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic
 from lamina.ir.dtypes import tensor_dtype
 from lamina.ir.source import load, make_context
 from lamina.ir.target import Target, load_target
@@ -103,7 +111,9 @@ def arg_parser() -> argparse.ArgumentParser:
                    help=f"backend to run on: {', '.join(backend_names())} (default numpy)")
     p.add_argument("-p", "--passes", default="", help="pass pipeline to apply before running")
     p.add_argument("--entry", default=None, help="function to run (default: the only one)")
-    p.add_argument("--inputs", default=None, help=".npz with one array per argument")
+    p.add_argument("--inputs", action="append", default=None, metavar="IN.npz",
+                   help=".npz with arrays by argument name; repeat it to merge several files "
+                        "(a model's inputs and its weights)")
     p.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     p.add_argument("--write-inputs", default=None, metavar="IN.npz",
                    help="write the inputs this run uses, keyed by argument name (what --inputs "
@@ -176,7 +186,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.allow_nonfinite and not args.check:
         raise UsageError("lamina-run", "--allow-nonfinite applies to --check, which is not given")
     for dest, value in vars(args).items():
-        if value == "" and dest not in ("passes", "file"):
+        given = value if isinstance(value, list) else [value]   # --inputs repeats
+        if "" in given and dest not in ("passes", "file"):
             raise UsageError("lamina-run", f"argument {_flag(dest)}: expected a value, got ''")
     seen: dict[str, str] = {}
     for dest in _DESTINATIONS:
@@ -194,14 +205,33 @@ def check_args(args: argparse.Namespace) -> None:
         plot_format(args.memory_plot)
 
 
+# the backends each backend-specific flag applies to: the backends whose options type has the
+# field (a test checks this against every backend's `Options`); stated here so that a refusal
+# can name them without importing every backend
+BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
+    "threads": ("compiled", "numpy"), "devices": ("jax",), "coordinator": ("jax",),
+    "num_processes": ("jax",), "process_id": ("jax",)}
+
+
+def check_backend_flags(args: argparse.Namespace, backend: Backend) -> None:
+    """Refuse, before any work, a backend-specific flag that `backend`'s options do not take:
+    ignoring it would run something other than what was asked (the NumPy backends run every
+    device of the program's mesh, whatever `--devices` says)."""
+    takes = {f.name for f in fields(backend.Options)}
+    for name, backends in BACKEND_FLAGS.items():
+        if getattr(args, name) is not None and name not in takes:
+            raise UsageError("lamina-run", f"{_flag(name)} applies to --backend "
+                             f"{', '.join(backends)}")
+
+
 def run_options(args: argparse.Namespace, backend: Backend, target: Target | None
                 ) -> dict[str, Any]:
-    """The flags given that `backend`'s options type takes (a target always goes through, so a
-    backend without checked execution refuses it); the others do not apply and are ignored."""
-    given = {"threads": args.threads, "devices": args.devices, "coordinator": args.coordinator,
-             "num_processes": args.num_processes, "process_id": args.process_id}
-    takes = {f.name for f in fields(backend.Options)}
-    options = {k: v for k, v in given.items() if v is not None and k in takes}
+    """The backend-specific flags given, for `backend`'s options (checked by
+    `check_backend_flags`); a target always goes through, so a backend without checked
+    execution refuses it."""
+    check_backend_flags(args, backend)
+    options: dict[str, Any] = {name: getattr(args, name) for name in BACKEND_FLAGS
+                               if getattr(args, name) is not None}
     if target is not None:
         options["target"] = target
     return options
@@ -214,6 +244,14 @@ def timed_calls(exe: lamina.Executable, inputs: list[np.ndarray], repeats: int,
     return {"compile_seconds": exe.compile_seconds,
             "run_seconds": statistics.median(times) if times else first.stats["run_seconds"],
             "run_seconds_all": times or [first.stats["run_seconds"]], "repeats": len(times)}
+
+
+def timing_line(stats: dict[str, Any]) -> str:
+    """What `--repeats N` reports on every backend: the median per-call time of the N timed
+    calls of the compiled function (the first call, checked on the NumPy backends, is not
+    one of them), beside the compile time."""
+    return (f"timing: median {stats['run_seconds'] * 1e3:.4g} ms per call over "
+            f"{stats['repeats']} calls (compile {stats['compile_seconds']:.4g} s)")
 
 
 def data_on_stdout(args: argparse.Namespace) -> bool:
@@ -262,6 +300,8 @@ def print_report(out: Outcome, values: bool, stream: TextIO) -> None:
             print(np.array2string(a, separator=", ", max_line_width=100), file=stream)
     for line in out.check_lines:
         print(("check " if not out.failed else "check FAILED ") + line, file=stream)
+    if out.stats.get("repeats"):
+        print(timing_line(out.stats), file=stream)
 
 
 # ---- the run --------------------------------------------------------------------------------
@@ -274,10 +314,19 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     func = find_entry(module, args.entry)
     entry = func.sym_name.data
     check_supported(backend, func)
-    inputs = load_inputs(args.inputs, func) if args.inputs else random_inputs(func, args.seed)
     target = load_target(args.target) if args.target else None
-    exe = lamina.compile(module, entry, args.backend, warmup=False,
-                         **run_options(args, backend, target))
+    options = run_options(args, backend, target)
+    if args.inputs:
+        loaded = read_inputs(args.inputs, func)
+        # converted (and a value out of its type's range refused) before any note, so a note
+        # is never about a conversion that did not happen
+        inputs = check_inputs(func, loaded.arrays)
+        if not args.process_id:
+            for note in loaded.casts(func):
+                print("\n".join(format_diagnostic(None, "note", note)), file=sys.stderr)
+    else:
+        inputs = random_inputs(func, args.seed)
+    exe = lamina.compile(module, entry, args.backend, warmup=False, **options)
     run = exe(inputs)
     result = RunResult(list(run.outputs.values()), {**run.stats,
                        **timed_calls(exe, inputs, args.repeats, run)}, run.memory, run.notes,
@@ -325,6 +374,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = arg_parser().parse_args(argv)
     check_args(args)
     backend = get_backend(args.backend)  # an unknown backend is reported before any work
+    check_backend_flags(args, backend)
     ctx = make_context()
     module: ModuleOp = load(args.file, ctx)
     reference = module.clone() if args.check else None
@@ -356,20 +406,7 @@ def _failure(args: argparse.Namespace, out: Outcome) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        code = run(argv)
-        sys.stdout.flush()   # a reader that went away is found here, not at interpreter exit
-        return code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return broken_pipe_exit()
-    except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
-        if isinstance(e, SystemExit):
-            return e.code if isinstance(e.code, int) else 0
-        if os.environ.get("LAMINA_TRACEBACK") and not isinstance(e, LaminaError):
-            raise
-        return report(e)
+    return guarded(run, argv)
 
 
 if __name__ == "__main__":

@@ -11,16 +11,20 @@ after their fully qualified names, after the user inputs, with their values in `
 Train-mode dropout becomes `lamina.dropout` with seed `seed`, `seed + 1`, ... in graph order
 (Lamina's mask is its own hash of seed and element index, not torch's RNG: the same distribution,
 not the same mask). `export_factory` is what `lamina-import torch MODULE:FACTORY` runs: it
-imports the user's module (the one thing that executes user code, as torch.export itself must)
-and exports what the factory returns. torch is imported only when this package is.
+imports the user's module, or file (`path/model.py:FACTORY`): the one thing that executes user
+code, as torch.export itself must; and exports what the factory returns. torch is imported only
+when this package is.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 import re
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 import torch
@@ -58,15 +62,47 @@ def parse_args_spec(spec: str) -> list[torch.Tensor]:
     return out
 
 
+def _is_file(module: str) -> bool:
+    """Whether the MODULE of MODULE:FACTORY names a file (`models/gpt.py`) rather than a module."""
+    return module.endswith(".py") or "/" in module or os.sep in module
+
+
+def _import_file(path: str) -> ModuleType:
+    """The Python file at `path` run as a module named after it, with its folder first on the
+    path (as `python path` would have it, so the model's own sibling modules import)."""
+    if not os.path.isfile(path):
+        raise ImportRefused(f"cannot import '{path}': no such file", INPUT)
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportRefused(f"cannot import '{path}': not a Python source file", INPUT)
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    sys.modules[name] = module   # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
 def _load_factory(target: str) -> object:
-    """`MODULE:FACTORY` imported from the current directory or the path."""
-    module_name, _, attr = target.partition(":")
+    """`MODULE:FACTORY` imported from the current directory or the path, or `FILE.py:FACTORY`
+    loaded from that file."""
+    module_name, _, attr = target.rpartition(":")
     if not module_name or not attr:
-        raise ImportRefused(f"'{target}' is not MODULE:FACTORY (e.g. mymodels:make_gpt2)", INPUT)
+        raise ImportRefused(f"'{target}' is not MODULE:FACTORY (e.g. mymodels:make_gpt2, "
+                            "models/gpt.py:make_gpt2)", INPUT)
     if "" not in sys.path:
         sys.path.insert(0, "")
     try:
-        obj: object = importlib.import_module(module_name)
+        obj: object = _import_file(module_name) if _is_file(module_name) else \
+            importlib.import_module(module_name)
+    except ImportRefused:
+        raise
     except Exception as e:   # the user's module: any failure is the user's to see
         raise ImportRefused(f"cannot import module '{module_name}': {type(e).__name__}: {e}",
                             INPUT) from None

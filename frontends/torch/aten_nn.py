@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 from lamina.frontends.common import ATTRIBUTE, DTYPE
 from lamina.frontends.torch.importer import Ctx
 from lamina.frontends.torch.table import aten, float_result, operand
@@ -133,11 +134,19 @@ def _native_layer_norm(ctx: Ctx, a: dict[str, Any]) -> tuple[SSAValue | None, ..
 def _rms_norm(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
     dtype = float_result(ctx)
     x = operand(ctx, a["input"], dtype)
-    if a["eps"] is None:
-        ctx.refuse(ATTRIBUTE, "eps=None (torch then uses the dtype's machine epsilon)")
     w = None if a["weight"] is None else operand(ctx, a["weight"], dtype)
     return ctx.op(L.RmsnormOp, x, w, axis=info_of(x).rank - len(a["normalized_shape"]),
-                  eps=float(a["eps"]))
+                  eps=rms_norm_eps(a["eps"], dtype))
+
+
+def rms_norm_eps(eps: float | None, dtype: str) -> float:
+    """The epsilon `rms_norm` adds: the one given, else torch's rule for `eps=None` (the default
+    of `nn.RMSNorm`): the machine epsilon of the type torch computes in, float64's for f64 and
+    float32's for f32, f16 and bf16 (which torch upcasts; not the narrow type's own epsilon,
+    which is 2**-7 for bf16 and would change every small-norm row)."""
+    if eps is not None:
+        return float(eps)
+    return float(torch.finfo(torch.float64 if dtype == "f64" else torch.float32).eps)
 
 
 @aten("softmax.int", "_softmax.default", "log_softmax.int", "_log_softmax.default")
