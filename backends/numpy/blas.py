@@ -9,40 +9,20 @@ for one thread while it runs and restores the count after, as threadpoolctl does
 that NumPy loaded is found among the process's mapped libraries and its
 `openblas_set_num_threads` called through ctypes. Where no OpenBLAS is found (another BLAS, or
 not Linux) nothing changes: results never depend on this, only the time does.
-
-A compiled program whose matmuls are all small (`small_matmuls`) runs its whole call on one
-BLAS thread for the same reason: at a GPT-2 block of D=64 (a [32, 64] x [64, 256] product) a
-2-thread OpenBLAS call had a median of 22 us either way on the loaded 2-core machine, but a mean
-of 1.7-11 ms against 0.06-0.12 ms on one thread, since a call waits for a partner thread that
-the scheduler has put aside; a training step makes dozens of them per call. OpenBLAS splits a
-product's rows and columns among its threads, never the sum over k, so every element is the
-same sum on any thread count (the property tests compare the programs bit for bit).
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from lamina.ir.opbase import tensor_info
-from xdsl.ir import Operation
-
 _SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
             "openblas_set_num_threads64_", "scipy_openblas_set_num_threads")
 _GETTERS = ("openblas_get_num_threads", "scipy_openblas_get_num_threads64_",
             "openblas_get_num_threads64_", "scipy_openblas_get_num_threads")
-
-# the largest matmul (multiply-adds, M * N * K) that `small_matmuls` calls small: ~0.2 ms on one
-# core, where a second BLAS thread could save at most half of that and a stalled one costs ms
-SMALL_MATMUL_MACS = 1 << 22
-# OpenBLAS runs a product under 65536 * 4 multiply-adds on one thread itself (its
-# GEMM_MULTITHREAD_THRESHOLD): a program with only those (the 7-op MLP's [16, 64] x [64, 64])
-# has nothing to gain from setting the count, which costs two calls into the library
-OPENBLAS_ONE_THREAD_MACS = 1 << 18
 
 _LOCK = threading.Lock()
 _DEPTH = 0
@@ -71,23 +51,6 @@ def _find() -> tuple[Any, Any] | None:
             getter.argtypes, getter.restype = [], ctypes.c_int
             return setter, getter
     return None
-
-
-def small_matmuls(func: Operation) -> bool:
-    """Whether every matmul of `func` (at any depth, fused bodies included) makes at most
-    SMALL_MATMUL_MACS multiply-adds and one makes more than OpenBLAS runs on one thread by
-    itself, so its calls are best run on one BLAS thread."""
-    found = False
-    for op in func.walk():
-        if op.name != "lamina.matmul" or not op.operands or not op.results:
-            continue
-        out, lhs = tensor_info(op.results[0].type), tensor_info(op.operands[0].type)
-        k = lhs.shape[-1] if lhs.shape else 1
-        macs = math.prod(out.shape) * k
-        if macs > SMALL_MATMUL_MACS:
-            return False
-        found = found or macs >= OPENBLAS_ONE_THREAD_MACS
-    return found
 
 
 @contextmanager

@@ -52,7 +52,6 @@ from lamina.analysis.placed import first_unplaced, partly_placed_note, placed_me
 from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import RunResult, arg_names
 from lamina.backends.numpy.arena_steps import Arena, native_ufunc, plan_steps, precompute
-from lamina.backends.numpy.blas import one_blas_thread, small_matmuls
 from lamina.backends.numpy.fused import KIND_RUNNERS, one_tile
 from lamina.backends.numpy.kernels import kernel, native_kernel
 from lamina.backends.numpy.memory import MemoryChecker
@@ -228,8 +227,6 @@ class NumpyProgram:
         # explains there is dropped after each call (the checked call's lines are the ones kept)
         self._context = RunContext(RunStats(), options, None, self.runners, [], self.memo,
                                    counting=False)
-        # BLAS on one thread for the steps when every matmul is small (`blas.small_matmuls`)
-        self.one_blas = small_matmuls(func)
         self.steps: Steps | None = None
         self.arena: Arena | None = None
         if self.mesh is None:
@@ -289,11 +286,7 @@ class NumpyProgram:
         else:
             c = self.checked
             with self.lock, np.errstate(all="ignore"):   # one call at a time: one arena
-                if self.one_blas:
-                    with one_blas_thread():
-                        outs = self.steps.run(arrays)
-                else:
-                    outs = self.steps.run(arrays)
+                outs = self.steps.run(arrays)
                 if self._context.explain:
                     self._context.explain.clear()
             result = RunResult(outs, dict(c.stats), c.memory, list(c.notes), list(c.explain))
