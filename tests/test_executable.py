@@ -457,7 +457,7 @@ def test_per_kernel_constants_are_kept_and_give_the_same_bits(
 
     monkeypatch.setattr(numpy_fused.Once, "run", run)
     module = lamina.apply(_step_module(), "fuse-elementwise")
-    options = {} if tile_bytes is None else {"tile_bytes": tile_bytes}
+    options: dict[str, Any] = {} if tile_bytes is None else {"tile_bytes": tile_bytes}
     exe = lamina.compile(module, "loss_step", backend=backend, **options)
     for seed in range(4):
         x = lamina.inputs(module, "loss_step", seed=seed)
