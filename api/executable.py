@@ -108,7 +108,9 @@ class Executable:
                 f"({', '.join(self.arg_names)}) -> ({', '.join(self.output_names)})>")
 
     def _arrays(self, args: tuple[Any, ...]) -> Sequence[Any]:
-        if len(args) == 1 and isinstance(args[0], Mapping):
+        if len(args) == 1 and type(args[0]) in (list, tuple):   # positional: no ABC check
+            args = tuple(args[0])
+        elif len(args) == 1 and isinstance(args[0], Mapping):
             given: Mapping[str, Any] = args[0]
             names = self.arg_names
             if len(given) == len(names):
@@ -121,7 +123,7 @@ class Executable:
             raise LaminaError(f"inputs for @{self.entry} must be exactly its arguments "
                               f"({', '.join(names)}); missing: {', '.join(missing) or 'none'}"
                               f", unknown: {', '.join(extra) or 'none'}")
-        if len(args) == 1 and isinstance(args[0], list | tuple):
+        elif len(args) == 1 and isinstance(args[0], list | tuple):   # a list or tuple subclass
             args = tuple(args[0])
         if len(args) != len(self.arg_names):
             raise LaminaError(f"@{self.entry} takes {len(self.arg_names)} inputs "

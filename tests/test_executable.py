@@ -427,3 +427,30 @@ def test_a_new_argument_layout_is_planned_once_more(monkeypatch: pytest.MonkeyPa
         got = exe(x).outputs
         assert len(plans) - before == planned, seed
         _same(got, lamina.run(module, x, entry=entry, tile_bytes=512).outputs)
+
+
+@pytest.mark.parametrize(("backend", "tile_bytes"), [("numpy", 256), ("compiled", None)])
+def test_per_kernel_constants_are_kept_and_give_the_same_bits(
+        backend: str, tile_bytes: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A derived step's fused kernels compute constants once per kernel (`fused.Once`); a
+    kept plan computes those that read no argument at its first run and reuses them: later
+    calls on fresh inputs still give `lamina.run`'s bits, and do reuse kept values."""
+    from lamina.backends.numpy import fused as numpy_fused
+
+    reused: list[int] = []
+    real = numpy_fused.Once.run
+
+    def run(self: numpy_fused.Once, vals: list[Any]) -> None:
+        if self.kept:
+            reused.append(1)
+        real(self, vals)
+
+    monkeypatch.setattr(numpy_fused.Once, "run", run)
+    module = lamina.apply(_step_module(), "fuse-elementwise")
+    options: dict[str, Any] = {} if tile_bytes is None else {"tile_bytes": tile_bytes}
+    exe = lamina.compile(module, "loss_step", backend=backend, **options)
+    for seed in range(4):
+        x = lamina.inputs(module, "loss_step", seed=seed)
+        _same(exe(x).outputs,
+              lamina.run(module, x, entry="loss_step", backend=backend, **options).outputs)
+    assert reused

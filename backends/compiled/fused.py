@@ -40,7 +40,7 @@ from lamina.backends.numpy import fused as tiles
 from lamina.backends.numpy.fused import FusedPlan, Space, plan_fused, run_tiles
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import OpRunner, RunContext
-from lamina.backends.numpy.tile_threads import run_workers, tile_threads
+from lamina.backends.numpy.tile_threads import PARALLEL_MIN_ELEMENTS, run_workers, tile_threads
 from lamina.ir.diagnostics import op_loc
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.formulas import Call
@@ -394,6 +394,9 @@ def _run_chunks(entry: Any, rows: int, T: int, index_base: int, flags: np.ndarra
                 arrays: list[np.ndarray], options: NumpyOptions) -> None:
     """Rows in chunks of about CHUNK_ELEMENTS elements, taken by the pool's threads from a shared
     counter (a thread slowed by a neighbour takes fewer)."""
+    if rows * T < PARALLEL_MIN_ELEMENTS:   # one thread (`tile_threads`): no chunks to hand out
+        entry(0, rows, index_base, flags, *arrays)
+        return
     chunk = max(1, CHUNK_ELEMENTS // max(T, 1))
     n_chunks = -(-rows // chunk)
     nthreads = tile_threads(options, rows * T, n_chunks)

@@ -339,16 +339,26 @@ class Once:
     call: Call
     ins: tuple[int, ...]     # -1: an absent optional operand
     out: int
+    # a value that reads no block argument (a constant, a mask built from constants) and is not
+    # one of the kernel's results: the same array every call, so it is computed at the first
+    # run and kept (`kept`); the kernels only read per-kernel values, never write them
+    fixed: bool = False
+    kept: list[np.ndarray] = field(default_factory=list, compare=False, hash=False)
 
     @staticmethod
-    def of(o: LaminaOp, pos: dict[SSAValue, int]) -> Once:
+    def of(o: LaminaOp, pos: dict[SSAValue, int], fixed: bool = False) -> Once:
         call = make_call(o)
         fn = _empty_result if _prod(call.result.shape) == 0 else kernel(o.info)
         return Once(fn, call, tuple(-1 if v is None else pos[v] for v in o.operand_slots()),
-                    pos[o.results[0]])
+                    pos[o.results[0]], fixed)
 
     def run(self, vals: list[Any]) -> None:
-        vals[self.out] = self.fn([vals[k] if k >= 0 else None for k in self.ins], self.call)
+        if self.kept:
+            vals[self.out] = self.kept[0]
+            return
+        v = vals[self.out] = self.fn([vals[k] if k >= 0 else None for k in self.ins], self.call)
+        if self.fixed:
+            self.kept.append(v)
 
 
 def _empty_result(xs: list[np.ndarray | None], call: Call) -> np.ndarray:
@@ -360,8 +370,19 @@ def once_ops(plan: FusedPlan, pos: dict[SSAValue, int], skip: Operation | None =
              ) -> tuple[Once, ...]:
     """The plan's per-kernel ops (but `skip`), in body order, as `plan_fused` ran them."""
     n = len(plan.op.body.block.args)
-    return tuple(Once.of(o, pos) for o in plan.body if isinstance(o, LaminaOp)
-                 and o is not skip and pos.get(o.results[0], -1) >= n)
+    results = {pos[v] for v in plan.results if v in pos}
+    fixed: set[int] = set()     # positions of per-kernel values that read no block argument
+    out: list[Once] = []
+    for o in plan.body:
+        if not isinstance(o, LaminaOp) or o is skip or pos.get(o.results[0], -1) < n:
+            continue
+        once = Once.of(o, pos)
+        if all(k < 0 or k in fixed for k in once.ins):
+            fixed.add(once.out)
+            if once.out not in results:
+                once = replace(once, fixed=True)
+        out.append(once)
+    return tuple(out)
 
 
 # a kept plan's output views hold no array: each call's result is bound into them

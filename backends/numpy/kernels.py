@@ -52,3 +52,32 @@ def kernel(info: OpInfo) -> Kernel:
     if k is None:
         k = _KERNELS[info.name] = _make(info)
     return k
+
+
+def _stored_as_computed(dtype: str) -> bool:
+    return dtype != "bf16" and COMPUTE.get(dtype, STORAGE[dtype]) == STORAGE[dtype]
+
+
+def native_kernel(info: OpInfo, call: Call) -> Kernel | None:
+    """Row `info`'s kernel for `call` without the storage rule's operand conversions, where
+    they are the identity (None elsewhere): every operand is stored in its compute type (f32,
+    f64, the integers; not f16 or bf16) and so, like the result, arrives as such (each kernel's
+    result is in its storage type). The result keeps its check: a formula that computed another
+    type is converted as `kernel`'s is. A prepared step calls it per call, where the
+    conversions' list and lookups were most of a small kernel's Python time."""
+    if not all(t is None or _stored_as_computed(t.dtype) for t in call.operands) or \
+            not _stored_as_computed(call.result.dtype):
+        return None
+    k = kernel(info)
+    if not info.arith:
+        return k
+    special = forms(info).numpy
+    formula = info.formula
+    rdtype = call.result.dtype
+    target = STORAGE[rdtype]
+
+    def run(args: Sequence[np.ndarray | None], call: Call) -> np.ndarray:
+        r = np.asarray(special(args, call) if special is not None else formula(np, args, call))
+        return r if r.dtype == target else to_storage(r, rdtype)
+
+    return run

@@ -53,7 +53,7 @@ from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import RunResult, arg_names
 from lamina.backends.numpy.arena_steps import Arena, native_ufunc, plan_steps, precompute
 from lamina.backends.numpy.fused import KIND_RUNNERS, one_tile
-from lamina.backends.numpy.kernels import kernel
+from lamina.backends.numpy.kernels import kernel, native_kernel
 from lamina.backends.numpy.memory import MemoryChecker
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import (
@@ -101,12 +101,18 @@ class Steps:
     result_slots: tuple[int, ...]
 
     def run(self, args: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-        env: list[Any] = [None] * self.n_slots
+        # one slot more than the block has, never written: an absent operand's slot -1 reads
+        # it as None, so gathering operands is one plain list comprehension per step
+        env: list[Any] = [None] * (self.n_slots + 1)
         env[: self.n_args] = args
         for st in self.steps:
-            results = st.run([env[k] if k >= 0 else None for k in st.ins])
-            for k, r in zip(st.outs, results, strict=True):
-                env[k] = r
+            results = st.run([env[k] for k in st.ins])
+            outs = st.outs
+            if len(outs) == 1:
+                env[outs[0]] = results[0]
+            else:
+                for k, r in zip(outs, results, strict=True):
+                    env[k] = r
             for k in st.drops:
                 env[k] = None
         return [env[k] for k in self.result_slots]
@@ -124,7 +130,7 @@ def _table_step(op: LaminaOp) -> StepFn:
     ufunc = native_ufunc(op)
     if ufunc is not None:
         return lambda xs: [ufunc(*xs)]
-    k = kernel(op.info)
+    k = native_kernel(op.info, call) or kernel(op.info)
     return lambda xs: [k(xs, call)]
 
 
@@ -217,6 +223,10 @@ class NumpyProgram:
         self.lock = threading.Lock()
         self.args = _Arg.of(func)
         self.checked: RunResult | None = None   # the first call's result: stats, trace, notes
+        # the context every later call's op runners share: it counts nothing, and what a runner
+        # explains there is dropped after each call (the checked call's lines are the ones kept)
+        self._context = RunContext(RunStats(), options, None, self.runners, [], self.memo,
+                                   counting=False)
         self.steps: Steps | None = None
         self.arena: Arena | None = None
         if self.mesh is None:
@@ -249,9 +259,9 @@ class NumpyProgram:
         return result
 
     def context(self) -> RunContext:
-        """A run context for one call of an op runner (its counters are the checked call's)."""
-        return RunContext(RunStats(), self.options, None, self.runners, [], self.memo,
-                          counting=False)
+        """The run context of an op runner's call in a later call (its counters are the checked
+        call's): one per program, made at compile time, since nothing in it depends on a call."""
+        return self._context
 
     def _inputs(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         """The inputs as the kernels take them: as given where each already is an array of its
@@ -277,8 +287,11 @@ class NumpyProgram:
             c = self.checked
             with self.lock, np.errstate(all="ignore"):   # one call at a time: one arena
                 outs = self.steps.run(arrays)
+                if self._context.explain:
+                    self._context.explain.clear()
             result = RunResult(outs, dict(c.stats), c.memory, list(c.notes), list(c.explain))
-        self._write_donated(arrays, result.outputs)
+        if self.donate:
+            self._write_donated(arrays, result.outputs)
         result.stats["run_seconds"] = time.perf_counter() - start
         return result
 
