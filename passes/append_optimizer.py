@@ -119,8 +119,8 @@ class _Step:
         assert total is not None
         norm = b.sqrt(total)
         norm.name_hint = "grad_norm"
-        coef = b.emit(MinOp, [b.div(b.scalar(self.p.grad_clip, wide),
-                                    b.add(norm, b.scalar(1e-6, wide))), b.scalar(1.0, wide)])
+        coef = b.op(MinOp, b.div(b.scalar(self.p.grad_clip, wide),
+                                 b.add(norm, b.scalar(1e-6, wide))), b.scalar(1.0, wide))
         coef.name_hint = "clip_coef"
         for q in params:
             q.g = b.mul(q.g, b.cast(coef, info_of(q.g).dtype))
