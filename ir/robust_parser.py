@@ -17,14 +17,15 @@
   and a list of more than `MAX_ARGUMENTS` arguments (a function or region; xDSL reads about
   5,000 arguments a second on a loaded 2-core machine, so 100,000 took more than 40 s). Each is
   refused at the dimension or argument past the limit, so the refusal costs at most the time to
-  read the limit: 0.14 s and 1.0 s on that machine at a load of 7, a quarter of that unloaded. The verifier's own limit on rank (`MAX_RANK`, 64, NumPy's) is
-  lower; the parser's is only the point past which a text is not worth reading on.
+  read the limit: 0.14 s and 1.0 s on that machine at a load of 7, a quarter of that unloaded.
+  The verifier's own limit on rank (`MAX_RANK`, 64, NumPy's) is lower; the parser's is only the
+  point past which a text is not worth reading on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from lamina.ir.lexer import LaminaLexer
 from lamina.ir.literals import echo, parse_dense, parse_scalar_attr
@@ -42,7 +43,7 @@ from xdsl.ir import Attribute, Region, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError
-from xdsl.utils.lexer import Input
+from xdsl.utils.lexer import Input, Position, Span
 from xdsl.utils.mlir_lexer import MLIRTokenKind
 
 MAX_REGION_DEPTH = 48
@@ -69,6 +70,37 @@ class RobustParser(Parser):
         self._attribute_depth = 0
         # arguments read so far in each comma-separated list being parsed, innermost last
         self._list_arguments: list[int] = []
+
+    def raise_error(self, msg: str, at_position: Span[str] | Position | None = None,
+                    end_position: Position | None = None) -> NoReturn:
+        # A missing token (`tensor<4xf32` without its `>`) is found at the next token, which is
+        # often on a later line: report it where it was expected, just after the text before
+        # it, as mlir-opt does, rather than at the start of the next line.
+        at_token = at_position is None or at_position == self._current_token.span
+        if at_token and end_position is None and "xpected" in msg:
+            at_position = expected if (expected := self._expected_at()) is not None \
+                else at_position
+        super().raise_error(msg, at_position, end_position)  # type: ignore[arg-type]
+
+    def _expected_at(self) -> Span[str] | None:
+        """The position just after the last code before the current token, when that token
+        starts a later line (else None: the current token is the place)."""
+        content = self.lexer.input.content
+        if not isinstance(content, str):
+            return None
+        start = self._current_token.span.start
+        line_start = content.rfind("\n", 0, start) + 1
+        if content[line_start:start].strip():
+            return None  # the token is not the first on its line
+        end = line_start - 1  # the newline ending the previous line
+        while end > 0:
+            prev_start = content.rfind("\n", 0, end) + 1
+            code = _strip_comment(content[prev_start:end]).rstrip()
+            if code:
+                pos = prev_start + len(code)
+                return Span(pos, pos, self.lexer.input)
+            end = prev_start - 1
+        return None
 
     def parse_dense_int_or_fp_elements_attr(
         self, type: RankedStructure[AnyDenseElement] | None
@@ -117,7 +149,8 @@ class RobustParser(Parser):
         finally:
             self._list_arguments.pop()
 
-    def parse_optional_argument(self, expect_type: bool = True) -> Parser.UnresolvedArgument | \
+    def parse_optional_argument(  # type: ignore[override]  # (xDSL overloads it on expect_type)
+            self, expect_type: bool = True) -> Parser.UnresolvedArgument | \
             Parser.Argument | None:
         if self._list_arguments and self._current_token.kind == MLIRTokenKind.PERCENT_IDENT:
             self._list_arguments[-1] += 1
@@ -154,6 +187,23 @@ class RobustParser(Parser):
             return parse()
         finally:
             self._attribute_depth -= 1
+
+
+def _strip_comment(line: str) -> str:
+    """`line` without its `//` comment (a `//` inside a string literal is not one)."""
+    in_string = False
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if in_string and c == "\\":
+            i += 2
+            continue
+        if c == '"':
+            in_string = not in_string
+        elif not in_string and line.startswith("//", i):
+            return line[:i]
+        i += 1
+    return line
 
 
 def shorten_message(message: str, limit: int = MAX_MESSAGE) -> str:

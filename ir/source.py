@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import difflib
 import re
 import sys
 from collections.abc import Callable
@@ -109,14 +110,21 @@ class LocatedParser(RobustParser):
         return module
 
     def _get_op_by_name(self, name: str):  # type: ignore[override]
-        # xDSL reports an unknown op at the token after its name; point at the name itself.
+        # xDSL reports an unknown op at the token after its name; point at the name itself,
+        # and suggest the closest registered op, as an unknown pass or option gets one.
         try:
             return super()._get_op_by_name(name)
         except ParseError as e:
             start = self.lexer.input.content.rfind(name, 0, self._current_token.span.start)
             if start < 0:
                 raise
-            raise ParseError(Span(start, start + len(name), self.lexer.input), e.msg) from None
+            msg = e.msg
+            if "is not registered" in msg:
+                names = [op.name for op in self.ctx.loaded_ops]
+                close = difflib.get_close_matches(name, names, n=1)
+                if close:
+                    msg = f"{msg} (did you mean '{close[0]}'?)"
+            raise ParseError(Span(start, start + len(name), self.lexer.input), msg) from None
 
 
 def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = None,
@@ -143,8 +151,9 @@ def verify(module: Operation) -> None:
     Innermost first (an op after the ops of its regions) because a kernel's verifier reads its
     body ops' attributes (`lamina.fused "attention"` reads its softmax's axis): the body ops'
     own verifiers must have checked those attributes' kinds first, so that a string where an
-    integer belongs is reported as such at the op that holds it. Linear in the program: each block's op positions are indexed once and shared by the
-    dominance check and the lifetime rules of `lamina.free`."""
+    integer belongs is reported as such at the op that holds it. Linear in the program: each
+    block's op positions are indexed once and shared by the dominance check and the lifetime
+    rules of `lamina.free`."""
     positions: dict[Block, dict[Operation, int]] = {}
 
     def position(op: Operation) -> int:
