@@ -284,6 +284,8 @@ def test_cli_imports_a_factory(tmp_path: Path, inputs, reference) -> None:
     (["torch", "no_such_module:f", "--args", "2xf32"], "cannot import module 'no_such_module'"),
     (["torch", "gpt2_model:nothing", "--args", "2xf32"], "has no attribute 'nothing'"),
     (["torch", "gpt2_model:GPT2Config", "--args", "2xf32"], "not a torch.nn.Module"),
+    (["torch", "builtins:int", "--args", "2xf32"], "builtins:int() returned an int, not a "
+     "torch.nn.Module"),
     (["torch", "samples.gpt2_model:make_gpt2", "--args", "2x8xu8"], "is not SHAPExDTYPE"),
 ])
 def test_cli_bad_factories_are_one_diagnostic(tmp_path: Path, args: list[str], message: str,

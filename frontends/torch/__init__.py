@@ -27,6 +27,7 @@ import torch
 from lamina.frontends.common import ATTRIBUTE, INPUT, ImportRefused
 from lamina.frontends.torch.aten import TABLE
 from lamina.frontends.torch.importer import DTYPES, convert_graph
+from lamina.ir.diagnostics import with_article
 from torch.export import ExportedProgram
 from xdsl.dialects.builtin import ModuleOp
 
@@ -88,7 +89,7 @@ def export_factory(target: str, args: Sequence[torch.Tensor], train: bool = Fals
     except Exception as e:
         raise ImportRefused(f"{target}() failed: {type(e).__name__}: {e}", INPUT) from None
     if not isinstance(model, torch.nn.Module):
-        raise ImportRefused(f"{target}() returned a {type(model).__name__}, not a "
+        raise ImportRefused(f"{target}() returned {with_article(type(model).__name__)}, not a "
                             "torch.nn.Module", INPUT)
     model.train(train)
     try:
