@@ -17,10 +17,12 @@ and exports what the factory returns. torch is imported only when this package i
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -78,6 +80,22 @@ def _load_factory(target: str) -> object:
     return obj
 
 
+# Warnings torch and its companions raise about their own internals while exporting (pytree's
+# `LeafSpec` deprecation, raised through copyreg by run_decompositions; torchvision's extension
+# notes): nothing the user of lamina-import can act on, so not printed on Lamina's stderr. A
+# warning attributed to the user's own model code still shows.
+_TORCH_INTERNALS = r"(torch|torchvision|torchaudio|copyreg|functorch)(\.|$)"
+
+
+@contextlib.contextmanager
+def torch_quiet() -> Iterator[None]:
+    """Inside: torch's internal Future/Deprecation/User warnings are not shown (see above)."""
+    with warnings.catch_warnings():
+        for category in (FutureWarning, DeprecationWarning, UserWarning):
+            warnings.filterwarnings("ignore", category=category, module=_TORCH_INTERNALS)
+        yield
+
+
 def export_factory(target: str, args: Sequence[torch.Tensor], train: bool = False,
                    decompose: bool = False) -> ExportedProgram:
     """torch.export of the nn.Module that `MODULE:FACTORY()` returns, in eval (or train) mode."""
@@ -93,8 +111,9 @@ def export_factory(target: str, args: Sequence[torch.Tensor], train: bool = Fals
                             "torch.nn.Module", INPUT)
     model.train(train)
     try:
-        ep = torch.export.export(model, tuple(args))
-        return ep.run_decompositions() if decompose else ep
+        with torch_quiet():
+            ep = torch.export.export(model, tuple(args))
+            return ep.run_decompositions() if decompose else ep
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ImportRefused(f"torch.export failed for {target}(): {type(e).__name__}: {first}",
