@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import NoReturn, TypeVar
 
@@ -56,6 +57,10 @@ MAX_ARGUMENTS = 4096
 
 _T = TypeVar("_T")
 
+# xDSL's messages for a token that is not there ("Expected '>' after ...", "'>' expected in
+# dense array", "type expected"), as opposed to one that is there and wrong
+_MISSING_TOKEN = re.compile(r"Expected '[^']*'|'[^']*' expected|\w+ expected")
+
 
 class RobustParser(Parser):
     """A `Parser` that lexes with `LaminaLexer`, reads dense literals as MLIR and bounds nesting."""
@@ -77,7 +82,7 @@ class RobustParser(Parser):
         # often on a later line: report it where it was expected, just after the text before
         # it, as mlir-opt does, rather than at the start of the next line.
         at_token = at_position is None or at_position == self._current_token.span
-        if at_token and end_position is None and "xpected" in msg:
+        if at_token and end_position is None and _MISSING_TOKEN.match(msg):
             at_position = expected if (expected := self._expected_at()) is not None \
                 else at_position
         super().raise_error(msg, at_position, end_position)  # type: ignore[arg-type]
