@@ -120,10 +120,14 @@ class LocatedParser(RobustParser):
                 raise
             msg = e.msg
             if "is not registered" in msg:
-                names = [op.name for op in self.ctx.loaded_ops]
-                close = difflib.get_close_matches(name, names, n=1)
+                # compared within the op's dialect, without the shared `lamina.` prefix that
+                # would make every name look close to every other
+                dialect, _, short = name.rpartition(".")
+                names = {op.name.rpartition(".")[2]: op.name for op in self.ctx.loaded_ops
+                         if op.name.rpartition(".")[0] == dialect}
+                close = difflib.get_close_matches(short, list(names), n=1, cutoff=0.7)
                 if close:
-                    msg = f"{msg} (did you mean '{close[0]}'?)"
+                    msg = f"{msg} (did you mean '{names[close[0]]}'?)"
             raise ParseError(Span(start, start + len(name), self.lexer.input), msg) from None
 
 

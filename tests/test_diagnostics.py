@@ -146,8 +146,7 @@ def test_a_300kb_line_gives_a_short_error(tmp_path: Path) -> None:
                          text=True, timeout=120)
     assert res.returncode == 1
     head, shown, caret = res.stderr.rstrip("\n").split("\n")
-    assert head == ("p.mlir:2:300006: error: Operation lamina.frob is not registered "
-                    "(did you mean 'lamina.free'?)")
+    assert head == "p.mlir:2:300006: error: Operation lamina.frob is not registered"
     assert shown.startswith("...") and "%0 = lamina.frob %x" in shown
     assert shown[len(caret) - 1:].startswith("lamina.frob")
     assert len(res.stderr) < 400
