@@ -65,6 +65,16 @@ def verify(module: ModuleOp) -> None:
     verify_module(module)
 
 
+def __getattr__(name: str) -> Any:
+    """`lamina.frontends` on first use (`lamina.frontends.torch.import_exported(ep)` after a
+    plain `import lamina`), without loading torch or onnx when a script does not use them."""
+    if name == "frontends":
+        import importlib
+
+        return importlib.import_module("lamina.frontends")
+    raise AttributeError(f"module 'lamina' has no attribute '{name}'")
+
+
 def to_text(module: ModuleOp, generic: bool = False) -> str:
     """The program as MLIR text (Lamina's custom syntax, or MLIR's generic form)."""
     import io

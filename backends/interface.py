@@ -112,7 +112,7 @@ def find_entry(module: ModuleOp, entry: str | None) -> FuncOp:
     neither is found, the diagnostic lists every function with its signature, as notes at each."""
     funcs = functions(module)
     if not funcs:
-        raise LaminaError("the module has no function to run")
+        raise error_at(module, "the module has no function to run")
     if entry is None and len(funcs) == 1:
         return funcs[0]
     for f in funcs:

@@ -48,17 +48,36 @@ def _row(label: str, import_s: float, module: ModuleOp, weights: dict) -> str:
             f"{parse_s:.2f} s | {params / 1e6:.1f} M |")
 
 
+def default_heads(dim: int) -> int:
+    """The head count for a model width when --heads is not given: GPT-2's head size of 64
+    where it divides `dim` (768 -> 12, 256 -> 4), else the most heads up to 12 that divide it.
+    A fixed default of 12 made `--dim 256` a torch error deep inside the model."""
+    if dim % 64 == 0:
+        return dim // 64
+    return max(h for h in range(1, 13) if dim % h == 0)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="bench_import.py",
+                                 description=(__doc__ or "").split("\n\n")[0])
     small = GPT2Config.small()
     ap.add_argument("--layers", type=int, default=small.layers)
     ap.add_argument("--dim", type=int, default=small.dim)
-    ap.add_argument("--heads", type=int, default=small.heads)
+    ap.add_argument("--heads", type=int, default=None,
+                    help="attention heads (must divide --dim; default: --dim / 64, 12 for GPT-2 "
+                         "small)")
     ap.add_argument("--vocab", type=int, default=small.vocab)
     ap.add_argument("--tokens", type=int, default=128, help="sequence length of the example")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--onnx", action="store_true", help="also import through torch.onnx.export")
     args = ap.parse_args(argv)
+    for flag in ("layers", "dim", "vocab", "tokens", "batch"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    if args.heads is None:
+        args.heads = default_heads(args.dim)
+    elif args.heads < 1 or args.dim % args.heads:
+        ap.error(f"--heads {args.heads} does not divide --dim {args.dim} into equal heads")
     cfg = GPT2Config(vocab=args.vocab, context=max(args.tokens, 16), dim=args.dim,
                      heads=args.heads, layers=args.layers)
     t = time.perf_counter()

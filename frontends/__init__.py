@@ -12,3 +12,15 @@ control flow) is refused with one `ImportRefused` diagnostic naming the node and
 never a silently different program. Frontends import only `lamina.ir` and `lamina.analysis`, and
 the framework (torch, onnx) only when an importer is used.
 """
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """`lamina.frontends.torch` and `.onnx` on first use: the framework is imported only by a
+    script that reaches for its importer."""
+    if name in ("torch", "onnx"):
+        import importlib
+
+        return importlib.import_module(f"lamina.frontends.{name}")
+    raise AttributeError(f"module 'lamina.frontends' has no attribute '{name}'")

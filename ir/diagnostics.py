@@ -112,6 +112,16 @@ class UsageError(LaminaError):
         return f"{self.prog}: error: {self.message}"
 
 
+def with_article(noun: str) -> str:
+    """`noun` after "a" or "an" as it is spoken ("an int", "a float", "an OrderedDict", "a
+    uint8"): messages name a Python type or a kind they are given, which may start with any
+    letter, so the article cannot be written into the message."""
+    word = noun.lstrip("_").lower()
+    vowel = word[:1] in ("a", "e", "i", "o") or \
+        (word[:1] == "u" and not word.startswith(("uni", "use", "usa", "uint", "utf", "user")))
+    return f"{'an' if vowel else 'a'} {noun}"
+
+
 def format_diagnostic(loc: SourceLoc | None, severity: str, message: str,
                       excerpts: bool = True) -> list[str]:
     """`file:line:col: severity: message`, then (with `excerpts`, when the text of `loc`'s file

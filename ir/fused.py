@@ -102,6 +102,13 @@ class FusedOp(IRDLOperation):
             raise VerifyException(f"lamina.fused: unknown kind \"{kind}\" (expected one of "
                                   f"{', '.join(repr(k) for k in FUSION_KINDS)})")
         allowed = FUSION_KINDS[kind]
+        for key in self.attributes:
+            # as for op-table ops: an attribute nothing reads is a typo or a value lost, unless
+            # it is another tool's (dialect-prefixed)
+            if "." not in key:
+                raise VerifyException(f"lamina.fused \"{kind}\" has no attribute '{key}' (it "
+                                      "takes none; other attributes must be dialect-prefixed, "
+                                      "e.g. 'mytool.tag')")
         block = self.body.block
         if len(block.args) != len(self.inputs):
             raise VerifyException(f"lamina.fused: {len(self.inputs)} operands but "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -111,9 +111,15 @@ def _decode(data: bytes, dtype: str) -> np.ndarray:
 
 
 def attr_value(spec: AttrSpec, attr: Attribute | None) -> Any:
-    """The Python value of attribute `attr` of kind `spec.kind` (its default when absent)."""
+    """The Python value of attribute `attr` of kind `spec.kind` (its default when absent).
+
+    An attribute of the wrong kind raises `VerifyException` saying what it must be: a caller
+    that reads the attributes of an op not verified yet (a kernel's verifier reading its body
+    ops) then fails with the verifier's diagnostic rather than an AttributeError."""
     if attr is None:
         return spec.default
+    if not _KIND_CLASSES[spec.kind](attr) and (problem := _check_attr(spec, attr)) is not None:
+        raise VerifyException(problem)
     match spec.kind:
         case AttrKind.INT:
             return cast(IntegerAttr, attr).value.data
@@ -129,6 +135,18 @@ def attr_value(spec: AttrSpec, attr: Attribute | None) -> Any:
             dense = cast(DenseIntOrFPElementsAttr, attr)
             info = tensor_info(dense.get_type())
             return TensorLiteral(info.shape, info.dtype, lambda: dense_to_array(dense))
+
+
+# The attribute classes `attr_value` reads per kind: a cheap test on every read, the full check
+# (`_check_attr`, element types and choices) only when it fails.
+_KIND_CLASSES: dict[AttrKind, Callable[[Attribute], bool]] = {
+    AttrKind.INT: lambda a: isinstance(a, IntegerAttr),
+    AttrKind.FLOAT: lambda a: isinstance(a, FloatAttr),
+    AttrKind.BOOL: lambda a: isinstance(a, IntegerAttr),
+    AttrKind.STR: lambda a: isinstance(a, StringAttr),
+    AttrKind.INTS: lambda a: isinstance(a, DenseArrayBase),
+    AttrKind.DENSE: lambda a: isinstance(a, DenseIntOrFPElementsAttr),
+}
 
 
 def make_attr(spec: AttrSpec, value: Any) -> Attribute:

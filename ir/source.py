@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import difflib
 import re
 import sys
 from collections.abc import Callable
@@ -87,9 +88,9 @@ class LocatedParser(RobustParser):
         if allow_implicit_module and self._current_token.kind == MLIRTokenKind.EOF:
             # Empty input (or only comments, e.g. after a trailing `// -----`) is an empty
             # module, as in mlir-opt; xDSL says "Could not parse entire input!".
-            return ModuleOp([])
+            return self._located_module(ModuleOp([]))
         try:
-            return super().parse_module(allow_implicit_module)
+            return self._located_module(super().parse_module(allow_implicit_module))
         except ParseError as e:
             pending = [self.first_forward_use[n] for n in self.forward_ssa_references
                        if n in self.first_forward_use]
@@ -99,15 +100,35 @@ class LocatedParser(RobustParser):
             raise ParseError(min(pending, key=lambda s: s.start),
                              f"values used but not defined: [{names}]") from None
 
+    def _located_module(self, module: ModuleOp) -> ModuleOp:
+        """`module` located at the start of its text when it has no position of its own (an
+        implicit module): a diagnostic about the module as a whole ("the module has no
+        function") then names the file and line 1."""
+        if isinstance(module.location, UnknownLoc):
+            module.location = FileLineColLoc(StringAttr(self.lexer.input.name),
+                                             IntAttr(1 + self.line_offset), IntAttr(1))
+        return module
+
     def _get_op_by_name(self, name: str):  # type: ignore[override]
-        # xDSL reports an unknown op at the token after its name; point at the name itself.
+        # xDSL reports an unknown op at the token after its name; point at the name itself,
+        # and suggest the closest registered op, as an unknown pass or option gets one.
         try:
             return super()._get_op_by_name(name)
         except ParseError as e:
             start = self.lexer.input.content.rfind(name, 0, self._current_token.span.start)
             if start < 0:
                 raise
-            raise ParseError(Span(start, start + len(name), self.lexer.input), e.msg) from None
+            msg = e.msg
+            if "is not registered" in msg:
+                # compared within the op's dialect, without the shared `lamina.` prefix that
+                # would make every name look close to every other
+                dialect, _, short = name.rpartition(".")
+                names = {op.name.rpartition(".")[2]: op.name for op in self.ctx.loaded_ops
+                         if op.name.rpartition(".")[0] == dialect}
+                close = difflib.get_close_matches(short, list(names), n=1, cutoff=0.7)
+                if close:
+                    msg = f"{msg} (did you mean '{names[close[0]]}'?)"
+            raise ParseError(Span(start, start + len(name), self.lexer.input), msg) from None
 
 
 def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = None,
@@ -131,8 +152,12 @@ def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = N
 def verify(module: Operation) -> None:
     """Verify every op, innermost first; the first failure raises `LaminaError` at its op.
 
-    Linear in the program: each block's op positions are indexed once and shared by the
-    dominance check and the lifetime rules of `lamina.free`."""
+    Innermost first (an op after the ops of its regions) because a kernel's verifier reads its
+    body ops' attributes (`lamina.fused "attention"` reads its softmax's axis): the body ops'
+    own verifiers must have checked those attributes' kinds first, so that a string where an
+    integer belongs is reported as such at the op that holds it. Linear in the program: each
+    block's op positions are indexed once and shared by the dominance check and the lifetime
+    rules of `lamina.free`."""
     positions: dict[Block, dict[Operation, int]] = {}
 
     def position(op: Operation) -> int:
@@ -144,7 +169,7 @@ def verify(module: Operation) -> None:
         return index[op]
 
     funcs: list[FuncOp] = []
-    for op in module.walk(reverse=False):
+    for op in module.walk(region_first=True):
         _verify_op(op, position=position)
         if isinstance(op, FuncOp):
             funcs.append(op)

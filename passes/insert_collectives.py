@@ -239,6 +239,8 @@ def _bucket(cx: _Ctx, func: FuncOp, mesh: str, cap: int) -> None:
 
 @dataclass(frozen=True)
 class InsertCollectives(LaminaPass):
+    """Insert the cheapest collectives each placement change needs, bucketing small all_reduces."""
+
     name: ClassVar[str] = "insert-collectives"
     minimums: ClassVar[dict[str, int]] = {"bucket_bytes": 0}
     target: str = "h100-node"

@@ -41,7 +41,7 @@ from lamina.ir.diagnostics import LaminaError
 from lamina.ir.result_names import keep_result_names, names_by_function
 from lamina.ir.source import verify
 from lamina.passes.explain import LaminaPass, describe_type, option_fields
-from lamina.passes.registry import available_passes
+from lamina.passes.registry import SUMMARIES, available_passes
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -234,6 +234,48 @@ def instantiate(cls: type[ModulePass], spec: PassSpec) -> ModulePass:
         raise
     except (TypeError, ValueError) as e:  # a pass outside Lamina validating in its own way
         raise LaminaError(f"bad options for {spec.name}: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class PassOption:
+    """One option of a pass as a pipeline spells it: `name=default`, taking `kind` ("an integer")."""
+
+    name: str
+    kind: str
+    default: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PassDescription:
+    """What `lamina-opt --list-passes` says about a pass: its name, one line, its options."""
+
+    name: str
+    summary: str
+    options: tuple[PassOption, ...]
+
+
+def describe_passes() -> list[PassDescription]:
+    """Every registered pass with its summary and options, read from the registry and each pass
+    class (its docstring's first line, its dataclass fields and their types and defaults), so
+    the listing cannot drift from what a pipeline accepts."""
+    out: list[PassDescription] = []
+    for name, factory in available_passes().items():
+        cls = factory()
+        hints = typing.get_type_hints(cls)
+        options = tuple(PassOption(dash, describe_type(hints[f.name]), _default_text(f.default))
+                        for dash, f in option_fields(cls).items())
+        out.append(PassDescription(name, SUMMARIES.get(name) or _summary(cls), options))
+    return out
+
+
+def _summary(cls: type[ModulePass]) -> str:
+    """The first sentence-line of `cls`'s own docstring, without a pointer to the module's
+    (a dataclass without a docstring gets its signature as `__doc__`: no summary)."""
+    doc = cls.__dict__.get("__doc__") or ""
+    lines = [line.strip() for line in doc.strip().splitlines()]
+    if not lines or lines[0].startswith(f"{cls.__name__}("):
+        return ""
+    return lines[0].replace(" (see the module docstring)", "")
 
 
 def build_pipeline(spec: str, explain: bool = False) -> list[ModulePass]:

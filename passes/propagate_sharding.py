@@ -539,6 +539,8 @@ def _refuse(block, members: list[Operation], st: _State) -> None:
 
 @dataclass(frozen=True)
 class PropagateSharding(LaminaPass):
+    """Place every value on the mesh from the placements written on the inputs."""
+
     name: ClassVar[str] = "propagate-sharding"
     target: str = "h100-node"
 

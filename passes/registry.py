@@ -27,6 +27,14 @@ PASSES: dict[str, tuple[str, str]] = {
 }
 
 
+# what a pass does, for passes whose class has no docstring to say it (xDSL's); every other
+# pass is described by the first line of its class docstring (`lamina-opt --list-passes`)
+SUMMARIES: dict[str, str] = {
+    "cse": "Eliminate common subexpressions: an op computing what an earlier op computed.",
+    "dce": "Remove ops whose results are unused and that have no side effects.",
+}
+
+
 def _factory(module: str, cls: str) -> Callable[[], type[ModulePass]]:
     return lambda: getattr(importlib.import_module(module), cls)
 

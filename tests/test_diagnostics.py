@@ -150,3 +150,12 @@ def test_a_300kb_line_gives_a_short_error(tmp_path: Path) -> None:
     assert shown.startswith("...") and "%0 = lamina.frob %x" in shown
     assert shown[len(caret) - 1:].startswith("lamina.frob")
     assert len(res.stderr) < 400
+
+
+def test_messages_naming_a_type_use_the_right_article() -> None:
+    # "returned a int": the article is chosen by the word, wherever a type or kind is named
+    from lamina.ir.diagnostics import with_article
+    assert [with_article(w) for w in ("int", "float", "OrderedDict", "uint8", "list", "ellipsis",
+                                      "USER_INPUT", "_Tensor")] == [
+        "an int", "a float", "an OrderedDict", "a uint8", "a list", "an ellipsis",
+        "a USER_INPUT", "a _Tensor"]

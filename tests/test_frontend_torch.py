@@ -284,6 +284,8 @@ def test_cli_imports_a_factory(tmp_path: Path, inputs, reference) -> None:
     (["torch", "no_such_module:f", "--args", "2xf32"], "cannot import module 'no_such_module'"),
     (["torch", "gpt2_model:nothing", "--args", "2xf32"], "has no attribute 'nothing'"),
     (["torch", "gpt2_model:GPT2Config", "--args", "2xf32"], "not a torch.nn.Module"),
+    (["torch", "builtins:int", "--args", "2xf32"], "builtins:int() returned an int, not a "
+     "torch.nn.Module"),
     (["torch", "samples.gpt2_model:make_gpt2", "--args", "2x8xu8"], "is not SHAPExDTYPE"),
 ])
 def test_cli_bad_factories_are_one_diagnostic(tmp_path: Path, args: list[str], message: str,
@@ -457,3 +459,16 @@ def test_lookups_and_losses_equal_eager() -> None:
         for k, w in enumerate(fn(*xs)):
             np.testing.assert_allclose(got[f"out{k}"], w.numpy(), rtol=2e-6, atol=2e-6,
                                        err_msg=f"output {k} (decompose={decompose})")
+
+
+def test_cli_stderr_carries_no_third_party_noise(tmp_path: Path) -> None:
+    """torch's own deprecation warnings (pytree's LeafSpec, raised by run_decompositions) and
+    torchvision's notes are not Lamina's to print: a successful import says nothing on stderr."""
+    r = _lamina_import("torch", "samples.gpt2_model:make_gpt2", "--args", "2x8xi64,2x8xi64",
+                       "--decompose", "--train", "-o", str(tmp_path / "g.mlir"), "--weights",
+                       str(tmp_path / "w.npz"), cwd=TESTS.parent)
+    assert r.returncode == 0, r.stderr
+    noise = [line for line in r.stderr.splitlines()
+             if "Warning" in line or line.startswith("[Gloo]") or "torchvision" in line]
+    assert noise == [], r.stderr
+    assert r.stderr == "", r.stderr

@@ -58,7 +58,7 @@ FLAGS = {"-h", "--help", "-v", "--version", "-p", "--passes", "-o", "--output-fi
          "--target", "--split-input-file", "--verify-diagnostics", "--parsing-diagnostics",
          "--print-op-generic", "--print-debuginfo", "--explain", "--time-passes", "--mlir-timing",
          "--print-between-passes", "--mlir-print-ir-after-all", "--disable-verify",
-         "--verify-each"}
+         "--verify-each", "--list-passes"}
 
 
 def test_help_lists_exactly_the_supported_flags(tmp_path: Path) -> None:
@@ -388,3 +388,27 @@ def test_invalid_suite_pins_whole_messages_lines_and_columns() -> None:
                     (kind, loc.line, loc.col, message), (path.name, offset)
             count += 1
     assert count >= 161
+
+
+def test_list_passes_describes_every_registered_pass_and_option() -> None:
+    from lamina.passes.explain import option_fields
+    from lamina.passes.registry import available_passes
+
+    res = subprocess.run([str(OPT), "--list-passes"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    blocks: dict[str, list[str]] = {}
+    for line in res.stdout.splitlines():
+        if line.startswith("    "):
+            blocks[list(blocks)[-1]].append(line.split()[0])
+        else:
+            name, _, summary = line.partition(": ")
+            assert summary.strip(), f"{name} has no summary"
+            blocks[name] = []
+    registry = available_passes()
+    assert list(blocks) == list(registry)
+    for name, options in blocks.items():
+        fields = option_fields(registry[name]())
+        assert [o.partition("=")[0] for o in options] == list(fields), name
+    assert "    max-group-size=256" in res.stdout and "bucket-bytes=26214400" in res.stdout
+    assert "--list-passes" in subprocess.run([str(OPT), "--help"], capture_output=True,
+                                             text=True, timeout=120).stdout

@@ -14,10 +14,13 @@ import pytest
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.diagnostics import LaminaError
-from lamina.ir.opbase import MAX_RANK
+from lamina.ir.opbase import MAX_RANK, attr_value
+from lamina.ir.optable import AttrKind, AttrSpec
 from lamina.ir.placement import MAX_MESH_DEVICES
-from lamina.ir.robust_parser import MAX_ATTRIBUTE_DEPTH, MAX_REGION_DEPTH
+from lamina.ir.robust_parser import MAX_ARGUMENTS, MAX_ATTRIBUTE_DEPTH, MAX_PARSED_RANK, MAX_REGION_DEPTH
 from support import module
+from xdsl.dialects.builtin import IntegerAttr, StringAttr
+from xdsl.utils.exceptions import VerifyException
 
 ROOT = Path(__file__).resolve().parent.parent
 OPT = Path(sys.executable).parent / "lamina-opt"
@@ -255,3 +258,54 @@ def test_cli_reports_one_positioned_error(text: str, message: str, tmp_path: Pat
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     first = res.stderr.splitlines()[0]
     assert first.startswith(f"{src}:") and ": error: " in first and message in first, first
+
+
+def test_huge_rank_is_refused_while_parsing_at_the_dimension_past_the_limit() -> None:
+    # rank 50,000 took 12 s (xDSL re-lexes `1x1x...` after every `x`); now it stops at the limit
+    huge = shape(50_000)
+    start = time.monotonic()
+    err = error(f"func.func @g(%x: {huge}) -> tensor<f32> {{\n  func.return %x : {huge}\n}}\n")
+    assert time.monotonic() - start < 5
+    prefix = "func.func @g(%x: tensor<"
+    assert err.message == (f"shape has more than {MAX_PARSED_RANK} dimensions (Lamina computes "
+                           f"with at most {MAX_RANK})")
+    assert err.loc is not None and (err.loc.line, err.loc.col) == \
+        (1, len(prefix) + 2 * MAX_PARSED_RANK + 1)
+    # the verifier's limit is the lower one: a shape between the two parses and is refused there
+    assert MAX_RANK < MAX_PARSED_RANK
+
+
+def test_too_many_arguments_are_refused_while_parsing() -> None:
+    # 100,000 arguments took more than 40 s to read before anything was said about them
+    n = 100_000
+    args = ", ".join(f"%a{i}: tensor<f32>" for i in range(n))
+    text = f"func.func @g({args}) -> tensor<f32> {{\n  func.return %a0 : tensor<f32>\n}}\n"
+    start = time.monotonic()
+    err = error(text)
+    assert time.monotonic() - start < 10
+    assert err.message == (f"more than {MAX_ARGUMENTS} arguments in one list (a function's or a "
+                           "region's)")
+    col = text.index(f"%a{MAX_ARGUMENTS}:") + 1
+    assert err.loc is not None and (err.loc.line, err.loc.col) == (1, col)
+
+
+def test_arguments_up_to_the_limit_parse() -> None:
+    args = ", ".join(f"%a{i}: tensor<f32>" for i in range(MAX_ARGUMENTS))
+    m = module(f"func.func @g({args}) -> tensor<f32> {{\n  func.return %a0 : tensor<f32>\n}}\n")
+    assert len(find_entry(m, None).args) == MAX_ARGUMENTS
+
+
+def test_reading_an_attribute_of_the_wrong_kind_is_a_verify_error() -> None:
+    # what a kernel's verifier gets when it reads a body op its own verifier has not seen
+    spec = AttrSpec("axis", AttrKind.INT, default=-1)
+    with pytest.raises(VerifyException, match="attribute 'axis' must be an integer, got \"0\""):
+        attr_value(spec, StringAttr("0"))
+    assert attr_value(spec, IntegerAttr(3, 64)) == 3
+
+
+def test_module_without_function_is_located_at_its_start() -> None:
+    m = module("// a comment\n")
+    with pytest.raises(LaminaError) as info:
+        find_entry(m, None)
+    assert info.value.loc is not None and (info.value.loc.file, info.value.loc.line,
+                                           info.value.loc.col) == ("t.mlir", 1, 1)

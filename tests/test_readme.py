@@ -192,3 +192,18 @@ def test_the_summary_line_the_readme_shows_is_what_a_run_prints(
     assert shown is not None
     assert run_main([str(ROOT / shown.group(1))]) == 0
     assert capsys.readouterr().out.splitlines()[0] == " ".join(shown.group(2).split())
+
+
+def test_import_section_python_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Section 6's Python code as written: `lamina.frontends` reached from `import lamina`, every
+    name it uses defined in it (it once used `model`, `idx` and `targets` without making them)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    blocks = code_blocks(section(README, "### 6. Bring a model in: `lamina-import`"), "python")
+    assert len(blocks) == 1
+    copy = repository_copy(tmp_path)
+    monkeypatch.chdir(copy)
+    monkeypatch.syspath_prepend(str(copy))
+    namespace: dict[str, Any] = {"__name__": "readme"}
+    exec(compile(blocks[0], "README.md (section 6)", "exec"), namespace)
+    assert (copy / "gpt2.onnx").is_file()

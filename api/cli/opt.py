@@ -3,6 +3,7 @@
     lamina-opt [FILE] [-p PIPELINE] [-o OUT] [-t mlir] [--split-input-file] [--verify-diagnostics]
                [--parsing-diagnostics] [--print-op-generic] [--print-debuginfo] [--explain]
                [--time-passes] [--print-between-passes] [--disable-verify] [--version]
+               [--list-passes]
 
 The flags are declared here with argparse, not inherited from xDSL's `xDSLOptMain`: that class
 listed flags that did nothing for Lamina (`--syntax-highlight`, `--shrink`, `--frontend`, eight
@@ -52,7 +53,7 @@ from lamina.cli.outputs import broken_pipe_exit, check_destination, write_text_a
 from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic, report
 from lamina.ir.source import make_context, parse_text, read_source, verify
 from lamina.ir.target import builtin_targets
-from lamina.passes.pipeline import PassRun, build_pipeline, run_pipeline
+from lamina.passes.pipeline import PassRun, build_pipeline, describe_passes, run_pipeline
 from lamina.passes.registry import available_passes
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -102,6 +103,30 @@ def _bool(text: str) -> bool:
     return text == "true"
 
 
+def pass_listing() -> str:
+    """`--list-passes`' text: each pass, one line of what it does, then one line per option
+    (`name=default  type`), as the registry and the pass classes define them."""
+    lines: list[str] = []
+    for d in describe_passes():
+        lines.append(f"{d.name}: {d.summary}" if d.summary else d.name)
+        width = max((len(o.name) + len(o.default) + 1 for o in d.options), default=0)
+        for o in d.options:
+            lines.append(f"    {f'{o.name}={o.default}':<{width}}  {o.kind}")
+    return "\n".join(lines) + "\n"
+
+
+class _ListPasses(argparse.Action):
+    """`--list-passes`: print the listing and exit, as --help does (whatever else is given)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        sys.stdout.write(pass_listing())
+        parser.exit()
+
+
 def arg_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lamina-opt", description="Lamina's modular optimizer driver: parse, verify, "
                 "transform and print Lamina programs.")
@@ -111,7 +136,10 @@ def arg_parser() -> argparse.ArgumentParser:
                    version=f"lamina-opt {lamina.__version__} (Lamina), on xDSL {version('xdsl')}")
     p.add_argument("-p", "--passes", default="", metavar="PIPELINE",
                    help="pass pipeline, e.g. 'cse,fuse-elementwise{max-group-size=64}'; passes: "
-                        + ", ".join(available_passes()))
+                        + ", ".join(available_passes()) + " (--list-passes describes each)")
+    p.add_argument("--list-passes", action=_ListPasses,
+                   help="list every pass, what it does and its options with their types and "
+                        "defaults, and exit")
     p.add_argument("-o", "--output-file", default=None, metavar="OUT", type=_file_name,
                    help="write the output here (only if the whole run succeeds) instead of stdout")
     p.add_argument("-t", "--target", default="mlir", type=_output_target,

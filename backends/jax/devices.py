@@ -14,17 +14,19 @@ Multi-process (`JaxOptions.coordinator`, `num_processes`, `process_id`): every p
 process, and the mesh is built over the global list. On Slurm or Open MPI clusters jax can find
 these values itself (`jax.distributed.initialize()` without arguments); Lamina passes what the
 command line says. jax's CPU collectives across processes (Gloo) print connection lines on the
-process's stdout from native code; `native_stdout_to_stderr` sends them to stderr for the rest
-of a multi-process run, so that stdout carries only what lamina-run prints (`--stats-json -`,
-`--print-outputs`).
+process's stdout from native code; `native_stdout_to_stderr` sends native output to stderr for
+the rest of a multi-process run, without those lines, so that stdout carries only what
+lamina-run prints (`--stats-json -`, `--print-outputs`) and stderr only what Lamina says.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import re
 import sys
+import threading
 from typing import Any
 
 import jax
@@ -114,10 +116,37 @@ def prepare(mesh_name: str | None, needed: int, options: JaxOptions) -> list[Dev
 
 
 def native_stdout_to_stderr() -> None:
-    """From now on, file descriptor 1 (where native libraries write) is stderr, and Python's
-    `sys.stdout` keeps writing to the real stdout (for the rest of the process: Gloo also prints
-    when communicators open lazily and at shutdown)."""
+    """From now on, file descriptor 1 (where native libraries write) goes to stderr, less Gloo's
+    connection lines, and Python's `sys.stdout` keeps writing to the real stdout (for the rest
+    of the process: Gloo also prints when communicators open lazily and at shutdown).
+
+    Gloo's `[Gloo] Rank 0 is connected to 1 peer ranks...` lines (16 in a 2 x 4 run) are about
+    jax's transport, not the program: a thread reads fd 1 through a pipe and forwards every
+    other line to stderr, so a native message that matters is still seen."""
     sys.stdout.flush()
     real = os.dup(1)
-    os.dup2(2, 1)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 1)
+    os.close(write_end)
     sys.stdout = open(real, "w", buffering=1, closefd=True)  # stays open: it is stdout now
+    forwarder = threading.Thread(target=_forward_native_output, args=(read_end,),
+                                 name="lamina-native-stdout", daemon=True)
+    forwarder.start()
+
+    def drain() -> None:
+        # at exit: close the pipe's write end (fd 1) so the thread sees its end and forwards
+        # what is left; Gloo's shutdown lines after this point are dropped with the pipe
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        forwarder.join(timeout=2.0)
+
+    atexit.register(drain)
+
+
+def _forward_native_output(fd: int) -> None:
+    """Copy the lines written to pipe `fd` to stderr, except Gloo's (see above)."""
+    with open(fd, "rb", buffering=0, closefd=True) as pipe:
+        for line in iter(pipe.readline, b""):
+            if not line.startswith(b"[Gloo]"):
+                os.write(2, line)

@@ -67,7 +67,7 @@ from lamina.backends.numpy.runner import (
 )
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.backends.numpy.tile_threads import thread_count
-from lamina.ir.diagnostics import LaminaError, error_at
+from lamina.ir.diagnostics import LaminaError, error_at, with_article
 from lamina.ir.dtypes import STORAGE
 from lamina.ir.fused import FusedOp
 from lamina.ir.memory import FreeOp
@@ -318,7 +318,7 @@ class NumpyProgram:
         want = spec.dtype if spec is not None else np.dtype(np.float32)   # bf16: in float32
         why = None
         if not isinstance(given, np.ndarray):
-            why = f"it is a {type(given).__name__}, not a NumPy array"
+            why = f"it is {with_article(type(given).__name__)}, not a NumPy array"
         elif given.dtype != want:
             why = f"its dtype is {given.dtype}, the argument stores {np.dtype(want)}"
         elif not given.flags.c_contiguous:

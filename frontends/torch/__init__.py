@@ -18,12 +18,14 @@ when this package is.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 
 import numpy as np
@@ -31,6 +33,7 @@ import torch
 from lamina.frontends.common import ATTRIBUTE, INPUT, ImportRefused
 from lamina.frontends.torch.aten import TABLE
 from lamina.frontends.torch.importer import DTYPES, convert_graph
+from lamina.ir.diagnostics import with_article
 from torch.export import ExportedProgram
 from xdsl.dialects.builtin import ModuleOp
 
@@ -113,6 +116,22 @@ def _load_factory(target: str) -> object:
     return obj
 
 
+# Warnings torch and its companions raise about their own internals while exporting (pytree's
+# `LeafSpec` deprecation, raised through copyreg by run_decompositions; torchvision's extension
+# notes): nothing the user of lamina-import can act on, so not printed on Lamina's stderr. A
+# warning attributed to the user's own model code still shows.
+_TORCH_INTERNALS = r"(torch|torchvision|torchaudio|copyreg|functorch)(\.|$)"
+
+
+@contextlib.contextmanager
+def torch_quiet() -> Iterator[None]:
+    """Inside: torch's internal Future/Deprecation/User warnings are not shown (see above)."""
+    with warnings.catch_warnings():
+        for category in (FutureWarning, DeprecationWarning, UserWarning):
+            warnings.filterwarnings("ignore", category=category, module=_TORCH_INTERNALS)
+        yield
+
+
 def export_factory(target: str, args: Sequence[torch.Tensor], train: bool = False,
                    decompose: bool = False) -> ExportedProgram:
     """torch.export of the nn.Module that `MODULE:FACTORY()` returns, in eval (or train) mode."""
@@ -124,12 +143,13 @@ def export_factory(target: str, args: Sequence[torch.Tensor], train: bool = Fals
     except Exception as e:
         raise ImportRefused(f"{target}() failed: {type(e).__name__}: {e}", INPUT) from None
     if not isinstance(model, torch.nn.Module):
-        raise ImportRefused(f"{target}() returned a {type(model).__name__}, not a "
+        raise ImportRefused(f"{target}() returned {with_article(type(model).__name__)}, not a "
                             "torch.nn.Module", INPUT)
     model.train(train)
     try:
-        ep = torch.export.export(model, tuple(args))
-        return ep.run_decompositions() if decompose else ep
+        with torch_quiet():
+            ep = torch.export.export(model, tuple(args))
+            return ep.run_decompositions() if decompose else ep
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ImportRefused(f"torch.export failed for {target}(): {type(e).__name__}: {first}",

@@ -32,7 +32,7 @@ from lamina.frontends.common import (
     ImportRefused,
 )
 from lamina.ir.builder import Builder
-from lamina.ir.diagnostics import SourceLoc, record_source, source_line
+from lamina.ir.diagnostics import SourceLoc, record_source, source_line, with_article
 from lamina.ir.lamina import CastOp
 from lamina.ir.shapes import ShapeError, TensorInfo, info_of
 from torch import fx
@@ -64,7 +64,7 @@ def lamina_dtype(dtype: torch.dtype, what: str, loc: SourceLoc | None = None) ->
 def fake_info(val: Any, what: str, loc: SourceLoc | None = None) -> TensorInfo:
     """The TensorInfo of a (fake) tensor; refusals for symbolic shapes and unknown dtypes."""
     if not isinstance(val, torch.Tensor):
-        raise ImportRefused(f"{what} is a {type(val).__name__}, not a tensor", OP, loc)
+        raise ImportRefused(f"{what} is {with_article(type(val).__name__)}, not a tensor", OP, loc)
     shape: list[int] = []
     for d in val.shape:
         if not isinstance(d, int):
@@ -218,7 +218,7 @@ def _placeholders(ep: ExportedProgram, fb: FunctionBuilder, values: dict[fx.Node
     for node in weights_first:         # then parameters, buffers, constants
         spec = specs[node.name]
         if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-            raise ImportRefused(f"input '{node.name}' is a {spec.kind.name}, which Lamina does "
+            raise ImportRefused(f"input '{node.name}' is {with_article(spec.kind.name)}, which Lamina does "
                                 "not model", INPUT)
         if not node.users:
             continue

@@ -1,4 +1,6 @@
-// Parse errors, each pinned by an expected-error annotation (message, line, column): unknown ops,
+// Parse errors, each pinned by an expected-error annotation (message, line, column): unknown ops
+// (with the closest op name as a suggestion), missing tokens (reported just after the text before
+// them, not at the next line),
 // malformed custom syntax (missing ':' or type, operand/type count mismatches, wrong number of
 // positional operands, unknown or repeated operand keywords), undefined and redefined values, and
 // type mismatches between an operand's use and its definition.
@@ -37,7 +39,7 @@ func.func @missing_colon(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @missing_type(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+2:3 {{type expected}}
+  // expected-error @+1:23 {{type expected}}
   %0 = lamina.exp %x :
   func.return %0 : tensor<4xf32>
 }
@@ -45,7 +47,7 @@ func.func @missing_type(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @missing_result_type(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+2:3 {{Expected '->'}}
+  // expected-error @+1:58 {{Expected '->'}}
   %0 = lamina.add %a, %a : (tensor<4xf32>, tensor<4xf32>)
   func.return %0 : tensor<4xf32>
 }
@@ -186,7 +188,43 @@ func.func @bad_type(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 func.func @constant_missing_type() -> tensor<f32> {
-  // expected-error @+2:3 {{Expected ':' in dense attribute}}
+  // expected-error @+1:43 {{Expected ':' in dense attribute}}
   %0 = lamina.constant dense<1.000000e+00>
+  func.return %0 : tensor<f32>
+}
+
+// -----
+
+func.func @op_name_typo(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1:8 {{Operation lamina.gelu2 is not registered (did you mean 'lamina.gelu'?)}}
+  %0 = lamina.gelu2 %x : tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @op_name_typo_generic(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1:9 {{Operation lamina.soflmax is not registered (did you mean 'lamina.softmax'?)}}
+  %0 = "lamina.soflmax"(%x) : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %0 : tensor<4xf32>
+}
+
+// -----
+
+// the '>' is missing at the end of the line, where it is reported (not at the next line's
+// first token); the comment after it is not code
+func.func @missing_angle(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1:36 {{Expected '>' after builtin parameter list}}
+  %0 = lamina.exp %x : tensor<4xf32 // a comment with a ">"
+
+  func.return %0 : tensor<4xf32>
+}
+
+// -----
+
+// a shape of more than 256 dimensions is refused while parsing, at its 257th dimension
+// expected-error @+1:550 {{shape has more than 256 dimensions (Lamina computes with at most 64)}}
+func.func @rank_too_large(%x: tensor<1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1x1xf32>) -> tensor<f32> {
+  %0 = lamina.reduce_sum %x : (tensor<1x1xf32>) -> tensor<f32>
   func.return %0 : tensor<f32>
 }
