@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lamina.executable import Executable, Run, compile, random_arrays
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,8 +40,8 @@ __all__ = ["Executable", "LaminaError", "Run", "__version__", "apply", "compile"
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:
     """Parse and verify a program written in Lamina's MLIR text format."""
-    from lamina.ir.source import parse_text
-    from lamina.ir.source import verify as verify_module
+    from lamina.ir.text.source import parse_text
+    from lamina.ir.text.source import verify as verify_module
 
     module = parse_text(text, name)
     verify_module(module)
@@ -50,14 +50,14 @@ def parse(text: str, name: str = "<string>") -> ModuleOp:
 
 def load(path: str) -> ModuleOp:
     """Read, parse and verify the program in the file `path`."""
-    from lamina.ir.source import load as load_module
+    from lamina.ir.text.source import load as load_module
 
     return load_module(path)
 
 
 def verify(module: ModuleOp) -> None:
     """Check every op, type and placement rule; the first failure raises LaminaError."""
-    from lamina.ir.source import verify as verify_module
+    from lamina.ir.text.source import verify as verify_module
 
     verify_module(module)
 
@@ -78,7 +78,7 @@ def apply(module: ModuleOp, pipeline: str, explain: bool = False) -> ModuleOp:
 
     The module is verified after every pass; with `explain=True` the passes write their
     decisions to stderr, as `--explain` does."""
-    from lamina.ir.source import make_context
+    from lamina.ir.text.source import make_context
     from lamina.passes.pipeline import build_pipeline, run_pipeline
 
     run_pipeline(make_context(), module, build_pipeline(pipeline, explain=explain))

@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lamina  # noqa: E402
 from bench_fusion import FUSE, gpt2_inputs, gpt2_program, seed_program, t  # noqa: E402
 from lamina.backends.interface import arg_names, find_entry  # noqa: E402
-from lamina.ir.updates import updates_of  # noqa: E402
+from lamina.ir.buffers.updates import updates_of  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 
 jax: Any = None    # optional: without jax the jax and jax.jit columns print '-'

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from lamina.ir.dtypes import tensor_type
-from lamina.ir.lamina import ConstantOp
-from lamina.ir.opbase import LaminaOp, dense_from_array, make_attr, tensor_info
-from lamina.ir.shapes import ShapeError, TensorInfo
+from lamina.ir.core.dtypes import tensor_type
+from lamina.ir.core.shapes import ShapeError, TensorInfo
+from lamina.ir.ops.lamina import ConstantOp
+from lamina.ir.ops.opbase import LaminaOp, dense_from_array, make_attr, tensor_info
 from xdsl.dialects.builtin import LocationAttr
 from xdsl.ir import Block, SSAValue
 

@@ -9,8 +9,8 @@ locations per node. The two grew in parallel branches; they share the shape rule
     t = b.reduce_sum(s, (1,), keepdims=True)    # tensor<4x1xf32>
 
 Passes that synthesize programs (derive-backward, append-optimizer) and the VJP rules of
-`lamina.ir.vjp` build ops through this class instead of spelling op names or result types: every
-op is its typed class from `lamina.ir.lamina`, and its result type is what the row's shape rule
+`lamina.ir.autodiff.vjp` build ops through this class instead of spelling op names or result types: every
+op is its typed class from `lamina.ir.ops.lamina`, and its result type is what the row's shape rule
 gives for the operands and attributes, so a built op always verifies (a `ShapeError` here is a bug
 in the caller, raised with the rule's message). Results are unplaced (no `#lamina.place`):
 `propagate-sharding` places them like any hand-written op. Identity layout ops (a reshape to the
@@ -25,8 +25,9 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
-from lamina.ir.dtypes import FLOAT_TYPES, element_name, to_storage
-from lamina.ir.lamina import (
+from lamina.ir.core.dtypes import FLOAT_TYPES, element_name, to_storage
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.lamina import (
     AddOp,
     BroadcastInDimOp,
     CastOp,
@@ -56,8 +57,7 @@ from lamina.ir.lamina import (
     TanhOp,
     TransposeOp,
 )
-from lamina.ir.opbase import LaminaOp, attr_value, make_attr, tensor_info
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.ops.opbase import LaminaOp, attr_value, make_attr, tensor_info
 from xdsl.dialects.builtin import (
     BFloat16Type,
     BytesAttr,
@@ -75,7 +75,7 @@ _ELEMENT: dict[str, Attribute] = {
     "f16": Float16Type(), "bf16": BFloat16Type(), "f32": Float32Type(), "f64": Float64Type(),
     "i1": IntegerType(1), "i32": IntegerType(32), "i64": IntegerType(64),
 }
-# little-endian bytes of one element, as `lamina.ir.opbase.dense_to_array` decodes them
+# little-endian bytes of one element, as `lamina.ir.ops.opbase.dense_to_array` decodes them
 _PACK = {"f16": "<f2", "f32": "<f4", "f64": "<f8", "i32": "<i4", "i64": "<i8", "i1": "i1"}
 
 

@@ -33,9 +33,9 @@ import numpy as np
 import torch_ref
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.opbase import tensor_info
-from lamina.ir.placement import COMPUTE_TIERS, tier_of
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.placement import COMPUTE_TIERS, tier_of
+from lamina.ir.ops.opbase import tensor_info
 from lamina.ir.program_builder import Builder, info_of, is_float_value
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp

@@ -1,4 +1,4 @@
-"""Diagnostics as mlir-opt prints them (`lamina.ir.diagnostics`): `file:line:col: error: message`, the
+"""Diagnostics as mlir-opt prints them (`lamina.ir.core.diagnostics`): `file:line:col: error: message`, the
 source line, a caret under the column, then notes in the same layout; long lines and messages cut
 to a window; both CLIs print this way."""
 
@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from lamina.ir import diagnostics
-from lamina.ir.diagnostics import (
+from lamina.ir.core import diagnostics
+from lamina.ir.core.diagnostics import (
     ECHO_WIDTH,
     KEPT_SOURCES,
     MESSAGE_WIDTH,
@@ -23,7 +23,7 @@ from lamina.ir.diagnostics import (
     source_excerpt,
     source_line,
 )
-from lamina.ir.source import parse_text, verify
+from lamina.ir.text.source import parse_text, verify
 
 BIN = Path(sys.executable).parent
 TEXT = "first line\n  %0 = lamina.exp %x tensor<4xf32>\n\tindented\x1bwith escape\nlast"

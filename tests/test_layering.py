@@ -8,11 +8,11 @@
   table's rows and the typed op classes.
 - No pass, backend or analysis spells the collectives' vocabulary (a collective kind, an
   algorithm, a reduce kind, a placement op's attribute name) as a string literal: it comes from the
-  table of collective kinds (`lamina.ir.collective_kinds`); the precise rule is
+  table of collective kinds (`lamina.ir.mesh.collective_kinds`); the precise rule is
   `test_collective_vocabulary_stays_in_its_table`'s docstring.
 - No two `lamina.ir` modules import each other, directly or through others (TYPE_CHECKING
   imports included): the op table, its rules, the op classes and the builders form a tree.
-- `lamina/ir/lamina.py` is what `lamina.ir.opgen` generates from the table, with one class per row.
+- `lamina/ir/ops/lamina.py` is what `lamina.ir.ops.opgen` generates from the table, with one class per row.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from pathlib import Path
 
 import grimp
 import lamina
-from lamina.ir import lamina as dialect
-from lamina.ir import opgen
-from lamina.ir.collective_kinds import ALGORITHMS, COLLECTIVE_KINDS, REDUCE_KINDS
-from lamina.ir.collectives import COLLECTIVES
-from lamina.ir.optable import OPS
-from lamina.ir.placement import PARTIAL_KINDS
+from lamina.ir.mesh.collective_kinds import ALGORITHMS, COLLECTIVE_KINDS, REDUCE_KINDS
+from lamina.ir.mesh.collectives import COLLECTIVES
+from lamina.ir.mesh.placement import PARTIAL_KINDS
+from lamina.ir.ops import lamina as dialect
+from lamina.ir.ops import opgen
+from lamina.ir.ops.optable import OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -64,9 +64,9 @@ def _lint_with_import(tmp_path: Path, module: str, line: str) -> subprocess.Comp
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     """Make one ir module import a pass: lint-imports fails naming the broken layers contract."""
-    r = _lint_with_import(tmp_path, "ir/dtypes.py", "from lamina.passes import pipeline as _upward")
+    r = _lint_with_import(tmp_path, "ir/core/dtypes.py", "from lamina.passes import pipeline as _upward")
     assert r.returncode != 0, r.stdout
-    assert "BROKEN" in r.stdout and "lamina.ir.dtypes -> lamina.passes.pipeline" in r.stdout
+    assert "BROKEN" in r.stdout and "lamina.ir.core.dtypes -> lamina.passes.pipeline" in r.stdout
 
 
 def test_a_backend_importing_another_breaks_the_contract(tmp_path: Path) -> None:
@@ -126,8 +126,8 @@ def test_passes_and_backends_name_no_op() -> None:
 
 KIND_WORDS = {w for c in COLLECTIVE_KINDS.values() for w in (c.kind, c.op_name)} | set(ALGORITHMS)
 ATTRIBUTE_WORDS = {a for c in COLLECTIVE_KINDS.values() for a in c.attrs}
-PLACEMENT_MODULES = {"lamina.ir.placement", "lamina.ir.sharding", "lamina.ir.collectives",
-                     "lamina.ir.collective_kinds"}
+PLACEMENT_MODULES = {"lamina.ir.mesh.placement", "lamina.ir.mesh.sharding", "lamina.ir.mesh.collectives",
+                     "lamina.ir.mesh.collective_kinds"}
 COLLECTIVE_FOLDERS = ("passes", "backends", "analysis")
 
 
@@ -173,7 +173,7 @@ def test_collective_vocabulary_stays_in_its_table() -> None:
     - no string literal is a collective kind (`all_reduce`, ..., `reshard`), its op name
       (`lamina.all_reduce`) or a collective algorithm (`ring`, `tree`, `hierarchical`); these
       words mean nothing else there;
-    - in a module that handles placements (it imports `lamina.ir.placement`, `.sharding`,
+    - in a module that handles placements (it imports `lamina.ir.mesh.placement`, `.sharding`,
       `.collectives` or `.collective_kinds`), no string literal is a reduce kind (`sum`, `max`);
       elsewhere (the compiled backend's own trace) the words name other things;
     - no string literal is a placement op's attribute name (`axes`, `kind`, `algorithm`, `inner`,
@@ -181,7 +181,7 @@ def test_collective_vocabulary_stays_in_its_table() -> None:
       `x.properties.get(K)` (or pop / setdefault), `x.int_attr(K)`, `K in x.properties`. The same
       words are also op-table attributes (`axes`, `dim`), `--stats-json` field names and pass
       options, which stay spelt out.
-    The words come from `lamina.ir.collective_kinds` (its records, `REDUCE_KINDS`, `ALGORITHMS`),
+    The words come from `lamina.ir.mesh.collective_kinds` (its records, `REDUCE_KINDS`, `ALGORITHMS`),
     so a new kind or attribute is covered as soon as it is in the table."""
     found = []
     for folder in COLLECTIVE_FOLDERS:
@@ -195,7 +195,7 @@ def test_the_collective_vocabulary_check_catches_each_rule() -> None:
     """The check is not vacuous: a module breaking each rule once is caught on those lines, and
     the uses the rule leaves alone are not."""
     src = (
-        "from lamina.ir.sharding import Spec\n"
+        "from lamina.ir.mesh.sharding import Spec\n"
         "A = {'all_gather': 1.0}\n"                        # 2: a kind
         "B = op.algorithm_name() or 'ring'\n"              # 3: an algorithm
         "C = spec.partial_kind == 'max'\n"                 # 4: a reduce kind
@@ -243,19 +243,19 @@ def test_an_import_cycle_is_found() -> None:
     """The rules' module naming the builder (which imports the op classes, which import the
     table, which imports the rules) is the cycle this check was written against."""
     graph = _import_graph()
-    graph.add_import(importer="lamina.ir.vjp", imported="lamina.ir.program_builder")
+    graph.add_import(importer="lamina.ir.autodiff.vjp", imported="lamina.ir.program_builder")
     cycles = _ir_cycles(graph)
-    assert any(c.startswith("lamina.ir.optable -> lamina.ir.vjp -> lamina.ir.program_builder")
+    assert any(c.startswith("lamina.ir.ops.optable -> lamina.ir.autodiff.vjp -> lamina.ir.program_builder")
                for c in cycles), cycles
 
 
 def test_generated_op_classes_are_current() -> None:
     assert opgen.target_path().read_text(encoding="utf-8") == opgen.render(), \
-        "ir/lamina.py is stale: run python -m lamina.ir.opgen"
+        "ir/ops/lamina.py is stale: run python -m lamina.ir.ops.opgen"
 
 
 def test_one_typed_class_per_row() -> None:
-    from lamina.ir.lamina import DropoutOp, LayernormOp
+    from lamina.ir.ops.lamina import DropoutOp, LayernormOp
 
     assert set(dialect.OP_CLASSES) == set(OPS)
     for name, cls in dialect.OP_CLASSES.items():

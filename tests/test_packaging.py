@@ -49,8 +49,8 @@ def test_wheel_holds_exactly_the_tree(wheel: tuple[Path, str]) -> None:
     names = set(zipfile.ZipFile(whl).namelist())
     modules = {n for n in names if n.endswith(".py")}
     assert modules == _tree_modules()
-    targets = {n for n in names if n.startswith("lamina/ir/targets/") and n.endswith(".toml")}
-    assert {"lamina/ir/targets/h100-node.toml", "lamina/ir/targets/tiny.toml"} <= targets
+    targets = {n for n in names if n.startswith("lamina/ir/mesh/targets/") and n.endswith(".toml")}
+    assert {"lamina/ir/mesh/targets/h100-node.toml", "lamina/ir/mesh/targets/tiny.toml"} <= targets
     assert "lamina/py.typed" in names
     assert not any(n.startswith(("ir/", "passes/", "backends/", "tests/")) for n in names)
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.opbase import MAX_RANK
-from lamina.ir.placement import MAX_MESH_DEVICES
-from lamina.ir.robust_parser import MAX_ATTRIBUTE_DEPTH, MAX_REGION_DEPTH
-from lamina.ir.source import parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.placement import MAX_MESH_DEVICES
+from lamina.ir.ops.opbase import MAX_RANK
+from lamina.ir.text.robust_parser import MAX_ATTRIBUTE_DEPTH, MAX_REGION_DEPTH
+from lamina.ir.text.source import parse_text, verify
 from xdsl.dialects.builtin import ModuleOp
 
 ROOT = Path(__file__).resolve().parent.parent

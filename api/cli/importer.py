@@ -30,7 +30,7 @@ from typing import Any
 import lamina
 import numpy as np
 from lamina.cli.outputs import save_npz_atomic, write_text_atomic
-from lamina.ir.diagnostics import LaminaError, UsageError, report
+from lamina.ir.core.diagnostics import LaminaError, UsageError, report
 from xdsl.dialects.builtin import ModuleOp
 
 

@@ -21,7 +21,7 @@ import torch
 from lamina.frontends.common import DTYPE
 from lamina.frontends.torch.importer import DTYPES, Converter, Ctx, lamina_dtype
 from lamina.ir.builder import info_of
-from lamina.ir.dtypes import FLOAT_TYPES
+from lamina.ir.core.dtypes import FLOAT_TYPES
 from torch import fx
 from xdsl.ir import SSAValue
 

@@ -1,6 +1,6 @@
 """Reverse-mode rules: each op-table row's vector-Jacobian product, written in Lamina ops.
 
-A row's `vjp` (`lamina.ir.optable.OpInfo.vjp`) is either a `Rule` or `NotDifferentiable(reason)`.
+A row's `vjp` (`lamina.ir.ops.optable.OpInfo.vjp`) is either a `Rule` or `NotDifferentiable(reason)`.
 A rule is a pure function of a `VjpCall`: the op's operand slots and result (SSA values of the
 forward program), the cotangent of the result, the op's attributes and which operand slots need a
 cotangent; it emits Lamina ops through `call.b` (a `lamina.ir.program_builder.Builder`, so every
@@ -23,7 +23,7 @@ maxima (torch.amax); pow's rules are torch's `pow_backward` (0 where the exponen
 log(0) term where the base is 0 and the exponent >= 0). Broadcast operands receive the cotangent
 summed over the dims broadcasting added or stretched (`Builder.sum_to`). dropout's VJP is dropout
 of the cotangent with the same rate and seed: the keep mask is a function of (seed, global element
-index) (`lamina.ir.rng`), so no mask is stored. The normalizations recompute their statistics
+index) (`lamina.ir.ops.rng`), so no mask is stored. The normalizations recompute their statistics
 from the input (the overflow rescaling of the forward formula is not repeated: the backward of a
 row whose squares overflow is not finite).
 """
@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lamina.ir.dtypes import tensor_dtype, tensor_shape
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.dtypes import tensor_dtype, tensor_shape
+from lamina.ir.core.shapes import TensorInfo
 from xdsl.ir import SSAValue
 
 

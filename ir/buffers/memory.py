@@ -13,7 +13,7 @@
 
 Rules (checked by the verifiers):
 - nothing uses a value after its `lamina.free` (in program order within the block that frees it;
-  checked by `lamina.ir.source.verify` with one position index per block, see `free_problem`;
+  checked by `lamina.ir.text.source.verify` with one position index per block, see `free_problem`;
   uses nested in later ops' regions count as uses by those ops);
 - nothing is freed twice; function results (operands of `func.return`) are never freed;
 - compute ops (op-table ops) read and write only values in compute tiers (`sram`, `hbm`) or values
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lamina.ir.placement import COMPUTE_TIERS, TIERS, PlaceAttr, place_of, tier_of
+from lamina.ir.mesh.placement import COMPUTE_TIERS, TIERS, PlaceAttr, place_of, tier_of
 from xdsl.dialects.builtin import AnyTensorType, IntegerAttr, NoneAttr, StringAttr, TensorType, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.irdl import (
@@ -196,7 +196,7 @@ class FreeOp(IRDLOperation):
 
     def verify_(self) -> None:
         # Order-independent rule only: ordering (use after free, double free) needs positions in
-        # the block, which `lamina.ir.source.verify` computes once per block and checks with
+        # the block, which `lamina.ir.text.source.verify` computes once per block and checks with
         # `free_problem`; asking xDSL's `is_before_in_block` per use made verification O(n^2).
         for use in self.value.uses:
             if use.operation.name == "func.return":
@@ -232,7 +232,7 @@ def value_label(v: SSAValue) -> str:
 def free_problem(free: FreeOp, position: Callable[[Operation], int]) -> str | None:
     """Why `free` breaks a lifetime rule (use after free, double free, freed result), or None.
 
-    `position(op)` is op's index in its block (`lamina.ir.source.verify` keeps one index per
+    `position(op)` is op's index in its block (`lamina.ir.text.source.verify` keeps one index per
     block), so the check is O(uses of the value)."""
     v = free.value
     block = free.parent_block()

@@ -8,7 +8,7 @@ One entry per function result, in result order: the index of the argument that r
 replaces nothing (a training step's loss). `append-optimizer` writes it on every `@NAME_step` for
 each parameter, Adam moment and the step count; consumers (buffer donation, the input generator)
 read it instead of guessing from names. Rules, checked by `verify_updates` (which
-`lamina.ir.source.verify` runs on every function): one entry per result, each -1 or an argument
+`lamina.ir.text.source.verify` runs on every function): one entry per result, each -1 or an argument
 index, no argument replaced by two results, and a result has exactly its argument's type (shape,
 element type and the whole placement: mesh splits and memory tier), since it is fed back there.
 
@@ -23,7 +23,7 @@ the argument's type):
 a second moment is never negative, a step count is a whole number. `append-optimizer` writes a
 role on every argument it updates; the input generator (`lamina.backends.inputs`) draws each
 argument from its role's domain rather than guessing from its name. `verify_roles` (run by
-`lamina.ir.source.verify`) refuses a role the table does not hold. An argument without a role
+`lamina.ir.text.source.verify`) refuses a role the table does not hold. An argument without a role
 (a training step's data) may hold anything its type can.
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from lamina.ir.diagnostics import error_at
+from lamina.ir.core.diagnostics import error_at
 from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, IntegerType, StringAttr, i64
 from xdsl.dialects.func import FuncOp
 

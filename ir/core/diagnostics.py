@@ -16,7 +16,7 @@ in the same form. Code anywhere in Lamina raises `LaminaError` (or lets an xDSL
 Nothing else prints errors.
 
 Echoing the line needs the text, which a location does not carry: `record_source` keeps the text
-of the most recently parsed inputs (`lamina.ir.source.parse_text` records every input it parses),
+of the most recently parsed inputs (`lamina.ir.text.source.parse_text` records every input it parses),
 by file name, the way MLIR's SourceMgr keeps its buffers. A location in a file that was not parsed
 in this process (e.g. a `loc("other.mlir":5:3)` read back from printed IR) gets no echo. Echoes and
 messages are cut to a bounded width, so an error in a 300 KB line prints a window around the

@@ -16,7 +16,7 @@ xDSL 0.74's reader differs from MLIR in ways that matter to Lamina programs:
 - A splat (`dense<1.0> : tensor<8192x4096xf32>`) was expanded while parsing into one Python value
   per element and then into bytes (2.8 GB for that one line). Here a splat keeps one element: the
   attribute's data holds a single element although its type has many, which xDSL's printer prints
-  as a splat, and `lamina.ir.opbase.dense_to_array` expands only when a program runs.
+  as a splat, and `lamina.ir.ops.opbase.dense_to_array` expands only when a program runs.
 
 Messages never echo more than `MAX_ECHO` characters of a literal.
 """

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lamina.ir.dtypes import FLOAT_TYPES, INT_TYPES
+from lamina.ir.core.dtypes import FLOAT_TYPES, INT_TYPES
 
 
 @dataclass(frozen=True)

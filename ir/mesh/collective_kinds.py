@@ -5,7 +5,7 @@ its op name, its attributes, what it reduces, whether it communicates, which sid
 model's payload B is, its ring bytes formula and which algorithms it has. `insert-collectives`,
 `reshard_plan`, the cost model (`lamina.analysis.comm_cost`) and the backends read these records
 instead of spelling kinds as strings, so a new collective is one record here, one op class in
-`lamina.ir.collectives` (`COLLECTIVE` names its record; `produce` is its placement rule) and one
+`lamina.ir.mesh.collectives` (`COLLECTIVE` names its record; `produce` is its placement rule) and one
 lowering per backend, registered against the record in the backend's own folder (`Lowerings`).
 
 Bytes each device sends by a ring over n devices: `ring_factor` (n-1)/n B, and `ring_factor`

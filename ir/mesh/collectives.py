@@ -30,7 +30,7 @@ from its operand's:
 chose (`insert-collectives`); it does not change the meaning.
 
 What differs between the kinds besides their placement rule (`produce`), their attributes, arity,
-cost facts, is each op's `COLLECTIVE` record in `lamina.ir.collective_kinds`; `OP_CLASS` maps a
+cost facts, is each op's `COLLECTIVE` record in `lamina.ir.mesh.collective_kinds`; `OP_CLASS` maps a
 record's kind back to its op class. `PlacementOp.verify_` runs `VERIFY_CHECKS`, small named
 checks, in order.
 """
@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from lamina.ir.collective_kinds import (
+from lamina.ir.mesh.collective_kinds import (
     ALGORITHM,
     ALGORITHMS,
     ALL_GATHER,
@@ -61,8 +61,8 @@ from lamina.ir.collective_kinds import (
     SUM,
     Collective,
 )
-from lamina.ir.placement import MeshOp, PlaceAttr, find_mesh, place_of, placement_problem, spec_of
-from lamina.ir.sharding import Spec
+from lamina.ir.mesh.placement import MeshOp, PlaceAttr, find_mesh, place_of, placement_problem, spec_of
+from lamina.ir.mesh.sharding import Spec
 from xdsl.dialects.builtin import (
     AnyTensorType,
     ArrayAttr,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.shapes import TensorInfo
 
 Axes = tuple[str, ...]
 Hint = tuple[Axes | None, ...]   # per dimension: wanted split axes, or None when open
@@ -84,7 +84,7 @@ class ShardingError(Exception):
 
 
 class OpInfo(Protocol):
-    """The facts of an op-table row (`lamina.ir.optable.OpInfo`) the rules read."""
+    """The facts of an op-table row (`lamina.ir.ops.optable.OpInfo`) the rules read."""
 
     @property
     def name(self) -> str: ...

@@ -1,19 +1,19 @@
 """The sharding rule of `lamina.gather` (an embedding lookup, ONNX Gather).
 
-Kept beside `lamina.ir.sharding`, whose rule classes it extends, so that module stays one screen of
+Kept beside `lamina.ir.mesh.sharding`, whose rule classes it extends, so that module stays one screen of
 rules per op kind. The rule:
 - the indices' splits move to the result dimensions that replace the gathered one;
 - the input's other dimensions keep their splits in the result;
 - an input split over axes A along the gathered dimension (a vocabulary-split embedding table,
   Megatron's VocabParallelEmbedding) makes the result `partial = sum[A]`: each device looks up the
-  rows its block holds and gives 0 for the others (`lamina.ir.formulas.gather`), so the sum over
+  rows its block holds and gives 0 for the others (`lamina.ir.ops.formulas.gather`), so the sum over
   A is the lookup. The result is linear in the input (a pending-sum table gives a pending-sum
   result) and not in the indices, which must never be partial.
 """
 
 from __future__ import annotations
 
-from lamina.ir.sharding import Axes, ShardingRule, Spec
+from lamina.ir.mesh.sharding import Axes, ShardingRule, Spec
 
 
 class Gather(ShardingRule):

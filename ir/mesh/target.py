@@ -3,7 +3,7 @@
 Passes are functions of (IR, target). A target says how many devices there are, how fast each
 computes, how the devices are connected (link levels with latency alpha and bandwidth beta) and
 which memory tiers each device has (capacity, bandwidth to compute, bandwidth between tiers).
-Built-in targets live in `lamina/ir/targets/*.toml`; users pass their own file by path.
+Built-in targets live in `lamina/ir/mesh/targets/*.toml`; users pass their own file by path.
 
 File format (every number in SI units: bytes, seconds, bytes/s, FLOP/s):
 
@@ -44,7 +44,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 TIER_ORDER = ("sram", "hbm", "host", "nvme")
 
@@ -218,7 +218,7 @@ def parse_target(text: str, source: str) -> Target:
 
 
 def builtin_targets() -> list[str]:
-    folder = resources.files("lamina.ir.targets")
+    folder = resources.files("lamina.ir.mesh.targets")
     return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
@@ -239,5 +239,5 @@ def load_target(spec: str) -> Target:
     if spec not in names:
         raise LaminaError(f"unknown target '{spec}' (built-in targets: {', '.join(names)}; or "
                           "give a path to a .toml file)")
-    text = resources.files("lamina.ir.targets").joinpath(f"{spec}.toml").read_text("utf-8")
+    text = resources.files("lamina.ir.mesh.targets").joinpath(f"{spec}.toml").read_text("utf-8")
     return parse_target(text, f"<builtin {spec}>")

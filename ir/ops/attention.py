@@ -23,7 +23,7 @@ When the last score op is a select between the running scores and a one-element 
 side value as its condition (a causal mask writing -1e9), `masked_fill` names its parts: an
 executor may then tell from the mask alone which blocks of scores hold nothing but the fill.
 
-The verifier (`lamina.ir.fused`) and the executors read this one function, so they cannot disagree
+The verifier (`lamina.ir.ops.fused`) and the executors read this one function, so they cannot disagree
 on what an attention body is. Matmul and softmax are recognized by their rows' formulas (the
 semantics the table gives them), which keeps this module free of op names too.
 """
@@ -34,11 +34,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lamina.ir import formulas as fm
-from lamina.ir.memory import FreeOp, value_label
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion
-from lamina.ir.sharding import Linearity
+from lamina.ir.buffers.memory import FreeOp, value_label
+from lamina.ir.mesh.sharding import Linearity
+from lamina.ir.ops import formulas as fm
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import Fusion
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Block, Operation, SSAValue
 

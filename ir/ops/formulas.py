@@ -25,7 +25,7 @@ Conventions (PyTorch's unless said otherwise):
 - `max`/`min`/`relu` propagate NaN (torch.maximum); `sigmoid` is evaluated in the overflow-free form.
 - `cast` float -> integer truncates toward zero; float/int -> i1 is `x != 0`; i1 -> number is 0/1.
 - `matmul` is `matmul` on operands of rank >= 2; batch dimensions broadcast.
-- `dropout` is defined in `lamina.ir.rng`; its formula builds the global element index from
+- `dropout` is defined in `lamina.ir.ops.rng`; its formula builds the global element index from
   `call.block` (offsets may be traced scalars, e.g. JAX's `lax.axis_index` arithmetic).
 - `log_softmax` is x - max - log(sum(exp(x - max))) along axis (PyTorch's and ONNX's form).
 - `gather` takes input[..., i, ...] along `axis` for every index i (ONNX Gather, numpy.take,
@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lamina.ir import rng
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops import rng
 
 Array = Any          # an array of the namespace in use
 Namespace = Any      # `numpy`, `jax.numpy`, or any array-API namespace
@@ -191,7 +191,7 @@ def erf(xp: Namespace, x: Array) -> Array:
 
 
 # name -> (array-API formula, whether it is one NumPy ufunc) for the plain elementwise ops; the
-# table (`lamina.ir.optable`) is what names them and says their facts
+# table (`lamina.ir.ops.optable`) is what names them and says their facts
 def neg(xp: Namespace, x: Array) -> Array:
     return xp.negative(x)
 
@@ -252,7 +252,7 @@ def dropout(xp: Namespace, args: Args, call: Call) -> Array:
 def dropout_at(xp: Namespace, args: Args, call: Call, index: Callable[[], Array]) -> Array:
     """dropout given where its elements sit: `index()` gives their global flat indices (uint64),
     asked for only when the rate drops anything. Shared by the whole-array formula above and the
-    per-element form compiled backends trace (`lamina.ir.scalar_forms.dropout`), so both build
+    per-element form compiled backends trace (`lamina.ir.ops.scalar_forms.dropout`), so both build
     the one mask `rng` defines."""
     x, seed_arr = args[0], args[1] if len(args) > 1 else None
     rate = float(call.attrs["rate"])

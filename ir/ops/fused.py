@@ -15,16 +15,16 @@ group's outputs, one per result. The kind string says how the group is executed:
     "loop"           only ELEMENTWISE / BROADCAST / SOURCE ops: blocks of elements
     "row_reduction"  may also hold REDUCTION ops that reduce the same trailing dims: row tiles
     "attention"      softmax(f(q k^T)) v with linear ops on the probabilities, one online
-                     softmax over key blocks (its body's structure: `lamina.ir.attention`)
+                     softmax over key blocks (its body's structure: `lamina.ir.ops.attention`)
     "matmul"         one row-tiled OPAQUE op (a matmul by a weight matrix) at its root and an
                      epilogue on its result (elementwise ops, row reductions over its trailing
                      dims): blocks of the result's rows
 
 Any kind may hold LAYOUT ops (transpose, reshape, slice, concat) at its edges: a body reads an
 input through them (their operands are block arguments or such views) or writes an output through
-them (their results are yielded, never read inside the body); see `lamina.ir.view_rules`.
+them (their results are yielded, never read inside the body); see `lamina.ir.ops.view_rules`.
 
-This module depends only on the op table (not on the generated op classes), so `lamina.ir.lamina`
+This module depends only on the op table (not on the generated op classes), so `lamina.ir.ops.lamina`
 can import it to register both ops in the `lamina` dialect without an import cycle; that is why the
 body check looks rows up by op name here.
 """
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lamina.ir.attention import NotAttention, attention_parts
-from lamina.ir.memory import FreeOp
-from lamina.ir.optable import Fusion, lookup
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.ops.attention import NotAttention, attention_parts
+from lamina.ir.ops.optable import Fusion, lookup
 from xdsl.dialects.builtin import AnyTensorType, StringAttr
 from xdsl.ir import Attribute, Block, Region, SSAValue
 from xdsl.irdl import (

@@ -13,7 +13,7 @@ module outside the table keeps a list of ops with their ranges.
 A rule has three parts:
 - `image(intervals, call)`: an interval that contains the op's result whenever every operand lies
   in its interval (the intervals are in table operand order, None for an absent optional operand;
-  `call` is the same `lamina.ir.formulas.Call` the formula gets, for attributes, operand shapes and
+  `call` is the same `lamina.ir.ops.formulas.Call` the formula gets, for attributes, operand shapes and
   the result type). Images are of the real functions: the element type's rounding can move a
   result an ulp or so past a bound, which users absorb with a margin. Images are sound, not tight
   (gelu's is a simple bound; a reduction's assumes the worst case for every element).
@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from lamina.ir.formulas import Call
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.formulas import Call
 
 Interval = tuple[float, float]                  # (lo, hi), lo <= hi, closed
 Image = Callable[[Sequence[Interval | None], Call], Interval]

@@ -9,8 +9,8 @@ keyword (`scale %g`), attributes are an attribute dictionary, and TYPES is a sin
 when every operand and the result share it, else `(T1, T2, ...) -> R`. Constants print their value
 in place: `%c = lamina.constant dense<1.0> : tensor<4xf32>`. The generic MLIR form is accepted too.
 
-The op classes themselves (`lamina.ir.lamina`: `AddOp`, `DropoutOp`, ...) are thin subclasses
-generated from `lamina.ir.optable.OPS` by `lamina.ir.opgen`; each declares its operands and
+The op classes themselves (`lamina.ir.ops.lamina`: `AddOp`, `DropoutOp`, ...) are thin subclasses
+generated from `lamina.ir.ops.optable.OPS` by `lamina.ir.ops.opgen`; each declares its operands and
 attributes for IRDL and points at its table row (`INFO`), and everything else comes from here.
 """
 
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import numpy as np
-from lamina.ir import memory as _memory
-from lamina.ir.dtypes import ITEMSIZE, element_name, element_type, to_storage
-from lamina.ir.literals import echo
-from lamina.ir.optable import AttrKind, AttrSpec, OpInfo
-from lamina.ir.placement import placement_problem, sharding_problem
-from lamina.ir.shapes import ShapeError, TensorInfo, TensorLiteral
+from lamina.ir.buffers import memory as _memory
+from lamina.ir.core.dtypes import ITEMSIZE, element_name, element_type, to_storage
+from lamina.ir.core.literals import echo
+from lamina.ir.core.shapes import ShapeError, TensorInfo, TensorLiteral
+from lamina.ir.mesh.placement import placement_problem, sharding_problem
+from lamina.ir.ops.optable import AttrKind, AttrSpec, OpInfo
 from xdsl.dialects.builtin import (
     AnyTensorType,
     BoolAttr,

@@ -2,22 +2,22 @@
 
 One `OpInfo` record per op holds everything Lamina knows about it: its name, operands and
 attributes, its shape rule (which also says whether it takes integer operands), its semantics (an
-array-API formula, `lamina.ir.formulas`, which every backend evaluates with its own array
-namespace) and the per-element form a compiled kernel computes (`lamina.ir.scalar_forms`), its
-value range (`lamina.ir.intervals`), its vector-Jacobian product (`lamina.ir.vjp`), its class for
-fusion and the index map a fused kernel reads a layout op through (`lamina.ir.view_rules`),
+array-API formula, `lamina.ir.ops.formulas`, which every backend evaluates with its own array
+namespace) and the per-element form a compiled kernel computes (`lamina.ir.ops.scalar_forms`), its
+value range (`lamina.ir.ops.intervals`), its vector-Jacobian product (`lamina.ir.autodiff.vjp`), its class for
+fusion and the index map a fused kernel reads a layout op through (`lamina.ir.ops.view_rules`),
 whether a pending-reduction (`partial`) value may pass through it, its sharding rule (a
-`lamina.ir.sharding.ShardingRule`) and its cost. Rows are records built by keyword, and no fact
+`lamina.ir.mesh.sharding.ShardingRule`) and its cost. Rows are records built by keyword, and no fact
 about an op is kept beside its row in a dict keyed by its name. The dialect's op classes are
-generated from the rows (`lamina.ir.lamina`, by `lamina.ir.opgen`), interpreters run their
+generated from the rows (`lamina.ir.ops.lamina`, by `lamina.ir.ops.opgen`), interpreters run their
 formulas, and passes read their classes, rules and costs: no other module keeps a list of op
 names. Nothing here is specific to one backend: a backend's faster forms of a row's formula are
 registered against the row in that backend (the NumPy interpreter's:
 `lamina.backends.numpy.specialized`).
 
 Adding an elementwise op is one `_unary(...)` / `_binary(...)` row in `_ROWS` below (its formula the
-namespace's function of the same name, `fm.via(name)`, or one in `lamina.ir.formulas`, which is
-also its per-element form), then `python -m lamina.ir.opgen` to regenerate the op classes; the
+namespace's function of the same name, `fm.via(name)`, or one in `lamina.ir.ops.formulas`, which is
+also its per-element form), then `python -m lamina.ir.ops.opgen` to regenerate the op classes; the
 README's "Where things go" lists every file it touches.
 """
 
@@ -27,17 +27,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from lamina.ir import formulas as fm
-from lamina.ir import intervals as iv
-from lamina.ir import scalar_forms as sf
-from lamina.ir import shapes
-from lamina.ir import sharding as sh
-from lamina.ir import view_rules as vr
-from lamina.ir import vjp as vj
-from lamina.ir.intervals import IntervalRule
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.sharding import Linearity, ShardingRule
-from lamina.ir.sharding_gather import Gather
+from lamina.ir.autodiff import vjp as vj
+from lamina.ir.core import shapes
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh import sharding as sh
+from lamina.ir.mesh.sharding import Linearity, ShardingRule
+from lamina.ir.mesh.sharding_gather import Gather
+from lamina.ir.ops import formulas as fm
+from lamina.ir.ops import intervals as iv
+from lamina.ir.ops import scalar_forms as sf
+from lamina.ir.ops import view_rules as vr
+from lamina.ir.ops.intervals import IntervalRule
 
 
 class Fusion(Enum):
@@ -124,20 +124,20 @@ class OpInfo:
     # a backend running the op on a block (a tile, a device's shard) must pass `Call.block`
     position_dependent: bool = False
     # the op on one element (elementwise rows) or one row (row reductions) in the scalar
-    # namespace of `lamina.ir.scalar_forms`: what a compiled fused kernel computes, mostly the
+    # namespace of `lamina.ir.ops.scalar_forms`: what a compiled fused kernel computes, mostly the
     # formula itself; None: no compiled kernel computes the op inside its loop
     scalar: fm.Formula | None = None
     # value-range facts: the result's interval, the operands' domains, exactness
-    # (`lamina.ir.intervals`); None for ops whose range is their literal (constant)
+    # (`lamina.ir.ops.intervals`); None for ops whose range is their literal (constant)
     interval: IntervalRule | None = None
-    # reverse mode (`lamina.ir.vjp`): the rule emitting the operands' cotangents in Lamina ops,
+    # reverse mode (`lamina.ir.autodiff.vjp`): the rule emitting the operands' cotangents in Lamina ops,
     # or NotDifferentiable(why); every row states one (tests/test_vjp_rules.py checks the rules)
     vjp: vj.Vjp
 
     # -- fusion and tiling --
     fusion: Fusion
     launches_kernel: bool = True       # False for ops that are views or folded into their users
-    # LAYOUT rows: the op's index map (`lamina.ir.view_rules`), by which a fused kernel reads its
+    # LAYOUT rows: the op's index map (`lamina.ir.ops.view_rules`), by which a fused kernel reads its
     # inputs and writes its outputs through the op without materializing its operand
     view: vr.ViewRule | None = None
     # OPAQUE rows that a fused kernel may run block of result rows by block of result rows: each

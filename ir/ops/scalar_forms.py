@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lamina.ir import formulas as fm
-from lamina.ir.formulas import Args, Call
+from lamina.ir.ops import formulas as fm
+from lamina.ir.ops.formulas import Args, Call
 
 Namespace = Any     # a scalar namespace (above)
 Value = Any         # one of its values

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lamina.ir.formulas import Call
+from lamina.ir.ops.formulas import Call
 
 Box = tuple[Any, tuple[int, ...]]   # (array block, its corner's global index per dim)
 

@@ -10,7 +10,7 @@ else by the returned SSA value's name as written (`func.return %loss` -> "loss";
 argument by the argument's name), else `out<i>` (an unnamed value such as `%0`). A name already
 taken by an earlier result gets the first free suffix (`loss`, `loss_1`), so names are unique;
 `out<i>` remains a way to look result i up (`Run.outputs["out3"]`), never a second key.
-`verify_result_names` (run by `lamina.ir.source.verify`) checks the attribute's spelling.
+`verify_result_names` (run by `lamina.ir.text.source.verify`) checks the attribute's spelling.
 
 Names are the program's, so a pass must not change them: a pass that replaces a returned value
 (assign-memory-tiers moving a result back to HBM before the return) makes a new, unnamed value.
@@ -20,7 +20,7 @@ writes a `lamina.name` attribute on each result whose name the pass changed.
 
 from __future__ import annotations
 
-from lamina.ir.diagnostics import error_at
+from lamina.ir.core.diagnostics import error_at
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, ModuleOp, StringAttr
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute

@@ -1,9 +1,9 @@
 """xDSL's parser made safe on hostile input: every malformed text ends in one positioned
 `ParseError`, quickly, never in a hang, an internal error or a huge message.
 
-`RobustParser` is the base of `lamina.ir.source.LocatedParser`. It
+`RobustParser` is the base of `lamina.ir.text.source.LocatedParser`. It
 - lexes with `LaminaLexer` (linear-time strings, filled-in messages, over-long integers refused);
-- reads numeric literals with `lamina.ir.literals` (hex floats as bit patterns, values checked
+- reads numeric literals with `lamina.ir.core.literals` (hex floats as bit patterns, values checked
   against their type, lazy splats);
 - bounds nesting: xDSL parses recursively, and about 95 nested regions (generic form) or 150
   nested types exhaust Python's stack, which surfaced as RecursionError with no position. Deeper
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from lamina.ir.lexer import LaminaLexer
-from lamina.ir.literals import echo, parse_dense, parse_scalar_attr
+from lamina.ir.core.literals import echo, parse_dense, parse_scalar_attr
+from lamina.ir.text.lexer import LaminaLexer
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     AnyDenseElement,

@@ -14,14 +14,14 @@ import re
 import sys
 from collections.abc import Callable
 
-from lamina.ir.diagnostics import LaminaError, error_at, from_parse_error, note_at, record_source
-from lamina.ir.lamina import Lamina
-from lamina.ir.memory import FreeOp, free_problem
-from lamina.ir.opbase import type_problem
-from lamina.ir.placement import placement_problem
-from lamina.ir.result_names import verify_result_names
-from lamina.ir.robust_parser import RobustParser, nesting_error, shorten_message
-from lamina.ir.updates import verify_roles, verify_updates
+from lamina.ir.buffers.memory import FreeOp, free_problem
+from lamina.ir.buffers.updates import verify_roles, verify_updates
+from lamina.ir.core.diagnostics import LaminaError, error_at, from_parse_error, note_at, record_source
+from lamina.ir.mesh.placement import placement_problem
+from lamina.ir.ops.lamina import Lamina
+from lamina.ir.ops.opbase import type_problem
+from lamina.ir.text.result_names import verify_result_names
+from lamina.ir.text.robust_parser import RobustParser, nesting_error, shorten_message
 from xdsl.context import Context
 from xdsl.dialects.arith import Arith
 from xdsl.dialects.builtin import Builtin, FileLineColLoc, IntAttr, ModuleOp, StringAttr, UnknownLoc
@@ -157,9 +157,9 @@ def verify(module: Operation) -> None:
     # after the ops, so that a bad type is reported at the op that uses it, where there is one
     for func in funcs:
         _verify_op(func, _check_signature)
-        verify_updates(func)  # which result replaces which argument (`lamina.ir.updates`)
+        verify_updates(func)  # which result replaces which argument (`lamina.ir.buffers.updates`)
         verify_roles(func)    # what each argument holds (`lamina.role`, the same module)
-        verify_result_names(func)  # what results are called (`lamina.ir.result_names`)
+        verify_result_names(func)  # what results are called (`lamina.ir.text.result_names`)
 
 
 def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,
