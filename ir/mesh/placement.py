@@ -29,9 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from lamina.ir.collective_kinds import REDUCE_KINDS
-from lamina.ir.optable import OpInfo
-from lamina.ir.sharding import ShardingError, Spec, infer
+from lamina.ir.mesh.collective_kinds import REDUCE_KINDS
+from lamina.ir.mesh.sharding import OpInfo, ShardingError, Spec, infer
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
