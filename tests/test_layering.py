@@ -2,8 +2,12 @@
 
 - The import contracts (`[tool.importlinter]` in pyproject.toml: ir <- analysis <- passes |
   backends | frontends <- cli; the numpy, jax and compiled backends independent but for compiled
-  building on numpy) hold, and they are not vacuous: the same check on a copy of the package with
-  one upward import, or one import of a backend by another, added fails.
+  building on numpy; inside `lamina.ir`, its sub-packages by concern: builder | text <- ops <-
+  buffers <- mesh | autodiff <- core, every module of ir/ in one of them; no module of ir,
+  analysis, passes, backends or frontends importing the API, the `lamina` root) hold, and they
+  are not vacuous: the same check on a copy of the package with one upward import, one import of
+  a backend by another, one import of the API from below or one ir module outside the layers
+  added fails.
 - No pass or backend names an op in a string literal: what they know about ops comes from the
   table's rows and the typed op classes.
 - No pass, backend or analysis spells the collectives' vocabulary (a collective kind, an
@@ -49,14 +53,16 @@ def test_import_contracts_hold() -> None:
     assert "0 broken" in r.stdout
 
 
-def _lint_with_import(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+def _lint_with_import(tmp_path: Path, module: str, line: str, *,
+                      new: bool = False) -> subprocess.CompletedProcess[str]:
     """lint-imports on a copy of the installed package (its files, links resolved) in which
-    `module` (a path under the package) ends with the import `line`."""
+    `module` (a path under the package; with `new`, a module added there) ends with the import
+    `line`."""
     pkg = Path(lamina.__file__).resolve().parent
     src = Path(lamina.__file__).parent            # the install's tree (links into the sources)
     copy = tmp_path / "lamina"
     shutil.copytree(src, copy, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
-    assert (copy / module).exists(), f"unexpected install layout under {src} ({pkg})"
+    assert (copy / module).exists() != new, f"unexpected install layout under {src} ({pkg})"
     with open(copy / module, "a") as f:
         f.write(f"\n{line}  # noqa\n")
     return _lint_imports({**os.environ, "PYTHONPATH": str(tmp_path)})
@@ -78,6 +84,58 @@ def test_a_backend_importing_another_breaks_the_contract(tmp_path: Path) -> None
     assert "backends numpy | jax | compiled are independent" in r.stdout
     assert "BROKEN" in r.stdout and "lamina.backends.jax.lower -> lamina.backends.numpy.spmd" \
         in r.stdout
+
+
+IR_CONTRACT = "ir by concern: builder | text <- ops <- buffers <- mesh | autodiff <- core"
+API_CONTRACT = "the Python API (lamina, lamina.executable) is imported by no layer below it"
+
+
+def test_ir_core_importing_the_op_table_breaks_the_ir_layers(tmp_path: Path) -> None:
+    """The shared vocabulary (core) is the bottom of lamina.ir: its dtypes naming the op table is
+    an upward import inside ir/, which the ir-wide layers contract alone would not see."""
+    r = _lint_with_import(tmp_path, "ir/core/dtypes.py",
+                          "from lamina.ir.ops import optable as _upward")
+    assert r.returncode != 0, r.stdout
+    assert f"{IR_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.ir.core.dtypes -> lamina.ir.ops.optable" in r.stdout
+
+
+def test_placement_importing_the_op_table_breaks_the_ir_layers(tmp_path: Path) -> None:
+    """The import this layout removed (placement reading `optable.OpInfo`; it reads sharding's
+    protocol instead): with it back, mesh is no longer below ops."""
+    r = _lint_with_import(tmp_path, "ir/mesh/placement.py",
+                          "from lamina.ir.ops.optable import OpInfo as _row")
+    assert r.returncode != 0, r.stdout
+    assert f"{IR_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.ir.mesh.placement -> lamina.ir.ops.optable" in r.stdout
+
+
+def test_an_ir_module_outside_the_layers_breaks_the_ir_layers(tmp_path: Path) -> None:
+    """The contract is exhaustive: a new flat module of ir/ must be given a layer."""
+    r = _lint_with_import(tmp_path, "ir/stray.py", "from lamina.ir.core import dtypes as _d",
+                          new=True)
+    assert r.returncode != 0, r.stdout
+    assert f"{IR_CONTRACT} BROKEN" in r.stdout
+    assert "not listed as layers" in r.stdout and "- lamina.ir.stray" in r.stdout
+
+
+def test_a_backend_importing_the_api_breaks_the_api_contract(tmp_path: Path) -> None:
+    """The NumPy backend reading `lamina.__version__` (the root, the Python API): the forbidden
+    contract names the import, which no layers contract can (the root is above its children)."""
+    r = _lint_with_import(tmp_path, "backends/numpy/spmd.py", "import lamina as _api")
+    assert r.returncode != 0, r.stdout
+    assert f"{API_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.backends.numpy.spmd -> lamina" in r.stdout
+
+
+def test_an_indirect_import_of_the_api_breaks_the_api_contract(tmp_path: Path) -> None:
+    """An ir module importing the API's executable is found too, and so is every module of the
+    layers above that reaches the API through it."""
+    r = _lint_with_import(tmp_path, "ir/text/result_names.py",
+                          "from lamina.executable import Executable as _exe")
+    assert r.returncode != 0, r.stdout
+    assert f"{API_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.ir.text.result_names -> lamina.executable" in r.stdout
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
