@@ -6,7 +6,12 @@ STAMP := $(VENV)/.installed
 # Lamina is installed in editable_mode=strict: build/ holds a tree of links to the sources, so
 # edits show at once, and a new or removed module needs a reinstall: the list of modules is part
 # of the stamp's prerequisites.
-CODE := api ir analysis passes backends frontends
+# the code folders, read from setup.py's CODE_FOLDERS (the one list of them; `make code-folders`
+# prints it, and tests/test_packaging.py checks it against setup.py and pyright's include)
+CODE := $(shell $(PYTHON) -c 'import ast; t = ast.parse(open("setup.py").read()); print(*next(ast.literal_eval(n.value) for n in t.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CODE_FOLDERS"))')
+ifeq ($(strip $(CODE)),)
+$(error could not read CODE_FOLDERS from setup.py with $(PYTHON))
+endif
 MODULES := $(VENV)/.modules
 # the extras `make` installs (one per line, so branches adding one merge without conflict)
 EXTRAS := dev
@@ -19,7 +24,7 @@ comma := ,
 empty :=
 space := $(empty) $(empty)
 
-.PHONY: demo test test-long pytest lit lint imports bench clean FORCE
+.PHONY: demo test test-long pytest lit lint imports bench clean code-folders FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,13 +64,16 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 lint: $(STAMP)
-	$(BIN)/ruff check setup.py api ir analysis passes backends frontends tests benchmarks
+	$(BIN)/ruff check setup.py $(CODE) tests benchmarks
 	$(BIN)/pyright
 	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_foundation.py
 	$(BIN)/python benchmarks/bench_fusion.py
+
+code-folders:
+	@echo $(CODE)
 
 clean:
 	rm -rf $(VENV) *.egg-info build

@@ -44,4 +44,4 @@ def _packages() -> tuple[list[str], dict[str, str]]:
 if __name__ == "__main__":   # setuptools' build backend runs this file as __main__
     PACKAGES, PACKAGE_DIR = _packages()
     setup(packages=PACKAGES, package_dir=PACKAGE_DIR,
-          package_data={"lamina": ["py.typed"], "lamina.ir.targets": ["*.toml"]})
+          package_data={"lamina": ["py.typed"], "lamina.ir.mesh.targets": ["*.toml"]})

@@ -47,7 +47,7 @@ What `plan_function` counts as an intermediate, and its lifetime:
 - sizes are bytes per device (`lamina.analysis.sizes.local_bytes`: a value's local shard at the
   element widths a device stores, bf16 in 2 bytes) unless `storage_bytes` says otherwise (the
   NumPy interpreter keeps bf16 in 4 bytes, so its executor passes its own);
-- one arena per tier (`lamina.ir.memory.effective_tier`: a value without a tier is in hbm); an
+- one arena per tier (`lamina.ir.buffers.memory.effective_tier`: a value without a tier is in hbm); an
   in-place pair is always within one tier.
 """
 
@@ -61,10 +61,10 @@ import numpy as np
 from lamina.analysis.naming import Namer
 from lamina.analysis.segments import RangeCover
 from lamina.analysis.sizes import fmt_bytes, local_bytes
-from lamina.ir.dtypes import tensor_dtype, tensor_shape
-from lamina.ir.memory import FreeOp, effective_tier
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import Fusion, OpInfo
+from lamina.ir.buffers.memory import FreeOp, effective_tier
+from lamina.ir.core.dtypes import tensor_dtype, tensor_shape
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion, OpInfo
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import SSAValue
 
@@ -307,7 +307,7 @@ def plan_function(func: FuncOp, storage_bytes: Callable[[SSAValue], int] | None 
     """The arena plan of `func`'s intermediates (what counts, and their lifetimes: the module
     docstring). `storage_bytes(v)`: bytes one device stores for value `v` (default: its local
     shard at device element widths; the NumPy interpreter, which keeps bf16 in 4 bytes, passes
-    its local shape times `lamina.ir.dtypes.STORAGE[dtype].itemsize`); `alignment`: of every
+    its local shape times `lamina.ir.core.dtypes.STORAGE[dtype].itemsize`); `alignment`: of every
     offset, a power of two."""
     size_of = storage_bytes or (lambda v: local_bytes(v, func))
     ops = list(func.body.block.ops)

@@ -21,7 +21,7 @@ Time of one collective = latency + bytes sent / beta, per algorithm:
 The algorithm with the smallest time wins; ties go to ring (the simplest).
 
 Per kind, the factors, which algorithms exist and the hierarchical phases are the kind's record
-in `lamina.ir.collective_kinds` (`ring_factor`, `tree`, `hierarchical`); `kind` arguments are its
+in `lamina.ir.mesh.collective_kinds` (`ring_factor`, `tree`, `hierarchical`); `kind` arguments are its
 names there (an unlowered reshard is priced as at most its local block, (n-1)/n of it sent).
 """
 
@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lamina.analysis.sizes import fmt_bytes
-from lamina.ir.collective_kinds import COLLECTIVE_KINDS, HIERARCHICAL, RING, TREE, Phase
-from lamina.ir.placement import Mesh
-from lamina.ir.target import LinkLevel, Target
+from lamina.ir.mesh.collective_kinds import COLLECTIVE_KINDS, HIERARCHICAL, RING, TREE, Phase
+from lamina.ir.mesh.placement import Mesh
+from lamina.ir.mesh.target import LinkLevel, Target
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,15 @@ import math
 from collections.abc import Sequence
 
 from lamina.analysis.sizes import local_bytes
-from lamina.ir.attention import is_matmul
-from lamina.ir.formulas import Call
-from lamina.ir.fused import FusedOp, YieldOp, make_body
-from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion
-from lamina.ir.placement import PlaceAttr
-from lamina.ir.sharding import Reduction
-from lamina.ir.target import Target
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.mesh.placement import PlaceAttr
+from lamina.ir.mesh.sharding import Reduction
+from lamina.ir.mesh.target import Target
+from lamina.ir.ops.attention import is_matmul
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.fused import FusedOp, YieldOp, make_body
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import Fusion
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, OpResult, SSAValue
 
@@ -100,7 +100,7 @@ def fused_kind(members: Sequence[Operation]) -> str:
     """"attention" when a group holds two matmuls (only fuse-attention makes such groups, and a
     pass that rebuilds groups, such as propagate-sharding, must keep their kind), "matmul" when
     it has one row-tiled opaque root (fuse-elementwise's rule 9), else "row_reduction" when it
-    holds a reduction, else "loop" (see `lamina.ir.fused`)."""
+    holds a reduction, else "loop" (see `lamina.ir.ops.fused`)."""
     if sum(1 for m in members if is_matmul(m)) >= 2:
         return "attention"
     fusions = {m.info.fusion for m in members if isinstance(m, LaminaOp)}

@@ -8,7 +8,7 @@ single value without its function at hand uses `value_label`.
 
 from __future__ import annotations
 
-from lamina.ir.memory import value_label
+from lamina.ir.buffers.memory import value_label
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 

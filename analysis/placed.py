@@ -5,7 +5,7 @@
 - `first_unplaced`: the first op of a partially placed function, one whose unplaced value read as
   replicated breaks the op's sharding rule (e.g. a matmul result of split operands left
   unplaced), and what is unplaced there; None when the mesh can run the function as placed
-  (unplaced values read as replicated, `lamina.ir.placement.spec_or_replicated`);
+  (unplaced values read as replicated, `lamina.ir.mesh.placement.spec_or_replicated`);
 - `check_placed`: that as an error at the op, telling the user to run propagate-sharding;
 - `partly_placed_note`: the note a backend gives when it ran a partly placed function on one
   device with its placements ignored.
@@ -13,11 +13,11 @@
 
 from __future__ import annotations
 
-from lamina.ir.diagnostics import error_at, op_loc
-from lamina.ir.memory import value_label
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of, spec_or_replicated
-from lamina.ir.sharding import ShardingError, infer
+from lamina.ir.buffers.memory import value_label
+from lamina.ir.core.diagnostics import error_at, op_loc
+from lamina.ir.mesh.placement import MeshOp, find_mesh, place_of, spec_of, spec_or_replicated
+from lamina.ir.mesh.sharding import ShardingError, infer
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, Operation
 

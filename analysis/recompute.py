@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lamina.ir.collectives import PlacementOp
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import MoveOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.placement import tier_of
+from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.mesh.collectives import PlacementOp
+from lamina.ir.mesh.placement import tier_of
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp
 from xdsl.ir import Operation, SSAValue
 
 # tiers a value the program placed itself lives in (it is not planned, so not recomputed)

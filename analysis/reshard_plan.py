@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from lamina.ir.collective_kinds import (
+from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_SLICE,
@@ -45,7 +45,7 @@ from lamina.ir.collective_kinds import (
     SUM,
     Collective,
 )
-from lamina.ir.sharding import Spec
+from lamina.ir.mesh.sharding import Spec
 
 MAX_STATES = 20000
 

@@ -1,6 +1,6 @@
 """Bytes of a value: whole, per device under its placement, and how messages print them.
 
-Sizes count elements at the width a device stores them (`lamina.ir.dtypes.ITEMSIZE`: a bf16 is 2
+Sizes count elements at the width a device stores them (`lamina.ir.core.dtypes.ITEMSIZE`: a bf16 is 2
 bytes even though the NumPy interpreter keeps it in 4), so every plan, cost and statistic agrees
 with the others on what a value weighs.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from lamina.ir.dtypes import ITEMSIZE, tensor_dtype, tensor_shape
-from lamina.ir.placement import resolve
-from lamina.ir.sharding import Spec
+from lamina.ir.core.dtypes import ITEMSIZE, tensor_dtype, tensor_shape
+from lamina.ir.mesh.placement import resolve
+from lamina.ir.mesh.sharding import Spec
 from xdsl.ir import Attribute, Operation, SSAValue
 
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lamina.executable import Executable, Run, compile, random_arrays
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from lamina.training import NonFiniteLoss, StepRecord, Trainer, train
 
 if TYPE_CHECKING:
@@ -43,8 +43,8 @@ __all__ = ["Executable", "LaminaError", "NonFiniteLoss", "Run", "StepRecord", "T
 
 def parse(text: str, name: str = "<string>") -> ModuleOp:
     """Parse and verify a program written in Lamina's MLIR text format."""
-    from lamina.ir.source import parse_text
-    from lamina.ir.source import verify as verify_module
+    from lamina.ir.text.source import parse_text
+    from lamina.ir.text.source import verify as verify_module
 
     module = parse_text(text, name)
     verify_module(module)
@@ -53,14 +53,14 @@ def parse(text: str, name: str = "<string>") -> ModuleOp:
 
 def load(path: str) -> ModuleOp:
     """Read, parse and verify the program in the file `path`."""
-    from lamina.ir.source import load as load_module
+    from lamina.ir.text.source import load as load_module
 
     return load_module(path)
 
 
 def verify(module: ModuleOp) -> None:
     """Check every op, type and placement rule; the first failure raises LaminaError."""
-    from lamina.ir.source import verify as verify_module
+    from lamina.ir.text.source import verify as verify_module
 
     verify_module(module)
 
@@ -91,7 +91,7 @@ def apply(module: ModuleOp, pipeline: str, explain: bool = False) -> ModuleOp:
 
     The module is verified after every pass; with `explain=True` the passes write their
     decisions to stderr, as `--explain` does."""
-    from lamina.ir.source import make_context
+    from lamina.ir.text.source import make_context
     from lamina.passes.pipeline import build_pipeline, run_pipeline
 
     run_pipeline(make_context(), module, build_pipeline(pipeline, explain=explain))

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 FORMAT = "lamina-train-checkpoint"
 VERSION = 1

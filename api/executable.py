@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 class Outputs(dict[str, Any]):
-    """A run's results by name (`lamina.ir.result_names`: `%loss` -> "loss", unnamed -> `out<i>`),
+    """A run's results by name (`lamina.ir.text.result_names`: `%loss` -> "loss", unnamed -> `out<i>`),
     in result order. `out<i>` also finds result i when it is called otherwise: a lookup only, so
     iterating, `keys()` and `len` see each result once, under its name."""
 
@@ -142,7 +142,7 @@ class Executable:
 def _backend_options(backend: Any, options: dict[str, Any]) -> Any:
     """The backend's options object from `lamina.compile`'s keywords (a target by name or path
     is loaded); an option the backend does not take is one diagnostic listing those it does."""
-    from lamina.ir.target import load_target
+    from lamina.ir.mesh.target import load_target
 
     cls = backend.Options
     known = [f.name for f in fields(cls)]
@@ -162,7 +162,7 @@ def _backend_options(backend: Any, options: dict[str, Any]) -> Any:
 def _donated(func: FuncOp, donate: bool | Sequence[str]) -> dict[int, str]:
     """Argument index -> name of every donated argument; each must be one a result updates."""
     from lamina.backends.interface import arg_names
-    from lamina.ir.updates import updates_of
+    from lamina.ir.buffers.updates import updates_of
 
     names = arg_names(func)
     updated = {a: r for r, a in updates_of(func).items()}
@@ -205,7 +205,7 @@ def compile(module: ModuleOp, entry: str | None = None, backend: str = "numpy",
     the compiled backend warms up regardless: that call compiles its kernels)."""
     from lamina.backends.interface import check_supported, find_entry
     from lamina.backends.registry import get_backend
-    from lamina.ir.source import verify
+    from lamina.ir.text.source import verify
 
     start = time.perf_counter()
     chosen = get_backend(backend)

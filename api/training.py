@@ -17,7 +17,7 @@ replaces no argument.
 
 Which arguments are what: the `data` keys are the data arguments; every other float argument is
 a parameter (derive-backward's default `wrt`); the moments, momentum buffers, step count and
-learning rate are found by their roles (`lamina.role`, `lamina.ir.updates.ROLES`).
+learning rate are found by their roles (`lamina.role`, `lamina.ir.buffers.updates.ROLES`).
 
 The data arrays are read where they are (no copy, unless their dtype needs converting), so
 changing one during training changes the batches. Initial parameters: `init` (by argument
@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 if TYPE_CHECKING:
     from lamina.executable import Executable
@@ -142,8 +142,8 @@ class StepRecord:
 
 def initializer(func: FuncOp, params: list[int], seed: int) -> dict[int, np.ndarray]:
     """The documented initial value of each parameter (module docstring), by argument index."""
-    from lamina.ir.dtypes import to_storage
-    from lamina.ir.opbase import tensor_info
+    from lamina.ir.core.dtypes import to_storage
+    from lamina.ir.ops.opbase import tensor_info
 
     rng = np.random.default_rng(seed)
     out: dict[int, np.ndarray] = {}
@@ -162,8 +162,8 @@ def _fit(where: str, name: str, t: Any, a: Any, batched: bool) -> np.ndarray:
     """`a` converted to argument `name`'s storage type `t` (with a leading batch dim when
     `batched`), C-contiguous (and a copy unless `batched`); a shape, dtype or value it cannot
     take is one error."""
-    from lamina.ir.dtypes import STORAGE, to_storage, unrepresentable
-    from lamina.ir.opbase import tensor_info
+    from lamina.ir.core.dtypes import STORAGE, to_storage, unrepresentable
+    from lamina.ir.ops.opbase import tensor_info
 
     info = tensor_info(t)
     a = np.asarray(a)
@@ -221,10 +221,10 @@ class Trainer:
         `steps` of the first `run`). `data_name` / `init_name` name the sources in messages."""
         import lamina
         from lamina.backends.interface import arg_names, find_entry
-        from lamina.ir.diagnostics import error_at
-        from lamina.ir.dtypes import STORAGE
-        from lamina.ir.opbase import tensor_info
-        from lamina.ir.updates import roles_of, updates_of
+        from lamina.ir.buffers.updates import roles_of, updates_of
+        from lamina.ir.core.diagnostics import error_at
+        from lamina.ir.core.dtypes import STORAGE
+        from lamina.ir.ops.opbase import tensor_info
 
         hyper_keys = set(Hyper.__dataclass_fields__)
         self.hyper = Hyper(**{k: v for k, v in options.items() if k in hyper_keys})
@@ -379,8 +379,8 @@ class Trainer:
         """Restore the state written by `save_checkpoint` (the same program, optimizer and
         data shape); anything that does not match is one LaminaError."""
         from lamina.checkpoint import read_checkpoint
-        from lamina.ir.dtypes import STORAGE
-        from lamina.ir.opbase import tensor_info
+        from lamina.ir.core.dtypes import STORAGE
+        from lamina.ir.ops.opbase import tensor_info
 
         meta, arrays = read_checkpoint(folder)
         where = f"cannot resume from '{folder}'"

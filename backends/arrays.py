@@ -23,12 +23,12 @@ from collections.abc import Sequence
 
 import numpy as np
 from lamina.backends.interface import arg_names
-from lamina.ir.collective_kinds import REDUCE_KINDS, SUM
-from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage, unrepresentable
-from lamina.ir.opbase import tensor_info
-from lamina.ir.placement import Mesh
-from lamina.ir.sharding import Spec
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.dtypes import COMPUTE, STORAGE, to_storage, unrepresentable
+from lamina.ir.mesh.collective_kinds import REDUCE_KINDS, SUM
+from lamina.ir.mesh.placement import Mesh
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.ops.opbase import tensor_info
 from xdsl.dialects.func import FuncOp
 
 Shards = list[np.ndarray]

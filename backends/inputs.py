@@ -1,7 +1,7 @@
 """A run's inputs: random arrays drawn from the argument types, or arrays read from an `.npz`.
 
 Random inputs are drawn for what each argument holds, as the IR says, never from its name: an
-argument with a role (`lamina.role`, the table `lamina.ir.updates.ROLES`) is drawn from its role's
+argument with a role (`lamina.role`, the table `lamina.ir.buffers.updates.ROLES`) is drawn from its role's
 domain (a second moment >= 0, since the step takes its square root; a step count a small whole
 number), and an integer argument that a `lamina.gather` reads as indices (directly, or through a
 `lamina.move` or layout ops; a gather never runs inside a fused kernel) is drawn within the rows
@@ -27,14 +27,14 @@ from typing import IO
 import numpy as np
 from lamina.analysis.sizes import fmt_bytes
 from lamina.backends.interface import arg_names
-from lamina.ir.diagnostics import LaminaError, error_at
-from lamina.ir.dtypes import STORAGE, to_storage
-from lamina.ir.lamina import GatherOp
-from lamina.ir.memory import MoveOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.updates import Domain, roles_of
+from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.buffers.updates import Domain, roles_of
+from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.dtypes import STORAGE, to_storage
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.lamina import GatherOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import Fusion
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import SSAValue
 

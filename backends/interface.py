@@ -11,10 +11,10 @@ with what the backend declares, so an unsupported feature is one diagnostic nami
 the first op that needs it, never a failure half-way through a run.
 
 `donate` names the arguments (by index) whose buffers the results that update them
-(`lamina.ir.updates`) may take: on the NumPy backends the returned array is the input array,
+(`lamina.ir.buffers.updates`) may take: on the NumPy backends the returned array is the input array,
 updated in place; on JAX the argument is donated to XLA (`donate_argnums`).
 
-Inputs and outputs are NumPy arrays in Lamina's storage dtypes (`lamina.ir.dtypes.STORAGE`); a
+Inputs and outputs are NumPy arrays in Lamina's storage dtypes (`lamina.ir.core.dtypes.STORAGE`); a
 backend with device-resident arrays of its own (JAX) also accepts and returns those.
 """
 
@@ -26,12 +26,12 @@ from enum import Enum
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
-from lamina.ir.collectives import PlacementOp
-from lamina.ir.diagnostics import LaminaError, error_at, note_at
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, MoveOp
-from lamina.ir.placement import place_of
-from lamina.ir.result_names import result_names
+from lamina.ir.buffers.memory import FreeOp, MoveOp
+from lamina.ir.core.diagnostics import LaminaError, error_at, note_at
+from lamina.ir.mesh.collectives import PlacementOp
+from lamina.ir.mesh.placement import place_of
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.text.result_names import result_names
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
@@ -132,7 +132,7 @@ def arg_names(func: FuncOp) -> list[str]:
 
 
 def output_names(func: FuncOp) -> list[str]:
-    """Each result's name (`lamina.ir.result_names`)."""
+    """Each result's name (`lamina.ir.text.result_names`)."""
     return result_names(func)
 
 

@@ -10,7 +10,7 @@ import difflib
 import importlib
 
 from lamina.backends.interface import Backend
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 # name -> (module, class, the extra that installs its dependencies)
 BACKENDS: dict[str, tuple[str, str, str | None]] = {

@@ -25,7 +25,7 @@ from lamina.backends.compare import compare
 from lamina.backends.interface import RunResult, find_entry
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 
 

@@ -33,10 +33,12 @@ from typing import Any
 import numpy as np
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir import shapes
-from lamina.ir.formulas import Call
-from lamina.ir.intervals import DomainKind
-from lamina.ir.lamina import (
+from lamina.ir.core import shapes
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh.sharding import Reduction
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.intervals import DomainKind
+from lamina.ir.ops.lamina import (
     AbsOp,
     AddOp,
     LayernormOp,
@@ -48,10 +50,8 @@ from lamina.ir.lamina import (
     TanhOp,
     TransposeOp,
 )
-from lamina.ir.optable import OPS, Fusion, OpInfo
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.sharding import Reduction
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.ops.optable import OPS, Fusion, OpInfo
+from lamina.ir.text.source import make_context, parse_text, verify
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 

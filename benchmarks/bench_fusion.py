@@ -55,9 +55,9 @@ from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.backends.numpy.options import NumpyOptions  # noqa: E402
 from lamina.backends.numpy.runner import run_function  # noqa: E402
 from lamina.backends.numpy.tile_threads import thread_count  # noqa: E402
-from lamina.ir import rng  # noqa: E402
-from lamina.ir.dtypes import tensor_dtype  # noqa: E402
-from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
+from lamina.ir.core.dtypes import tensor_dtype  # noqa: E402
+from lamina.ir.ops import rng  # noqa: E402
+from lamina.ir.text.source import make_context, parse_text, verify  # noqa: E402
 from lamina.passes.pipeline import build_pipeline, run_pipeline  # noqa: E402
 
 

@@ -62,7 +62,7 @@ from bench_fusion import (  # noqa: E402
 )
 from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
-from lamina.ir.dtypes import tensor_dtype  # noqa: E402
+from lamina.ir.core.dtypes import tensor_dtype  # noqa: E402
 from lamina.passes.pipeline import parse_pipeline_spec  # noqa: E402
 from lamina.passes.registry import available_passes  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402

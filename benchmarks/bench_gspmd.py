@@ -137,10 +137,10 @@ def run_lamina(path: str) -> dict:
     from lamina.backends.arrays import block
     from lamina.backends.interface import find_entry
     from lamina.backends.numpy.spmd import run_spmd
-    from lamina.ir.collectives import PlacementOp
-    from lamina.ir.opbase import LaminaOp, tensor_info
-    from lamina.ir.placement import spec_or_replicated
-    from lamina.ir.source import load, make_context
+    from lamina.ir.mesh.collectives import PlacementOp
+    from lamina.ir.mesh.placement import spec_or_replicated
+    from lamina.ir.ops.opbase import LaminaOp, tensor_info
+    from lamina.ir.text.source import load, make_context
     from lamina.passes.pipeline import build_pipeline, run_pipeline
     from xdsl.dialects.builtin import TensorType
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import lamina
 import torch
-from lamina.ir.source import parse_text, verify
+from lamina.ir.text.source import parse_text, verify
 from xdsl.dialects.builtin import ModuleOp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "samples"))

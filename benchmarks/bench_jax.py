@@ -57,8 +57,8 @@ from lamina.backends.jax.backend import (  # noqa: E402
 from lamina.backends.jax.collectives import in_spec  # noqa: E402
 from lamina.backends.jax.lower import Lowering  # noqa: E402
 from lamina.backends.numpy.spmd import run_spmd  # noqa: E402
-from lamina.ir.placement import spec_or_replicated  # noqa: E402
-from lamina.ir.source import load, make_context  # noqa: E402
+from lamina.ir.mesh.placement import spec_or_replicated  # noqa: E402
+from lamina.ir.text.source import load, make_context  # noqa: E402
 from lamina.passes.pipeline import build_pipeline, run_pipeline  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 

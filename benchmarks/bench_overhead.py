@@ -62,7 +62,7 @@ from bench_fusion import (  # noqa: E402
     timings,
 )
 from lamina.backends.interface import arg_names, find_entry  # noqa: E402
-from lamina.ir.updates import updates_of  # noqa: E402
+from lamina.ir.buffers.updates import updates_of  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 
 jax: Any = None    # optional: without jax the jax and jax.jit columns print '-'

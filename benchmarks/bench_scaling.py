@@ -35,7 +35,7 @@ from collections.abc import Callable
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
+from lamina.ir.text.source import make_context, parse_text, verify  # noqa: E402
 from lamina.passes.pipeline import build_pipeline, run_pipeline  # noqa: E402
 from strategies.programs import random_program_text  # noqa: E402
 from xdsl.context import Context  # noqa: E402

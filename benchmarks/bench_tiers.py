@@ -27,7 +27,7 @@ import sys
 import time
 
 import numpy as np
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from lamina.passes.tier_plan.greedy import solve_greedy
 from lamina.passes.tier_plan.ilp import solve_ilp
 from lamina.passes.tier_plan.problem import Problem, check_plan

@@ -41,10 +41,10 @@ import sys
 import time
 
 from lamina.analysis.sizes import local_bytes
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.memory import FreeOp, MoveOp
-from lamina.ir.source import make_context, parse_text, verify
-from lamina.ir.target import load_target
+from lamina.ir.buffers.memory import FreeOp, MoveOp
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.target import load_target
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.assign_memory_tiers import build_model
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from lamina.passes.tier_plan.greedy import solve_greedy
@@ -163,7 +163,7 @@ def phases(func: FuncOp, prob: Problem, spans: list[tuple[int, int]]
     the boundaries `%h{i}`), per step its backward block (by the source line its op carries:
     the backward's ops carry their forward op's), and the first step after the forward (the
     fused program schedules a few backward ops that only read the cotangent earlier)."""
-    from lamina.ir.diagnostics import op_loc
+    from lamina.ir.core.diagnostics import op_loc
 
     ops = [o for o in func.body.block.ops if not isinstance(o, (FreeOp, ReturnOp))]
     assert len(ops) == prob.steps

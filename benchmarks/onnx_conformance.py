@@ -43,7 +43,7 @@ from lamina.backends.registry import get_backend
 from lamina.frontends.common import ImportRefused, value_name
 from lamina.frontends.onnx import StaticInputNeeded, import_model
 from lamina.frontends.onnx.ops import folded_only, mapped
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from onnx import numpy_helper
 
 RTOL, ATOL = 1e-3, 1e-7          # onnx.backend.test.loader's defaults for node cases

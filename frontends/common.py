@@ -18,10 +18,10 @@ import re
 from collections.abc import Sequence
 
 from lamina.ir.builder import Builder
-from lamina.ir.diagnostics import LaminaError, SourceLoc
-from lamina.ir.dtypes import tensor_type
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.source import verify
+from lamina.ir.core.diagnostics import LaminaError, SourceLoc
+from lamina.ir.core.dtypes import tensor_type
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.text.source import verify
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Region, SSAValue

@@ -1,7 +1,7 @@
 """The one IR builder: Lamina ops whose result types come from their rows' shape rules.
 
 Every piece of Lamina that writes IR from Python builds it through a `Builder`: the importers
-(`lamina.frontends`), the VJP rules (`lamina.ir.vjp`, which see it through their `Emitter`
+(`lamina.frontends`), the VJP rules (`lamina.ir.autodiff.vjp`, which see it through their `Emitter`
 protocol), and the passes that synthesize programs (`derive-backward`, `append-optimizer`). One
 class, so that there is one answer to "what type does this op get": the row's shape rule
 (`OpInfo.shape`, the verifier's own) run on the operand types and attributes. A builder therefore
@@ -43,8 +43,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from lamina.ir.dtypes import FLOAT_TYPES, element_name, tensor_type
-from lamina.ir.lamina import (
+from lamina.ir.core.dtypes import FLOAT_TYPES, element_name, tensor_type
+from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.ops.lamina import (
     AddOp,
     BroadcastInDimOp,
     CastOp,
@@ -74,8 +75,7 @@ from lamina.ir.lamina import (
     TanhOp,
     TransposeOp,
 )
-from lamina.ir.opbase import LaminaOp, attr_value, dense_from_array, make_attr
-from lamina.ir.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.ops.opbase import LaminaOp, attr_value, dense_from_array, make_attr
 from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, LocationAttr, TensorType
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 

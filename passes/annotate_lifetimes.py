@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.ir.diagnostics import op_loc
-from lamina.ir.dtypes import nbytes
-from lamina.ir.memory import FreeOp, ancestor_in
+from lamina.ir.buffers.memory import FreeOp, ancestor_in
+from lamina.ir.core.diagnostics import op_loc
+from lamina.ir.core.dtypes import nbytes
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType

@@ -21,9 +21,9 @@ parameters have sharded state), then for adamw with `bias-correction=true` (the 
 starting at 0: this update uses t = step + 1 and returns it as the next `step`; a float counts
 steps exactly up to 2^24). Results: each parameter's new value (placed like the parameter), then
 for adamw each (m', v') pair and the next step, then the loss; the function attribute
-`lamina.updates` records which argument each result replaces (`lamina.ir.updates`; -1 for the
+`lamina.updates` records which argument each result replaces (`lamina.ir.buffers.updates`; -1 for the
 loss), and each updated argument's `lamina.role` says what it holds (`parameter`,
-`first_moment`, `second_moment`, `step_count`: the table `lamina.ir.updates.ROLES`), so nothing
+`first_moment`, `second_moment`, `step_count`: the table `lamina.ir.buffers.updates.ROLES`), so nothing
 downstream guesses either from names. `bias-correction=false` drops the
 two corrections (the hand-written samples' update). `state-tier=host` (or nvme) keeps the moments
 in that memory tier, ZeRO-Offload-style: they arrive and leave in it, and each is moved to HBM
@@ -55,12 +55,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from lamina.ir.buffers.memory import MoveOp, with_tier
+from lamina.ir.buffers.updates import ROLE_ATTR, UPDATES_ATTR, set_roles, set_updates, updates_problem
 from lamina.ir.builder import Builder
-from lamina.ir.diagnostics import LaminaError, error_at
-from lamina.ir.lamina import MinOp
-from lamina.ir.memory import MoveOp, with_tier
-from lamina.ir.shapes import info_of
-from lamina.ir.updates import ROLE_ATTR, UPDATES_ATTR, set_roles, set_updates, updates_problem
+from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.shapes import info_of
+from lamina.ir.ops.lamina import MinOp
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
     GRADIENTS_ATTR,
@@ -266,7 +266,7 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
         step.lr.name_hint = "lr"
     loss = ret.operands[0]
     results = [*step.run(params, count, log), loss]
-    # which argument each result replaces, in result order (`lamina.ir.updates`): the parameters,
+    # which argument each result replaces, in result order (`lamina.ir.buffers.updates`): the parameters,
     # then each parameter's (m, v), then the step count; the loss replaces none
     replaced: list[SSAValue | None] = [q.w for q in params]
     if step.adam:
@@ -313,7 +313,7 @@ def _append(func: FuncOp, p: AppendOptimizer, log: ExplainLog | None) -> None:
 
 def _roles(params: list[_Param], count: SSAValue | None, lr: SSAValue | None
            ) -> dict[SSAValue, str]:
-    """The role (`lamina.ir.updates.ROLES`) of each argument the step updates, and of the
+    """The role (`lamina.ir.buffers.updates.ROLES`) of each argument the step updates, and of the
     learning rate input."""
     roles: dict[SSAValue, str] = {}
     for q in params:

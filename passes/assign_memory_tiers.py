@@ -73,13 +73,13 @@ from lamina.analysis.fusion import sram_bytes
 from lamina.analysis.naming import Namer
 from lamina.analysis.recompute import chain_of, constant_chains, defining_op, recomputable
 from lamina.analysis.sizes import local_bytes
-from lamina.ir.diagnostics import LaminaError, error_at
-from lamina.ir.dtypes import ITEMSIZE, tensor_dtype
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, value_label
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.placement import tier_of
-from lamina.ir.target import Target, load_target
+from lamina.ir.buffers.memory import FreeOp, MoveOp, ancestor_in, value_label
+from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.dtypes import ITEMSIZE, tensor_dtype
+from lamina.ir.mesh.placement import tier_of
+from lamina.ir.mesh.target import Target, load_target
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.tier_plan.greedy import solve_greedy
 from lamina.passes.tier_plan.ilp import solve_ilp

@@ -12,10 +12,10 @@ as a dropout seed, never do). A loss with one element is seeded with 1; for any 
 gradient `dy`), typed as the result (placement included).
 
 How: the ops the loss depends on are copied (the other results' ops are dropped), then walked in
-reverse; each op's row states its VJP (`lamina.ir.vjp`, written in Lamina ops through the typed
+reverse; each op's row states its VJP (`lamina.ir.autodiff.vjp`, written in Lamina ops through the typed
 builder), cotangents of a value used several times are summed. An argument the loss does not depend
 on gets zeros; one it depends on only through non-differentiable edges (a compare, select's
-condition, a cast to an integer type: `lamina.ir.vjp`) is an error at that op, since a silent zero
+condition, a cast to an integer type: `lamina.ir.autodiff.vjp`) is an error at that op, since a silent zero
 would hide a mistake (name it in `data`). The new ops carry the location of the forward op they
 differentiate. `@NAME_grad` records its gradients' argument indices in `lamina.gradients`
 (`passes/train_common.py`), which `append-optimizer` reads.
@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.analysis.naming import Namer
+from lamina.ir.autodiff.vjp import NotDifferentiable, VjpCall
+from lamina.ir.buffers.memory import MoveOp
 from lamina.ir.builder import Builder, is_float_value
-from lamina.ir.diagnostics import error_at, note_at
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import MoveOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.shapes import info_of
-from lamina.ir.vjp import NotDifferentiable, VjpCall
+from lamina.ir.core.diagnostics import error_at, note_at
+from lamina.ir.core.shapes import info_of
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
     arg_names,
@@ -143,7 +143,7 @@ Forward = LaminaOp | MoveOp   # the ops derive-backward differentiates
 
 
 def _edge(op: Forward, v: SSAValue) -> bool:
-    """Whether a gradient flows from `op`'s result into its operand `v` (`lamina.ir.vjp`; a tier
+    """Whether a gradient flows from `op`'s result into its operand `v` (`lamina.ir.autodiff.vjp`; a tier
     move is the identity on values, so on cotangents)."""
     if isinstance(op, MoveOp):
         return is_float_value(v)

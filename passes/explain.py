@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TextIO
 
-from lamina.ir.diagnostics import LaminaError, op_loc
+from lamina.ir.core.diagnostics import LaminaError, op_loc
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation

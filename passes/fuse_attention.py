@@ -16,7 +16,7 @@ build their other operands from constants alone (a causal mask from two index co
 nothing else uses them; constants are cloned in, as fuse-elementwise does. The body stays the
 semantics: a backend may run it op by op (the JAX backend and the SPMD interpreter do), while the
 NumPy interpreter runs it as a flash-style kernel whose scores never exist whole
-(`lamina.backends.numpy.attention`). The structure and its rules live in `lamina.ir.attention`,
+(`lamina.backends.numpy.attention`). The structure and its rules live in `lamina.ir.ops.attention`,
 which the verifier checks on the fused op too, so the pass and the verifier agree by construction.
 
 What it assumes. The roles come from the op table alone: matmul and softmax are recognized by
@@ -41,9 +41,9 @@ from typing import ClassVar
 
 from lamina.analysis.fusion import build_fused, placement_key
 from lamina.analysis.naming import Namer
-from lamina.ir.attention import NotAttention, follow_chain, is_matmul, shape_of
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import Fusion
+from lamina.ir.ops.attention import NotAttention, follow_chain, is_matmul, shape_of
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp

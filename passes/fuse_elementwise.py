@@ -66,7 +66,7 @@ Legality rule (when op `c` may join the group G of a producer `p`)
 
 8. Layout ops at the edges (`fusion_views`). A layout op whose operands are all values one group
    computes per tile joins it as an *output view*: the kernel writes its result directly, each
-   tile carried through the op's index map (`lamina.ir.view_rules`), so the value before it is
+   tile carried through the op's index map (`lamina.ir.ops.view_rules`), so the value before it is
    never stored; the group then tiles only over the leading dims every output view keeps one
    to one (a reshape merging two row dims makes the kernel's tiles cover both whole; the least
    tile of rule 7 grows accordingly). Nothing in the kernel may read an output view. A concat of
@@ -115,11 +115,11 @@ from lamina.analysis.fusion import (
 from lamina.analysis.graph import contracted_order
 from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import fmt_bytes
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, ancestor_in
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import Fusion
-from lamina.ir.target import load_target
+from lamina.ir.buffers.memory import FreeOp, ancestor_in
+from lamina.ir.mesh.target import load_target
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.fusion_groups import Group, Groups, Space, broadcasts_into, join_spaces
 from lamina.passes.fusion_views import (

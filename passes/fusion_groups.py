@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from lamina.analysis.graph import ContractedDag
 from lamina.analysis.sizes import local_bytes
-from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import Fusion
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 

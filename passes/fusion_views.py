@@ -8,7 +8,7 @@ A layout op joins a kernel at one of its edges, never in the middle:
 
 - as an *output view* of a group G, when every operand is a value G computes tile by tile (or
   another output view of G): the kernel writes the op's result directly, each tile of G's rows
-  carried through the op's index map (`lamina.ir.view_rules`) into its place, so the operand is
+  carried through the op's index map (`lamina.ir.ops.view_rules`) into its place, so the operand is
   never stored. That needs the rows a tile covers in part to map one to one through the op:
   `view_positions` follows where each of G's domain dims lands, and G keeps tiling only over the
   leading dims that every output view keeps (`Group.kept`). Nothing in G may read an output view
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lamina.ir.opbase import LaminaOp
+from lamina.ir.ops.opbase import LaminaOp
 from lamina.passes.fusion_groups import Group, Groups, Space
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue

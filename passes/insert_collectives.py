@@ -2,7 +2,7 @@
 
     -p 'propagate-sharding,insert-collectives{target=h100-cluster bucket=true bucket-bytes=26214400}'
 
-`target` is a built-in target name or a TOML file (`lamina.ir.target`); mesh axes map onto its link
+`target` is a built-in target name or a TOML file (`lamina.ir.mesh.target`); mesh axes map onto its link
 levels by `Target.axis_level`, and every cost comes from `lamina.analysis.comm_cost`.
 
 A reshard from placement S to D (one mesh, one shape) becomes the sequence of collectives with the
@@ -24,7 +24,7 @@ time, the algorithms it beat and why the sequence was chosen.
 
 What differs between the collectives it emits (their attributes, what they reduce, which side is
 the payload, whether they communicate) is read from each kind's record in
-`lamina.ir.collective_kinds`; the op class is `lamina.ir.collectives.OP_CLASS[kind]`.
+`lamina.ir.mesh.collective_kinds`; the op class is `lamina.ir.mesh.collectives.OP_CLASS[kind]`.
 """
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ from typing import ClassVar
 from lamina.analysis.comm_cost import Estimate, estimate, latency_dominated, levels_of
 from lamina.analysis.reshard_plan import Plan, Step, plan_reshard
 from lamina.analysis.sizes import fmt_bytes, spec_local_bytes, type_bytes
-from lamina.ir.collective_kinds import (
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_SLICE,
     ALL_TO_ALL,
     REDUCE_SCATTER,
 )
-from lamina.ir.collectives import OP_CLASS, AllReduceOp, PlacementOp, ReshardOp, with_spec
-from lamina.ir.collectives import build as build_placement
-from lamina.ir.diagnostics import error_at
-from lamina.ir.memory import FreeOp
-from lamina.ir.placement import Mesh, find_mesh, spec_of
-from lamina.ir.sharding import Spec
-from lamina.ir.target import Target, load_target
+from lamina.ir.mesh.collectives import OP_CLASS, AllReduceOp, PlacementOp, ReshardOp, with_spec
+from lamina.ir.mesh.collectives import build as build_placement
+from lamina.ir.mesh.placement import Mesh, find_mesh, spec_of
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.mesh.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, TensorType

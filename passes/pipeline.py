@@ -37,9 +37,9 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.result_names import keep_result_names, names_by_function
-from lamina.ir.source import verify
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.text.result_names import keep_result_names, names_by_function
+from lamina.ir.text.source import verify
 from lamina.passes.explain import LaminaPass, describe_type, option_fields
 from lamina.passes.registry import SUMMARIES, available_passes
 from xdsl.context import Context

@@ -4,7 +4,7 @@
 
 Input: a function some of whose values are placed on a mesh (usually arguments; op results and
 function results written with a placement are constraints). Output: every tensor value placed on
-that mesh, every op obeying its sharding rule (`lamina.ir.sharding.infer`, the verifier's), and a
+that mesh, every op obeying its sharding rule (`lamina.ir.mesh.sharding.infer`, the verifier's), and a
 `lamina.reshard` wherever an operand must change placement for its consumer. `insert-collectives`
 lowers each reshard to the cheapest collectives for a target.
 
@@ -57,17 +57,17 @@ from lamina.analysis.fusion import build_fused
 from lamina.analysis.graph import UnionFind, contracted_order
 from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import type_bytes
-from lamina.ir.collective_kinds import SUM
-from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
-from lamina.ir.collectives import build as build_placement
-from lamina.ir.diagnostics import error_at
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, MoveOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.placement import MeshOp, find_mesh, place_of, spec_of
-from lamina.ir.sharding import Hint, Linearity, ShardingError, Spec, infer
-from lamina.ir.target import Target, load_target
-from lamina.ir.updates import UPDATES_ATTR, updates_of
+from lamina.ir.buffers.memory import FreeOp, MoveOp
+from lamina.ir.buffers.updates import UPDATES_ATTR, updates_of
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.mesh.collective_kinds import SUM
+from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
+from lamina.ir.mesh.collectives import build as build_placement
+from lamina.ir.mesh.placement import MeshOp, find_mesh, place_of, spec_of
+from lamina.ir.mesh.sharding import Hint, Linearity, ShardingError, Spec, infer
+from lamina.ir.mesh.target import Target, load_target
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.sharding_choice import Candidate, Coster, drop_candidates, drop_from_end, us
 from xdsl.context import Context

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from lamina.analysis.comm_cost import estimate, levels_of
 from lamina.analysis.reshard_plan import plan_reshard
 from lamina.analysis.sizes import type_bytes
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.placement import Mesh
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.sharding import Spec
-from lamina.ir.target import Target
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh.placement import Mesh
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.mesh.target import Target
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 

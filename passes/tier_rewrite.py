@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lamina.analysis.recompute import chain_of, defining_op
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, MoveOp, ancestor_in, value_label, with_tier
-from lamina.ir.placement import tier_of
-from lamina.ir.updates import UPDATES_ATTR, updates_of
+from lamina.ir.buffers.memory import FreeOp, MoveOp, ancestor_in, value_label, with_tier
+from lamina.ir.buffers.updates import UPDATES_ATTR, updates_of
+from lamina.ir.mesh.placement import tier_of
+from lamina.ir.ops.fused import FusedOp
 from lamina.passes.explain import ExplainLog
 from lamina.passes.tier_plan.problem import RECOMPUTE, Plan, Problem, gaps_of
 from xdsl.dialects.builtin import FunctionType, TensorType

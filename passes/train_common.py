@@ -18,14 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lamina.ir.builder import Builder, retype
-from lamina.ir.collectives import ReshardOp, with_spec
-from lamina.ir.collectives import build as build_placement
-from lamina.ir.diagnostics import error_at
-from lamina.ir.lamina import ReshapeOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.placement import place_of, spec_of
-from lamina.ir.shapes import info_of
-from lamina.ir.sharding import Spec
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.shapes import info_of
+from lamina.ir.mesh.collectives import ReshardOp, with_spec
+from lamina.ir.mesh.collectives import build as build_placement
+from lamina.ir.mesh.placement import place_of, spec_of
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.ops.lamina import ReshapeOp
+from lamina.ir.ops.opbase import LaminaOp
 from xdsl.dialects.builtin import DenseArrayBase, FunctionType, IntegerType, TensorType, i64
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, OpResult, Region, SSAValue

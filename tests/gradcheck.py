@@ -34,10 +34,10 @@ import torch_ref
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.builder import Builder, is_float_value
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.opbase import tensor_info
-from lamina.ir.placement import COMPUTE_TIERS, tier_of
-from lamina.ir.shapes import info_of
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.shapes import info_of
+from lamina.ir.mesh.placement import COMPUTE_TIERS, tier_of
+from lamina.ir.ops.opbase import tensor_info
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 

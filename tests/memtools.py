@@ -8,8 +8,8 @@ import lamina.backends.numpy.memory  # noqa: F401  (registers lamina.move / lami
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.memory import MemoryChecker
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.source import make_context, parse_text, verify
-from lamina.ir.target import Target, Tier, load_target
+from lamina.ir.mesh.target import Target, Tier, load_target
+from lamina.ir.text.source import make_context, parse_text, verify
 
 
 def parse(text: str, check: bool = True):

@@ -6,7 +6,8 @@
 For every `samples/*.mlir` and every pipeline below, `lamina-opt FILE -p P --explain` (printed IR,
 explain lines, exit code), and for the run pipelines `lamina-run FILE --entry F -p P --seed 0` with
 `--stats-json` and `--outputs` for every function whose inputs are small enough (a SHA-256 of each
-output's bytes, and the stats). Only the command-line tools are used, so the script runs unchanged
+output's bytes, and the stats without their wall-clock `*_seconds` fields, so two snapshots of the
+same behaviour are byte-identical). Only the command-line tools are used, so the script runs unchanged
 on both sides of a change to the package's insides. Not a test: `make test` does not run it.
 """
 
@@ -76,6 +77,17 @@ def _opt_case(path: str, pipeline: str) -> tuple[str, str]:
     return key, f"$ {' '.join(cmd[1:])}\nrc={r.returncode}\n--- stdout\n{r.stdout}--- stderr\n{r.stderr}"
 
 
+def _without_timings(stats: object) -> object:
+    """`stats` without its wall-clock fields (`compile_seconds`, `run_seconds_all`, ... at any
+    depth): they differ from run to run, and a snapshot records behaviour."""
+    if isinstance(stats, dict):
+        return {k: _without_timings(v) for k, v in stats.items()
+                if not (k.endswith("_seconds") or "_seconds_" in k)}
+    if isinstance(stats, list):
+        return [_without_timings(v) for v in stats]
+    return stats
+
+
 def _run_case(path: str, func: str, pipeline: str) -> tuple[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         outs, stats = os.path.join(tmp, "out.npz"), os.path.join(tmp, "stats.json")
@@ -91,7 +103,7 @@ def _run_case(path: str, func: str, pipeline: str) -> tuple[str, str]:
                     lines.append(f"{k} {a.dtype} {list(a.shape)} "
                                  f"{hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()}")
         if os.path.exists(stats):
-            s = json.load(open(stats))
+            s = _without_timings(json.load(open(stats)))
             lines.append(json.dumps(s, indent=1, sort_keys=True))
     key = f"run__{os.path.basename(path)}__{func}__{_slug(pipeline)}"
     return key, "\n".join(lines).replace(tmp, "TMP") + "\n"

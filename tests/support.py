@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from lamina.ir.source import parse_text, verify
+from lamina.ir.text.source import parse_text, verify
 from xdsl.dialects.builtin import ModuleOp
 
 

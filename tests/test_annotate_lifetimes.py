@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp
-from lamina.ir.source import verify
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.text.source import verify
 from lamina.passes.annotate_lifetimes import annotate
 from lamina.passes.explain import ExplainLog
 from lamina.passes.pipeline import build_pipeline, run_pipeline
@@ -105,8 +105,8 @@ def test_frees_inside_fused_bodies_and_uses_in_region_count():
 
 
 def test_fused_frees_lower_sram_peak_and_keep_outputs():
-    from lamina.ir.diagnostics import LaminaError
-    from lamina.ir.target import load_target
+    from lamina.ir.core.diagnostics import LaminaError
+    from lamina.ir.mesh.target import load_target
 
     # the planner's model of a fused kernel's SRAM (its live intermediates) is what checked
     # execution charges under a target; without one it charges the interpreter's tile buffers

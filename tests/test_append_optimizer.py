@@ -21,10 +21,10 @@ from gradcheck import derive
 from lamina.backends.compare import compare
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.memory import MoveOp
-from lamina.ir.opbase import tensor_info
-from lamina.ir.placement import tier_of
+from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.placement import tier_of
+from lamina.ir.ops.opbase import tensor_info
 from lamina.passes.pipeline import build_pipeline
 from xdsl.dialects.builtin import FunctionType
 from xdsl.dialects.func import ReturnOp

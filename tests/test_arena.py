@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.analysis.arena import ArenaPlan, Buffer, Layout, Slot, plan, plan_function
-from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import Fusion
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
 from sample_files import VALID
 from strategies import examples
 from strategies.programs import programs

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.memory import MoveOp
-from lamina.ir.source import verify
+from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.text.source import verify
 from lamina.passes.annotate_lifetimes import annotate
 from lamina.passes.assign_memory_tiers import assign_function, build_model
 from lamina.passes.explain import ExplainLog

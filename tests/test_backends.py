@@ -19,7 +19,7 @@ from lamina.backends.interface import (
 )
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.registry import backend_names, get_backend
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 

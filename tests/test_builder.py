@@ -17,9 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.ir.builder import Builder, is_float_value
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.dtypes import tensor_type
-from lamina.ir.lamina import (
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.dtypes import tensor_type
+from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.ops.lamina import (
     AddOp,
     ConcatOp,
     ConstantOp,
@@ -30,8 +31,7 @@ from lamina.ir.lamina import (
     SliceOp,
     TransposeOp,
 )
-from lamina.ir.shapes import ShapeError, TensorInfo, info_of
-from lamina.ir.source import verify
+from lamina.ir.text.source import verify
 from strategies import examples
 from xdsl.dialects.builtin import FileLineColLoc, FunctionType, IntAttr, ModuleOp, StringAttr
 from xdsl.dialects.func import FuncOp, ReturnOp

@@ -17,7 +17,7 @@ import numpy as np
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.source import make_context, parse_text
+from lamina.ir.text.source import make_context, parse_text
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 
 F = "tensor<4x8xf32>"          # 128 bytes

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from lamina.cli.run import main as run_main
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from memtools import checked_run, parse, target_with
 
 T = "tensor<64x64xf32>"  # 16 KiB

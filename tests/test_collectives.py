@@ -11,10 +11,10 @@ from lamina.backends.interface import Feature, find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.backends.registry import backend_names, get_backend
-from lamina.ir.collective_kinds import COLLECTIVE_KINDS
-from lamina.ir.collectives import COLLECTIVES, OP_CLASS, VERIFY_CHECKS, PlacementOp
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.source import parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.collective_kinds import COLLECTIVE_KINDS
+from lamina.ir.mesh.collectives import COLLECTIVES, OP_CLASS, VERIFY_CHECKS, PlacementOp
+from lamina.ir.text.source import parse_text, verify
 from xdsl.printer import Printer
 
 MESH = "lamina.mesh @m [data = 2, model = 4]\n"
@@ -181,8 +181,8 @@ def test_two_operand_only_for_all_reduce() -> None:
 def test_spmd_exchanges_follow_the_op() -> None:
     # all_to_all on real data: each device's local block is checked against the global layout
     from lamina.backends.arrays import block, distribute
-    from lamina.ir.placement import Mesh
-    from lamina.ir.sharding import Spec
+    from lamina.ir.mesh.placement import Mesh
+    from lamina.ir.mesh.sharding import Spec
 
     mesh = Mesh("m", ("data", "model"), (2, 4))
     x = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)

@@ -45,10 +45,10 @@ from lamina.backends.interface import RunResult, find_entry
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.cli.run import main as run_main
-from lamina.ir import rng
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.fused import FusedOp
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.ops import rng
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from numba import njit
 from strategies import examples

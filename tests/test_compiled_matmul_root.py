@@ -18,8 +18,8 @@ from lamina.backends.compiled.backend import CompiledBackend
 from lamina.backends.interface import RunResult, find_entry
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.fused import FusedOp
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.ops.fused import FusedOp
 from strategies import examples, signature_parts
 from test_compiled_backend import fused
 

@@ -36,7 +36,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from strategies import examples
 from strategies.programs import programs
 
@@ -57,7 +57,7 @@ func.func @mlp(%x: tensor<8x16xf32>, %y: tensor<8x4xf32>, %w1: tensor<16x32xf32>
 
 def _inputs(func, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    from lamina.ir.opbase import tensor_info
+    from lamina.ir.ops.opbase import tensor_info
     return [rng.standard_normal(tensor_info(t).shape).astype(np.float32)
             for t in func.function_type.inputs.data]
 

@@ -1,4 +1,4 @@
-"""Diagnostics as mlir-opt prints them (`lamina.ir.diagnostics`): `file:line:col: error: message`, the
+"""Diagnostics as mlir-opt prints them (`lamina.ir.core.diagnostics`): `file:line:col: error: message`, the
 source line, a caret under the column, then notes in the same layout; long lines and messages cut
 to a window; both CLIs print this way."""
 
@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from lamina.ir import diagnostics
-from lamina.ir.diagnostics import (
+from lamina.ir.core import diagnostics
+from lamina.ir.core.diagnostics import (
     ECHO_WIDTH,
     KEPT_SOURCES,
     MESSAGE_WIDTH,
@@ -23,7 +23,7 @@ from lamina.ir.diagnostics import (
     source_excerpt,
     source_line,
 )
-from lamina.ir.source import parse_text, verify
+from lamina.ir.text.source import parse_text, verify
 
 BIN = Path(sys.executable).parent
 TEXT = "first line\n  %0 = lamina.exp %x tensor<4xf32>\n\tindented\x1bwith escape\nlast"
@@ -154,7 +154,7 @@ def test_a_300kb_line_gives_a_short_error(tmp_path: Path) -> None:
 
 def test_messages_naming_a_type_use_the_right_article() -> None:
     # "returned a int": the article is chosen by the word, wherever a type or kind is named
-    from lamina.ir.diagnostics import with_article
+    from lamina.ir.core.diagnostics import with_article
     assert [with_article(w) for w in ("int", "float", "OrderedDict", "uint8", "list", "ellipsis",
                                       "USER_INPUT", "_Tensor")] == [
         "an int", "a float", "an OrderedDict", "a uint8", "a list", "an ellipsis",

@@ -1,6 +1,6 @@
-"""The dropout mask: a pure function of (seed, global flat index), as `lamina.ir.rng` documents.
+"""The dropout mask: a pure function of (seed, global flat index), as `lamina.ir.ops.rng` documents.
 
-`keep_ref` below is written from the docstring of `lamina.ir.rng` alone, in plain Python integers,
+`keep_ref` below is written from the docstring of `lamina.ir.ops.rng` alone, in plain Python integers,
 and is the reference for `rng.keep_mask`, for `bits_for_indices` beyond 2**32, and for
 `lamina.dropout` run through the interpreter (`test_ops` imports it too).
 """
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir import rng
-from lamina.ir.dtypes import to_storage
-from lamina.ir.source import parse_text, verify
+from lamina.ir.core.dtypes import to_storage
+from lamina.ir.ops import rng
+from lamina.ir.text.source import parse_text, verify
 from strategies import examples
 
 M32 = 0xFFFFFFFF

@@ -22,8 +22,8 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy import program as numpy_program
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.registry import get_backend
-from lamina.ir.fused import FusedOp
-from lamina.ir.updates import updates_of
+from lamina.ir.buffers.updates import updates_of
+from lamina.ir.ops.fused import FusedOp
 from sample_files import ROOT
 from strategies import examples
 from strategies.programs import GeneratedProgram, programs

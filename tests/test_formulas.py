@@ -1,6 +1,6 @@
 """The op table's formulas against their NumPy specializations, bit for bit, and erf's accuracy.
 
-Every row's semantics is its array-API formula (`lamina.ir.formulas`); the NumPy interpreter
+Every row's semantics is its array-API formula (`lamina.ir.ops.formulas`); the NumPy interpreter
 registers faster forms against some rows (`lamina.backends.numpy.specialized`: `numpy`, `ufunc`,
 `tile`). Each of those must compute exactly the formula's bits, or the NumPy interpreter and any
 other backend evaluating the formula would drift apart; this file checks every one of them, for
@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.numpy.kernels import to_compute
 from lamina.backends.numpy.specialized import Forms, forms, registered
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.formulas import Block, Call, erf
-from lamina.ir.optable import OPS, AttrKind, OpInfo
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.formulas import Block, Call, erf
+from lamina.ir.ops.optable import OPS, AttrKind, OpInfo
 from strategies import examples
 
 

@@ -29,10 +29,10 @@ from lamina.backends.interface import find_entry
 from lamina.frontends.common import ImportRefused
 from lamina.frontends.torch import import_exported
 from lamina.frontends.torch.aten import mapped
-from lamina.ir.collectives import with_spec
-from lamina.ir.lamina import DropoutOp, GatherOp, IotaOp, LogSoftmaxOp
-from lamina.ir.placement import MeshOp
-from lamina.ir.sharding import Spec
+from lamina.ir.mesh.collectives import with_spec
+from lamina.ir.mesh.placement import MeshOp
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.ops.lamina import DropoutOp, GatherOp, IotaOp, LogSoftmaxOp
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 
 BIN = Path(sys.executable).parent
@@ -140,7 +140,7 @@ EVERY_PASS = ("cse,canonicalize,dce,fuse-elementwise,annotate-lifetimes,"
 def test_gpt2_through_every_other_pass(exported, inputs, reference, tmp_path: Path) -> None:
     """The passes the mesh test does not run, in one pipeline, on a target whose HBM is too small
     for the model (so weights and activations are offloaded and prefetched): equal to torch."""
-    tiny = resources.files("lamina.ir.targets").joinpath("tiny.toml").read_text("utf-8")
+    tiny = resources.files("lamina.ir.mesh.targets").joinpath("tiny.toml").read_text("utf-8")
     target = tmp_path / "smaller.toml"
     target.write_text(tiny.replace("capacity = 1048576", "capacity = 65536")    # HBM 64 KiB
                       .replace('name = "tiny"', 'name = "smaller"'))

@@ -20,8 +20,8 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy.attention import block_sizes, run_attention
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import ExecutionObserver, run_function
-from lamina.ir.fused import FusedOp
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_attention import FuseAttention
 from lamina.passes.pipeline import build_pipeline, run_pipeline

@@ -13,11 +13,11 @@ from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.fused import FUSION_KINDS, FusedOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.ops.fused import FUSION_KINDS, FusedOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline

@@ -15,9 +15,9 @@ from lamina.analysis.fusion import fused_least_tiles, intermediate_bytes
 from lamina.backends.compare import compare
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.fused import FusedOp
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples

@@ -40,13 +40,13 @@ from lamina.backends.numpy import tile_threads as tile_exec
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.collectives import PlacementOp, ReshardOp
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.fused import FusedOp
-from lamina.ir.lamina import MatmulOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import Fusion
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.mesh.collectives import PlacementOp, ReshardOp
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.lamina import MatmulOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
 from strategies.programs import FLOATS, GeneratedProgram, programs, random_program

@@ -21,12 +21,12 @@ from hypothesis import given, settings
 from lamina.analysis.naming import Namer
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import op_loc
-from lamina.ir.fused import FusedOp
-from lamina.ir.lamina import AddOp, MatmulOp, MulOp, NegOp, TanhOp
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import Fusion
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.core.diagnostics import op_loc
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.lamina import AddOp, MatmulOp, MulOp, NegOp, TanhOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from strategies import examples

@@ -1,5 +1,5 @@
 """Layout ops at a kernel's edges and matmul epilogues (rules 8 and 9 of fuse-elementwise): the
-index maps of `lamina.ir.view_rules`, the box tiles of the tile loop, and fused == unfused on
+index maps of `lamina.ir.ops.view_rules`, the box tiles of the tile loop, and fused == unfused on
 programs shaped like the GPT-2 block's QKV split, head merge and projections."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy.fused_views import box_tiling
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.formulas import Call
-from lamina.ir.fused import FusedOp
-from lamina.ir.optable import lookup
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.source import make_context, parse_text, verify
-from lamina.ir.view_rules import reshape_dims
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.optable import lookup
+from lamina.ir.ops.view_rules import reshape_dims
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline

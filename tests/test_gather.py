@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from lamina import LaminaError, apply, parse, run
-from lamina.ir.formulas import Block, Call, gather
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.formulas import Block, Call, gather
 
 MESH = "lamina.mesh @m [data = 2, model = 2]"
 

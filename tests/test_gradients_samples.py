@@ -22,9 +22,9 @@ from gradcheck import autograd_checks, derive_all, float_dtype, with_sum_of_squa
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry, functions
 from lamina.ir.builder import is_float_value
-from lamina.ir.collectives import PlacementOp
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.opbase import tensor_info
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.collectives import PlacementOp
+from lamina.ir.ops.opbase import tensor_info
 from sample_files import VALID
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -28,7 +28,7 @@ import pytest
 from lamina.backends.registry import BACKENDS, get_backend
 from lamina.cli.run import BACKEND_FLAGS
 from lamina.cli.run import main as run_main
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 ROOT = Path(__file__).resolve().parent.parent
 

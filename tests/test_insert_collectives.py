@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.opbase import tensor_info
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.ops.opbase import tensor_info
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
 from xdsl.dialects.func import FuncOp

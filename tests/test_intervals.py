@@ -1,4 +1,4 @@
-"""Tests of the value-range rules (`lamina.ir.intervals`) against the ops' own formulas.
+"""Tests of the value-range rules (`lamina.ir.ops.intervals`) against the ops' own formulas.
 
 A rule is only worth having if it is sound: for operand intervals its domains admit, every result
 the op's formula computes on points inside them must lie in the rule's image. The formula is the
@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lamina.ir import formulas as fm
-from lamina.ir import intervals as iv
-from lamina.ir import shapes
-from lamina.ir.formulas import Call
-from lamina.ir.intervals import Domain, DomainKind, Interval
-from lamina.ir.optable import OPS, AttrKind, Fusion, OpInfo
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.sharding import Reduction
+from lamina.ir.core import shapes
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh.sharding import Reduction
+from lamina.ir.ops import formulas as fm
+from lamina.ir.ops import intervals as iv
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.intervals import Domain, DomainKind, Interval
+from lamina.ir.ops.optable import OPS, AttrKind, Fusion, OpInfo
 from strategies import examples
 
 ELEMENTWISE = [info for info in OPS.values() if info.fusion is Fusion.ELEMENTWISE]
@@ -126,7 +126,7 @@ def test_elementwise_rule_contains_formula_values(info: OpInfo, data: st.DataObj
 
 
 def test_every_elementwise_row_has_an_interval_rule() -> None:
-    """A new elementwise row must say its value range (ir/intervals.py): the program generator
+    """A new elementwise row must say its value range (ir/ops/intervals.py): the program generator
     only emits ops with one, and a range analysis would have to give up at the op."""
     missing = [i.name for i in ELEMENTWISE if i.interval is None]
     assert not missing, f"elementwise rows without an interval rule: {missing}"

@@ -25,12 +25,12 @@ from lamina.backends.inputs import random_inputs  # noqa: E402
 from lamina.backends.interface import find_entry, functions  # noqa: E402
 from lamina.backends.jax.lower import evaluate  # noqa: E402
 from lamina.backends.numpy.kernels import kernel  # noqa: E402
-from lamina.ir.diagnostics import LaminaError  # noqa: E402
-from lamina.ir.dtypes import tensor_dtype  # noqa: E402
-from lamina.ir.formulas import Block, Call  # noqa: E402
-from lamina.ir.opbase import tensor_info  # noqa: E402
-from lamina.ir.optable import OPS  # noqa: E402
-from lamina.ir.shapes import TensorInfo  # noqa: E402
+from lamina.ir.core.diagnostics import LaminaError  # noqa: E402
+from lamina.ir.core.dtypes import tensor_dtype  # noqa: E402
+from lamina.ir.core.shapes import TensorInfo  # noqa: E402
+from lamina.ir.ops.formulas import Block, Call  # noqa: E402
+from lamina.ir.ops.opbase import tensor_info  # noqa: E402
+from lamina.ir.ops.optable import OPS  # noqa: E402
 from sample_files import VALID  # noqa: E402
 from strategies import examples  # noqa: E402
 from strategies.programs import programs  # noqa: E402

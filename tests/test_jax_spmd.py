@@ -25,8 +25,8 @@ from lamina.backends.compare import compare  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.backends.jax import hlo, plan  # noqa: E402
 from lamina.backends.jax.backend import compare_collectives  # noqa: E402
-from lamina.ir.dtypes import tensor_dtype  # noqa: E402
-from lamina.ir.source import make_context, parse_text, verify  # noqa: E402
+from lamina.ir.core.dtypes import tensor_dtype  # noqa: E402
+from lamina.ir.text.source import make_context, parse_text, verify  # noqa: E402
 from strategies import examples  # noqa: E402
 from strategies.programs import programs  # noqa: E402
 from test_insert_collectives import reshards  # noqa: E402

@@ -2,17 +2,21 @@
 
 - The import contracts (`[tool.importlinter]` in pyproject.toml: ir <- analysis <- passes |
   backends | frontends <- cli; the numpy, jax and compiled backends independent but for compiled
-  building on numpy) hold, and they are not vacuous: the same check on a copy of the package with
-  one upward import, or one import of a backend by another, added fails.
+  building on numpy; inside `lamina.ir`, its sub-packages by concern: builder | text <- ops <-
+  buffers <- mesh | autodiff <- core, every module of ir/ in one of them; no module of ir,
+  analysis, passes, backends or frontends importing the API, the `lamina` root) hold, and they
+  are not vacuous: the same check on a copy of the package with one upward import, one import of
+  a backend by another, one import of the API from below or one ir module outside the layers
+  added fails.
 - No pass or backend names an op in a string literal: what they know about ops comes from the
   table's rows and the typed op classes.
 - No pass, backend or analysis spells the collectives' vocabulary (a collective kind, an
   algorithm, a reduce kind, a placement op's attribute name) as a string literal: it comes from the
-  table of collective kinds (`lamina.ir.collective_kinds`); the precise rule is
+  table of collective kinds (`lamina.ir.mesh.collective_kinds`); the precise rule is
   `test_collective_vocabulary_stays_in_its_table`'s docstring.
 - No two `lamina.ir` modules import each other, directly or through others (TYPE_CHECKING
   imports included): the op table, its rules, the op classes and the builders form a tree.
-- `lamina/ir/lamina.py` is what `lamina.ir.opgen` generates from the table, with one class per row.
+- `lamina/ir/ops/lamina.py` is what `lamina.ir.ops.opgen` generates from the table, with one class per row.
 """
 
 from __future__ import annotations
@@ -26,12 +30,12 @@ from pathlib import Path
 
 import grimp
 import lamina
-from lamina.ir import lamina as dialect
-from lamina.ir import opgen
-from lamina.ir.collective_kinds import ALGORITHMS, COLLECTIVE_KINDS, REDUCE_KINDS
-from lamina.ir.collectives import COLLECTIVES
-from lamina.ir.optable import OPS
-from lamina.ir.placement import PARTIAL_KINDS
+from lamina.ir.mesh.collective_kinds import ALGORITHMS, COLLECTIVE_KINDS, REDUCE_KINDS
+from lamina.ir.mesh.collectives import COLLECTIVES
+from lamina.ir.mesh.placement import PARTIAL_KINDS
+from lamina.ir.ops import lamina as dialect
+from lamina.ir.ops import opgen
+from lamina.ir.ops.optable import OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -49,14 +53,16 @@ def test_import_contracts_hold() -> None:
     assert "0 broken" in r.stdout
 
 
-def _lint_with_import(tmp_path: Path, module: str, line: str) -> subprocess.CompletedProcess[str]:
+def _lint_with_import(tmp_path: Path, module: str, line: str, *,
+                      new: bool = False) -> subprocess.CompletedProcess[str]:
     """lint-imports on a copy of the installed package (its files, links resolved) in which
-    `module` (a path under the package) ends with the import `line`."""
+    `module` (a path under the package; with `new`, a module added there) ends with the import
+    `line`."""
     pkg = Path(lamina.__file__).resolve().parent
     src = Path(lamina.__file__).parent            # the install's tree (links into the sources)
     copy = tmp_path / "lamina"
     shutil.copytree(src, copy, symlinks=False, ignore=shutil.ignore_patterns("__pycache__"))
-    assert (copy / module).exists(), f"unexpected install layout under {src} ({pkg})"
+    assert (copy / module).exists() != new, f"unexpected install layout under {src} ({pkg})"
     with open(copy / module, "a") as f:
         f.write(f"\n{line}  # noqa\n")
     return _lint_imports({**os.environ, "PYTHONPATH": str(tmp_path)})
@@ -64,9 +70,9 @@ def _lint_with_import(tmp_path: Path, module: str, line: str) -> subprocess.Comp
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     """Make one ir module import a pass: lint-imports fails naming the broken layers contract."""
-    r = _lint_with_import(tmp_path, "ir/dtypes.py", "from lamina.passes import pipeline as _upward")
+    r = _lint_with_import(tmp_path, "ir/core/dtypes.py", "from lamina.passes import pipeline as _upward")
     assert r.returncode != 0, r.stdout
-    assert "BROKEN" in r.stdout and "lamina.ir.dtypes -> lamina.passes.pipeline" in r.stdout
+    assert "BROKEN" in r.stdout and "lamina.ir.core.dtypes -> lamina.passes.pipeline" in r.stdout
 
 
 def test_a_backend_importing_another_breaks_the_contract(tmp_path: Path) -> None:
@@ -78,6 +84,58 @@ def test_a_backend_importing_another_breaks_the_contract(tmp_path: Path) -> None
     assert "backends numpy | jax | compiled are independent" in r.stdout
     assert "BROKEN" in r.stdout and "lamina.backends.jax.lower -> lamina.backends.numpy.spmd" \
         in r.stdout
+
+
+IR_CONTRACT = "ir by concern: builder | text <- ops <- buffers <- mesh | autodiff <- core"
+API_CONTRACT = "the Python API (lamina, lamina.executable) is imported by no layer below it"
+
+
+def test_ir_core_importing_the_op_table_breaks_the_ir_layers(tmp_path: Path) -> None:
+    """The shared vocabulary (core) is the bottom of lamina.ir: its dtypes naming the op table is
+    an upward import inside ir/, which the ir-wide layers contract alone would not see."""
+    r = _lint_with_import(tmp_path, "ir/core/dtypes.py",
+                          "from lamina.ir.ops import optable as _upward")
+    assert r.returncode != 0, r.stdout
+    assert f"{IR_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.ir.core.dtypes -> lamina.ir.ops.optable" in r.stdout
+
+
+def test_placement_importing_the_op_table_breaks_the_ir_layers(tmp_path: Path) -> None:
+    """The import this layout removed (placement reading `optable.OpInfo`; it reads sharding's
+    protocol instead): with it back, mesh is no longer below ops."""
+    r = _lint_with_import(tmp_path, "ir/mesh/placement.py",
+                          "from lamina.ir.ops.optable import OpInfo as _row")
+    assert r.returncode != 0, r.stdout
+    assert f"{IR_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.ir.mesh.placement -> lamina.ir.ops.optable" in r.stdout
+
+
+def test_an_ir_module_outside_the_layers_breaks_the_ir_layers(tmp_path: Path) -> None:
+    """The contract is exhaustive: a new flat module of ir/ must be given a layer."""
+    r = _lint_with_import(tmp_path, "ir/stray.py", "from lamina.ir.core import dtypes as _d",
+                          new=True)
+    assert r.returncode != 0, r.stdout
+    assert f"{IR_CONTRACT} BROKEN" in r.stdout
+    assert "not listed as layers" in r.stdout and "- lamina.ir.stray" in r.stdout
+
+
+def test_a_backend_importing_the_api_breaks_the_api_contract(tmp_path: Path) -> None:
+    """The NumPy backend reading `lamina.__version__` (the root, the Python API): the forbidden
+    contract names the import, which no layers contract can (the root is above its children)."""
+    r = _lint_with_import(tmp_path, "backends/numpy/spmd.py", "import lamina as _api")
+    assert r.returncode != 0, r.stdout
+    assert f"{API_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.backends.numpy.spmd -> lamina" in r.stdout
+
+
+def test_an_indirect_import_of_the_api_breaks_the_api_contract(tmp_path: Path) -> None:
+    """An ir module importing the API's executable is found too, and so is every module of the
+    layers above that reaches the API through it."""
+    r = _lint_with_import(tmp_path, "ir/text/result_names.py",
+                          "from lamina.executable import Executable as _exe")
+    assert r.returncode != 0, r.stdout
+    assert f"{API_CONTRACT} BROKEN" in r.stdout
+    assert "lamina.ir.text.result_names -> lamina.executable" in r.stdout
 
 
 def _string_literals(path: Path) -> list[tuple[int, str]]:
@@ -126,8 +184,8 @@ def test_passes_and_backends_name_no_op() -> None:
 
 KIND_WORDS = {w for c in COLLECTIVE_KINDS.values() for w in (c.kind, c.op_name)} | set(ALGORITHMS)
 ATTRIBUTE_WORDS = {a for c in COLLECTIVE_KINDS.values() for a in c.attrs}
-PLACEMENT_MODULES = {"lamina.ir.placement", "lamina.ir.sharding", "lamina.ir.collectives",
-                     "lamina.ir.collective_kinds"}
+PLACEMENT_MODULES = {"lamina.ir.mesh.placement", "lamina.ir.mesh.sharding", "lamina.ir.mesh.collectives",
+                     "lamina.ir.mesh.collective_kinds"}
 COLLECTIVE_FOLDERS = ("passes", "backends", "analysis")
 
 
@@ -173,7 +231,7 @@ def test_collective_vocabulary_stays_in_its_table() -> None:
     - no string literal is a collective kind (`all_reduce`, ..., `reshard`), its op name
       (`lamina.all_reduce`) or a collective algorithm (`ring`, `tree`, `hierarchical`); these
       words mean nothing else there;
-    - in a module that handles placements (it imports `lamina.ir.placement`, `.sharding`,
+    - in a module that handles placements (it imports `lamina.ir.mesh.placement`, `.sharding`,
       `.collectives` or `.collective_kinds`), no string literal is a reduce kind (`sum`, `max`);
       elsewhere (the compiled backend's own trace) the words name other things;
     - no string literal is a placement op's attribute name (`axes`, `kind`, `algorithm`, `inner`,
@@ -181,7 +239,7 @@ def test_collective_vocabulary_stays_in_its_table() -> None:
       `x.properties.get(K)` (or pop / setdefault), `x.int_attr(K)`, `K in x.properties`. The same
       words are also op-table attributes (`axes`, `dim`), `--stats-json` field names and pass
       options, which stay spelt out.
-    The words come from `lamina.ir.collective_kinds` (its records, `REDUCE_KINDS`, `ALGORITHMS`),
+    The words come from `lamina.ir.mesh.collective_kinds` (its records, `REDUCE_KINDS`, `ALGORITHMS`),
     so a new kind or attribute is covered as soon as it is in the table."""
     found = []
     for folder in COLLECTIVE_FOLDERS:
@@ -195,7 +253,7 @@ def test_the_collective_vocabulary_check_catches_each_rule() -> None:
     """The check is not vacuous: a module breaking each rule once is caught on those lines, and
     the uses the rule leaves alone are not."""
     src = (
-        "from lamina.ir.sharding import Spec\n"
+        "from lamina.ir.mesh.sharding import Spec\n"
         "A = {'all_gather': 1.0}\n"                        # 2: a kind
         "B = op.algorithm_name() or 'ring'\n"              # 3: an algorithm
         "C = spec.partial_kind == 'max'\n"                 # 4: a reduce kind
@@ -243,19 +301,19 @@ def test_an_import_cycle_is_found() -> None:
     """The rules' module naming the builder (which imports the op classes, which import the
     table, which imports the rules) is the cycle this check was written against."""
     graph = _import_graph()
-    graph.add_import(importer="lamina.ir.vjp", imported="lamina.ir.builder")
+    graph.add_import(importer="lamina.ir.autodiff.vjp", imported="lamina.ir.builder")
     cycles = _ir_cycles(graph)
-    assert any(c.startswith("lamina.ir.optable -> lamina.ir.vjp -> lamina.ir.builder")
+    assert any(c.startswith("lamina.ir.ops.optable -> lamina.ir.autodiff.vjp -> lamina.ir.builder")
                for c in cycles), cycles
 
 
 def test_generated_op_classes_are_current() -> None:
     assert opgen.target_path().read_text(encoding="utf-8") == opgen.render(), \
-        "ir/lamina.py is stale: run python -m lamina.ir.opgen"
+        "ir/ops/lamina.py is stale: run python -m lamina.ir.ops.opgen"
 
 
 def test_one_typed_class_per_row() -> None:
-    from lamina.ir.lamina import DropoutOp, LayernormOp
+    from lamina.ir.ops.lamina import DropoutOp, LayernormOp
 
     assert set(dialect.OP_CLASSES) == set(OPS)
     for name, cls in dialect.OP_CLASSES.items():

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.lamina import ConstantOp, DropoutOp
-from lamina.ir.opbase import dense_to_array
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.ops.lamina import ConstantOp, DropoutOp
+from lamina.ir.ops.opbase import dense_to_array
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from sample_files import VALID
 from support import module

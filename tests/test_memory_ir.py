@@ -6,10 +6,10 @@ from __future__ import annotations
 import io
 
 import pytest
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.memory import FreeOp, MoveOp, tier_problem, with_tier
-from lamina.ir.placement import tier_of
-from lamina.ir.source import make_context, parse_text
+from lamina.ir.buffers.memory import FreeOp, MoveOp, tier_problem, with_tier
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.placement import tier_of
+from lamina.ir.text.source import make_context, parse_text
 from memtools import parse
 from xdsl.dialects.func import FuncOp
 from xdsl.printer import Printer

@@ -1,5 +1,5 @@
 """Every op of the op table against a NumPy/Python reference written here, independently of
-`lamina.ir.formulas`.
+`lamina.ir.ops.formulas`.
 
 Each test builds a one-op program as text, parses and verifies it, runs it with the NumPy
 interpreter and compares with a reference computed in float64 (pure-Python `math` per element for
@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.optable import OPS
-from lamina.ir.source import parse_text, verify
+from lamina.ir.ops.optable import OPS
+from lamina.ir.text.source import parse_text, verify
 from strategies import examples
 from test_dropout import keep_ref
 
@@ -273,7 +273,7 @@ def test_integer_unary(op: str, shape, dtype: str, seed: int) -> None:
 
 @pytest.mark.parametrize("op", ["div", "pow", "exp", "relu"])
 def test_float_only_rows_refuse_integers(op: str) -> None:
-    from lamina.ir.diagnostics import LaminaError
+    from lamina.ir.core.diagnostics import LaminaError
 
     n = len(OPS[op].operands)
     args = ", ".join(f"%a{i}" for i in range(n))

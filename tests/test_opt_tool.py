@@ -16,8 +16,8 @@ import lamina
 import pytest
 from lamina.cli import opt as opt_module
 from lamina.cli.diagnostic_verifier import Diagnostic, check, parse_expectations
-from lamina.ir.diagnostics import LaminaError, SourceLoc
-from lamina.ir.source import parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError, SourceLoc
+from lamina.ir.text.source import parse_text, verify
 
 OPT = Path(sys.executable).parent / "lamina-opt"
 INVALID = Path(__file__).parent / "filecheck" / "invalid"

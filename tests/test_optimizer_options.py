@@ -19,10 +19,10 @@ import pytest
 from gradcheck import derive
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.opbase import tensor_info
-from lamina.ir.updates import roles_of, updates_of
+from lamina.ir.buffers.updates import roles_of, updates_of
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.opbase import tensor_info
 from lamina.passes.pipeline import build_pipeline
 from xdsl.dialects.func import FuncOp
 

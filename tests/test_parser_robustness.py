@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.opbase import MAX_RANK, attr_value
-from lamina.ir.optable import AttrKind, AttrSpec
-from lamina.ir.placement import MAX_MESH_DEVICES
-from lamina.ir.robust_parser import MAX_ARGUMENTS, MAX_ATTRIBUTE_DEPTH, MAX_PARSED_RANK, MAX_REGION_DEPTH
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.placement import MAX_MESH_DEVICES
+from lamina.ir.ops.opbase import MAX_RANK, attr_value
+from lamina.ir.ops.optable import AttrKind, AttrSpec
+from lamina.ir.text.robust_parser import MAX_ARGUMENTS, MAX_ATTRIBUTE_DEPTH, MAX_PARSED_RANK, MAX_REGION_DEPTH
 from support import module
 from xdsl.dialects.builtin import IntegerAttr, StringAttr
 from xdsl.utils.exceptions import VerifyException

@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 
 import pytest
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from lamina.passes.assign_memory_tiers import AssignMemoryTiers
 from lamina.passes.explain import option_fields
 from lamina.passes.fuse_elementwise import FuseElementwise
@@ -154,7 +154,7 @@ def test_unquoted_and_quoted_paths(written: str, value: str) -> None:
 
 
 def test_unquoted_target_file_runs_end_to_end(tmp_path: Path) -> None:
-    import lamina.ir.target as target_module
+    import lamina.ir.mesh.target as target_module
 
     shutil.copy(Path(target_module.__file__).parent / "targets" / "tiny.toml", tmp_path / "my.toml")
     sample = Path(__file__).parents[1] / "samples" / "mlp_block.mlir"

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.collectives import PlacementOp, ReshardOp
-from lamina.ir.fused import FusedOp
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.mesh.collectives import PlacementOp, ReshardOp
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.explain import ExplainLog
 from lamina.passes.fuse_elementwise import FuseElementwise
 from lamina.passes.pipeline import build_pipeline, run_pipeline

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.optable import OPS
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.sharding import ShardingError, Spec, _reshape_groups, infer
-from lamina.ir.source import parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh.sharding import ShardingError, Spec, _reshape_groups, infer
+from lamina.ir.ops.optable import OPS
+from lamina.ir.text.source import parse_text, verify
 from xdsl.printer import Printer
 
 MESH = "lamina.mesh @m [data = 2, model = 4]\n"

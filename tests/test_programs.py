@@ -20,9 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import make_call, run_function
-from lamina.ir.opbase import LaminaOp
-from lamina.ir.optable import OPS
-from lamina.ir.source import parse_text, verify
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import OPS
+from lamina.ir.text.source import parse_text, verify
 from strategies import examples
 from strategies.programs import (
     FLOATS,
@@ -235,7 +235,7 @@ def _values_outside_ranges(p: GeneratedProgram, rel: float) -> list[str]:
 def test_values_stay_in_the_tracked_ranges(p: GeneratedProgram) -> None:
     """The rows' interval rules as the generator applies them are sound on real values: every
     value of a program lies in the range the generator tracked (the end-to-end check of
-    `lamina.ir.intervals`, reductions, normalizations and layout rules included)."""
+    `lamina.ir.ops.intervals`, reductions, normalizations and layout rules included)."""
     assert not _values_outside_ranges(p, 1e-5), p.text
 
 

@@ -8,9 +8,9 @@ from contextlib import redirect_stderr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
-from lamina.ir.placement import spec_of
-from lamina.ir.sharding import Spec
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.mesh.placement import spec_of
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
 from xdsl.dialects.builtin import ModuleOp
@@ -81,8 +81,8 @@ def test_fused_group_is_placed_through_its_body_and_split_at_a_needed_reduction(
     import numpy as np
     from lamina.backends.numpy.runner import run_function
     from lamina.backends.numpy.spmd import run_spmd
-    from lamina.ir.collectives import AllReduceOp, PlacementOp
-    from lamina.ir.fused import FusedOp
+    from lamina.ir.mesh.collectives import AllReduceOp, PlacementOp
+    from lamina.ir.ops.fused import FusedOp
 
     xs = "tensor<16x8xf32, #lamina.place<@m, [[data], []]>>"
     text = (MESH + f"func.func @f(%x: {xs}) -> tensor<8x16xf32> {{\n"

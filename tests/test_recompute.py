@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from lamina.analysis.recompute import chain_of, constant_chains
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.memory import FreeOp, MoveOp
-from lamina.ir.opbase import tensor_info
-from lamina.ir.source import verify
+from lamina.ir.buffers.memory import FreeOp, MoveOp
+from lamina.ir.ops.opbase import tensor_info
+from lamina.ir.text.source import verify
 from lamina.passes.annotate_lifetimes import annotate
 from lamina.passes.assign_memory_tiers import assign_function, build_model
 from lamina.passes.tier_plan.greedy import solve_greedy

@@ -17,10 +17,10 @@ from lamina.analysis.comm_cost import estimate, levels_of
 from lamina.analysis.reshard_plan import Plan, plan_reshard
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.placement import Mesh
-from lamina.ir.sharding import Spec
-from lamina.ir.source import make_context, parse_text, verify
-from lamina.ir.target import load_target
+from lamina.ir.mesh.placement import Mesh
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.mesh.target import load_target
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
 

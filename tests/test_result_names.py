@@ -1,4 +1,4 @@
-"""Results are called what the program calls them (`lamina.ir.result_names`), everywhere.
+"""Results are called what the program calls them (`lamina.ir.text.result_names`), everywhere.
 
 A `lamina.name` result attribute first, then the returned SSA value's name, then `out<i>`; a
 name taken by an earlier result gets a suffix; `out<i>` finds result i in `Run.outputs` without
@@ -16,7 +16,7 @@ import lamina
 import numpy as np
 import pytest
 from lamina.backends.interface import find_entry
-from lamina.ir.result_names import result_names
+from lamina.ir.text.result_names import result_names
 
 ROOT = Path(__file__).resolve().parents[1]
 T = "tensor<4xf32>"

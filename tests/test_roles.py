@@ -1,4 +1,4 @@
-"""Argument roles (`lamina.role`, the table `lamina.ir.updates.ROLES`), the random inputs drawn for
+"""Argument roles (`lamina.role`, the table `lamina.ir.buffers.updates.ROLES`), the random inputs drawn for
 what the IR says an argument holds, and `--check` on outputs that are NaN or inf on both sides.
 
 - append-optimizer gives exactly the arguments it updates a role, and the passes after it keep them.
@@ -26,8 +26,8 @@ from lamina.backends.compare import compare
 from lamina.backends.inputs import COUNT_HIGH, index_rows, random_inputs
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.backend import reference_run
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.updates import ROLES, Domain, roles_of, set_roles, updated_arguments
+from lamina.ir.buffers.updates import ROLES, Domain, roles_of, set_roles, updated_arguments
+from lamina.ir.core.diagnostics import LaminaError
 from strategies import examples
 from strategies.programs import programs
 from test_cli import assert_error, run, write

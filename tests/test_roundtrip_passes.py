@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from lamina.backends.compare import compare
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
 from strategies.programs import programs

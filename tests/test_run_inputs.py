@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from lamina.backends.inputs import check_input_memory, input_keys
 from lamina.backends.interface import find_entry
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from test_cli import GOOD, RUN, TWO, assert_error, load_npz, no_temp_files, run, write
 
 

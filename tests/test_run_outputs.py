@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from lamina.cli.outputs import BROKEN_PIPE_EXIT, StagedOutputs
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from test_cli import GOOD, OPT, RUN, TWO, VERIFY_ERROR, assert_error, no_temp_files, opt, run, write
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,9 +24,9 @@ from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import functions
 from lamina.backends.numpy.runner import run_function
 from lamina.cli.run import main as run_main
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.opbase import tensor_info
-from lamina.ir.source import load, parse_text, verify
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.opbase import tensor_info
+from lamina.ir.text.source import load, parse_text, verify
 from sample_files import ALL, INVALID, VALID
 from xdsl.printer import Printer
 

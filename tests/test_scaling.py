@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import lamina
 import pytest
-from lamina.ir.source import make_context, parse_text, verify
+from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline
 from strategies.programs import random_program_text
 from xdsl.dialects.builtin import ModuleOp

@@ -19,13 +19,13 @@ from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.collectives import PlacementOp, ReshardOp, with_spec
-from lamina.ir.diagnostics import LaminaError, SourceLoc, source_excerpt
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.fused import FusedOp
-from lamina.ir.placement import MeshOp, spec_of
-from lamina.ir.sharding import Spec
-from lamina.ir.source import load, make_context, parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError, SourceLoc, source_excerpt
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
+from lamina.ir.mesh.placement import MeshOp, spec_of
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.text.source import load, make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
 from strategies.programs import programs

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.target import builtin_targets, load_target, parse_target
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.target import builtin_targets, load_target, parse_target
 
 
 def test_builtins_load_with_datasheet_figures() -> None:
@@ -130,7 +130,7 @@ func.func @f(%big: tensor<1024x1024xf32, #lamina.place<tier = host>>, %y: tensor
 
 
 def _plan(tmp_path: Path, program: str, target_toml: str, solver: str = "greedy") -> LaminaError:
-    from lamina.ir.source import make_context, parse_text, verify
+    from lamina.ir.text.source import make_context, parse_text, verify
     from lamina.passes.pipeline import build_pipeline, run_pipeline
 
     (tmp_path / "t.toml").write_text(target_toml)

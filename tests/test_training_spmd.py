@@ -23,9 +23,9 @@ from lamina.backends.compare import compare
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.collectives import AllReduceOp, PlacementOp, ReduceScatterOp, ReshardOp
-from lamina.ir.opbase import tensor_info
-from lamina.ir.placement import spec_of
+from lamina.ir.mesh.collectives import AllReduceOp, PlacementOp, ReduceScatterOp, ReshardOp
+from lamina.ir.mesh.placement import spec_of
+from lamina.ir.ops.opbase import tensor_info
 
 SAMPLE = (Path(__file__).resolve().parents[1] / "samples" / "mlp_dp_forward.mlir").read_text()
 PLACE = "propagate-sharding,insert-collectives{target=h100-cluster}"

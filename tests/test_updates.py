@@ -1,4 +1,4 @@
-"""`lamina.updates`: which result of a training step replaces which argument (`lamina.ir.updates`).
+"""`lamina.updates`: which result of a training step replaces which argument (`lamina.ir.buffers.updates`).
 
 - append-optimizer writes it on the sample training programs (adamw and sgd, host-tier moments,
   no bias correction, the data-parallel MLP), with every result typed exactly like its argument,
@@ -21,8 +21,7 @@ from gradcheck import derive, optimizer_step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.updates import (
+from lamina.ir.buffers.updates import (
     UPDATES_ATTR,
     set_updates,
     updated_arguments,
@@ -30,6 +29,7 @@ from lamina.ir.updates import (
     updates_problem,
     verify_updates,
 )
+from lamina.ir.core.diagnostics import LaminaError
 from strategies import examples
 from strategies.programs import programs
 from xdsl.dialects.func import FuncOp

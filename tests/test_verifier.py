@@ -2,7 +2,7 @@
 
 Each case is one op on line 2 of a small function; the error must be a `LaminaError` located at
 `<stdin>:2:3` (the op) whose message starts with `lamina.<op>: ` and contains the rule's text.
-The cases cover every `ShapeError` message in `lamina.ir.shapes`, every attribute-kind error,
+The cases cover every `ShapeError` message in `lamina.ir.core.shapes`, every attribute-kind error,
 missing required attributes, unsupported element types, dynamic shapes and result type
 mismatches; parse-time errors (unknown attribute, wrong operand count) are checked at their
 position too.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.source import parse_text, verify
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.text.source import parse_text, verify
 
 F4 = "tensor<4xf32>"
 F24 = "tensor<2x4xf32>"

@@ -1,4 +1,4 @@
-"""Every row's VJP (`lamina.ir.vjp`), against torch.autograd, op by op.
+"""Every row's VJP (`lamina.ir.autodiff.vjp`), against torch.autograd, op by op.
 
 - The table states a VJP for every row, and the rows without one are exactly the documented
   non-differentiable ones (compares, constants), each with its reason.
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from gradcheck import compare_with_torch, derive
 from lamina.backends.interface import find_entry
-from lamina.ir.opbase import tensor_info
-from lamina.ir.optable import OPS
-from lamina.ir.vjp import NotDifferentiable
+from lamina.ir.autodiff.vjp import NotDifferentiable
+from lamina.ir.ops.opbase import tensor_info
+from lamina.ir.ops.optable import OPS
 
 # name -> (arguments "name:shape" (a "p" prefix: positive values; "k": data, no gradient; "s":
 # an i64 seed), body lines with T standing for the element type, result type)
@@ -162,7 +162,7 @@ def inputs(args: list[tuple[str, str]], dtype: str, seed: int) -> list[np.ndarra
         a = rng.uniform(0.5, 2.0, shape) if n.startswith("p") else rng.standard_normal(shape)
         out.append(a.astype({"f64": np.float64}.get(dtype, np.float32)))
     if dtype == "bf16":
-        from lamina.ir.dtypes import round_bf16
+        from lamina.ir.core.dtypes import round_bf16
         out = [round_bf16(a) if a.dtype == np.float32 else a for a in out]
     return out
 

@@ -16,7 +16,7 @@ import pytest
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 P_X = "#lamina.place<@m, [[], [model]]>"
 P_W = "#lamina.place<@m, [[model], []]>"

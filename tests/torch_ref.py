@@ -4,7 +4,7 @@
 here by op, as a reference must: it shares no code with Lamina's formulas or VJP rules) and returns
 the argument tensors (those in `wrt` require grad) and the result tensors, so tests can compare
 `torch.autograd.grad` with a derived gradient function. The one shared definition is dropout's
-keep mask, which Lamina defines as a function of (seed, global index) in `lamina.ir.rng`: the mask
+keep mask, which Lamina defines as a function of (seed, global index) in `lamina.ir.ops.rng`: the mask
 is computed by that definition and applied as a constant, so the reference checks the VJP of
 "multiply by the mask" independently. `upcast=D` computes the values of element type D in float64
 (the reference for a D program); values of other types (a cast to bf16 inside an f32 program)
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from lamina.ir import formulas as fm
-from lamina.ir.collectives import PlacementOp
-from lamina.ir.memory import FreeOp, MoveOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.buffers.memory import FreeOp, MoveOp
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh.collectives import PlacementOp
+from lamina.ir.ops import formulas as fm
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import SSAValue
 

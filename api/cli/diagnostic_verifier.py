@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lamina.ir.diagnostics import LaminaError, SourceLoc
+from lamina.ir.core.diagnostics import LaminaError, SourceLoc
 
 _ANNOTATION = re.compile(
     r"expected-(?P<kind>error|note|remark|warning)(?P<re>-re)? *"

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from lamina.cli.outputs import broken_pipe_exit
-from lamina.ir.diagnostics import LaminaError, report
+from lamina.ir.core.diagnostics import LaminaError, report
 
 
 def guarded(run: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None) -> int:

@@ -34,7 +34,7 @@ import lamina
 import numpy as np
 from lamina.cli.entry import guarded
 from lamina.cli.outputs import save_npz_atomic, write_text_atomic
-from lamina.ir.diagnostics import LaminaError, UsageError
+from lamina.ir.core.diagnostics import LaminaError, UsageError
 from xdsl.dialects.builtin import ModuleOp
 
 

@@ -14,8 +14,8 @@ from typing import Any, BinaryIO
 
 from lamina.analysis.sizes import fmt_bytes
 from lamina.backends.interface import MemoryTrace
-from lamina.ir.diagnostics import LaminaError
-from lamina.ir.placement import TIERS
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.mesh.placement import TIERS
 
 
 def _pyplot() -> Any:

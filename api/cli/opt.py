@@ -50,9 +50,9 @@ from typing import Any, TextIO
 import lamina
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
 from lamina.cli.outputs import broken_pipe_exit, check_destination, write_text_atomic
-from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic, report
-from lamina.ir.source import make_context, parse_text, read_source, verify
-from lamina.ir.target import builtin_targets
+from lamina.ir.core.diagnostics import LaminaError, UsageError, format_diagnostic, report
+from lamina.ir.mesh.target import builtin_targets
+from lamina.ir.text.source import make_context, parse_text, read_source, verify
 from lamina.passes.pipeline import PassRun, build_pipeline, describe_passes, run_pipeline
 from lamina.passes.registry import available_passes
 from xdsl.dialects.builtin import ModuleOp

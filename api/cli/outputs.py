@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import BinaryIO, Literal
 
 import numpy as np
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 STDOUT_NAMES = ("-", "/dev/stdout")
 # what a process killed by SIGPIPE reports to its shell (128 + 13); see `broken_pipe_exit`

@@ -86,10 +86,10 @@ from lamina.backends.registry import backend_names, get_backend
 from lamina.cli.entry import guarded
 from lamina.cli.memory_plot import plot_format, plot_memory
 from lamina.cli.outputs import StagedOutputs, check_destination, is_stdout
-from lamina.ir.diagnostics import LaminaError, UsageError, format_diagnostic
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.source import load, make_context
-from lamina.ir.target import Target, load_target
+from lamina.ir.core.diagnostics import LaminaError, UsageError, format_diagnostic
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.mesh.target import Target, load_target
+from lamina.ir.text.source import load, make_context
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp

@@ -42,8 +42,8 @@ import lamina
 import numpy as np
 from lamina.backends.registry import backend_names, get_backend
 from lamina.cli.outputs import broken_pipe_exit, check_destination, save_npz_atomic
-from lamina.ir.diagnostics import LaminaError, UsageError, report
-from lamina.ir.source import load
+from lamina.ir.core.diagnostics import LaminaError, UsageError, report
+from lamina.ir.text.source import load
 from lamina.training import OPTIMIZERS, SCHEDULES, StepRecord, Trainer
 
 PROG = "lamina-train"

@@ -62,12 +62,12 @@ from lamina.backends.numpy.fused import fused_results, plan_fused
 from lamina.backends.numpy.runner import RunContext
 from lamina.backends.numpy.specialized import TileRun, forms
 from lamina.backends.numpy.tile_threads import TileScratch, run_workers, tile_threads
-from lamina.ir.attention import AttentionParts, attention_parts, masked_fill, shape_of
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.formulas import Call
-from lamina.ir.fused import FusedOp, YieldOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.attention import AttentionParts, attention_parts, masked_fill, shape_of
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.fused import FusedOp, YieldOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Block, Operation, Region, SSAValue
 

@@ -30,7 +30,7 @@ from lamina.backends.compiled.replay import run_fused_replayed
 from lamina.backends.interface import Feature
 from lamina.backends.numpy.backend import NumpyBackend
 from lamina.backends.numpy.runner import OpRunner
-from lamina.ir.fused import FusedOp
+from lamina.ir.ops.fused import FusedOp
 from xdsl.ir import Operation
 
 

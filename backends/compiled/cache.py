@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numba
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 
 def cache_root() -> Path:

@@ -41,11 +41,11 @@ from lamina.backends.numpy.fused import FusedPlan, Space, plan_fused, run_tiles
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import OpRunner, RunContext
 from lamina.backends.numpy.tile_threads import PARALLEL_MIN_ELEMENTS, run_workers, tile_threads
-from lamina.ir.diagnostics import op_loc
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.formulas import Call
-from lamina.ir.fused import FusedOp
-from lamina.ir.opbase import tensor_info
+from lamina.ir.core.diagnostics import op_loc
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import tensor_info
 from numba import types as nbt
 from numba.np.numpy_support import from_dtype
 from xdsl.ir import Operation

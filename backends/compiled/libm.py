@@ -194,7 +194,7 @@ def minimum(a: Any, b: Any) -> Any:
 
 @njit(inline="always", error_model="numpy")
 def round_bf16(x: Any) -> Any:
-    """float32 -> the nearest bfloat16 (ties to even), as float32 (`lamina.ir.dtypes.round_bf16`)."""
+    """float32 -> the nearest bfloat16 (ties to even), as float32 (`lamina.ir.core.dtypes.round_bf16`)."""
     b = np.int64(f32_bits(x)) & 0xFFFFFFFF
     r = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
     return _NAN if x != x else bits_f32(np.int32(np.int64(r) - (r >> 31 << 32)))

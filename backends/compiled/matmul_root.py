@@ -31,9 +31,9 @@ from lamina.backends.numpy.fused import FusedPlan
 from lamina.backends.numpy.runner import make_call, run_kernel
 from lamina.backends.numpy.specialized import forms
 from lamina.backends.numpy.tile_threads import TileScratch
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.opbase import tensor_info
-from lamina.ir.optable import Fusion
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.opbase import tensor_info
+from lamina.ir.ops.optable import Fusion
 
 
 def split_root(plan: FusedPlan) -> FusedPlan | None:

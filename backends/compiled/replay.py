@@ -55,10 +55,10 @@ from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import RunContext, run_kernel
 from lamina.backends.numpy.specialized import forms
 from lamina.backends.numpy.tile_threads import TileScratch
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.formulas import Call
-from lamina.ir.fused import FusedOp
-from lamina.ir.opbase import LaminaOp, tensor_info
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.ir import Operation, SSAValue
 
 _MEMO = "compiled.replay"

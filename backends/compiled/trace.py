@@ -1,6 +1,6 @@
 """Running the rows' scalar forms on symbolic values: one fused body as a graph of per-element ops.
 
-`Tracer` is the scalar namespace of `lamina.ir.scalar_forms`: every call on it records a `Sym`
+`Tracer` is the scalar namespace of `lamina.ir.ops.scalar_forms`: every call on it records a `Sym`
 (a node: what to compute for one element, its NumPy dtype, its logical shape) instead of
 computing. Types follow NumPy exactly: a node's dtype is what the NumPy function gives for
 operands of those dtypes (Python scalars weak), found by calling it on zeros, and operations on
@@ -198,7 +198,7 @@ class Tracer:
     # ---- the element index (dropout) --------------------------------------------------------------
 
     def element_index(self) -> Sym:
-        """The element's flat index in the op's result (`lamina.ir.scalar_forms`)."""
+        """The element's flat index in the op's result (`lamina.ir.ops.scalar_forms`)."""
         form = self.index_form
         if form is None:
             raise CannotCompile("element_index outside a position-dependent op")

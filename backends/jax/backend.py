@@ -51,12 +51,12 @@ from lamina.backends.jax import hlo, plan
 from lamina.backends.jax.devices import Device
 from lamina.backends.jax.lower import Lowering, Moves, unsupported_op
 from lamina.backends.jax.options import JaxOptions
-from lamina.ir.diagnostics import LaminaError, error_at
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.formulas import native_dtype
-from lamina.ir.memory import MoveOp
-from lamina.ir.opbase import tensor_info
-from lamina.ir.placement import Mesh, spec_or_replicated
+from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.mesh.placement import Mesh, spec_or_replicated
+from lamina.ir.ops.formulas import native_dtype
+from lamina.ir.ops.opbase import tensor_info
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 

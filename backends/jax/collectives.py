@@ -31,7 +31,7 @@ block, stacked along a new leading dimension over all mesh axes, and the host ad
 exactly as the NumPy runner's `assemble` does, so no collective that Lamina did not insert
 appears in the compiled program.
 
-`LOWERINGS` holds the lowering of every kind of the collectives table (`lamina.ir.collective_kinds`),
+`LOWERINGS` holds the lowering of every kind of the collectives table (`lamina.ir.mesh.collective_kinds`),
 registered against its record.
 """
 
@@ -43,7 +43,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from lamina.ir.collective_kinds import (
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_SLICE,
@@ -58,11 +60,9 @@ from lamina.ir.collective_kinds import (
     SUM,
     Lowerings,
 )
-from lamina.ir.collectives import PlacementOp
-from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.placement import Mesh, spec_or_replicated
-from lamina.ir.sharding import Spec
+from lamina.ir.mesh.collectives import PlacementOp
+from lamina.ir.mesh.placement import Mesh, spec_or_replicated
+from lamina.ir.mesh.sharding import Spec
 
 NARROW = ("f16", "bf16")   # element types whose sums run in float32
 PRIMITIVE: dict[str, Any] = {SUM.name: lax.psum, MAX.name: lax.pmax}   # by reduce kind

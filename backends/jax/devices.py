@@ -31,7 +31,7 @@ from typing import Any
 
 import jax
 from lamina.backends.jax.options import JaxOptions
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 # a jax device (`jax.Device`; jaxlib ships no type information for it, so the checker sees Any)
 Device = Any

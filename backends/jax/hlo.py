@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lamina.analysis.comm_cost import ring_sent
-from lamina.ir.collective_kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from lamina.ir.mesh.collective_kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
 
 KINDS = {"all-reduce": ALL_REDUCE.kind, "all-gather": ALL_GATHER.kind,
          "reduce-scatter": REDUCE_SCATTER.kind, "all-to-all": ALL_TO_ALL.kind,

@@ -26,15 +26,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from lamina.backends.jax import collectives as coll
-from lamina.ir.collectives import PlacementOp
-from lamina.ir.diagnostics import error_at
-from lamina.ir.formulas import Block, Call, compute_dtype, native_dtype
-from lamina.ir.fused import FusedOp, YieldOp
-from lamina.ir.memory import FreeOp, MoveOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import OpInfo
-from lamina.ir.placement import Mesh, Placement, spec_or_replicated
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.buffers.memory import FreeOp, MoveOp
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh.collectives import PlacementOp
+from lamina.ir.mesh.placement import Mesh, Placement, spec_or_replicated
+from lamina.ir.ops.formulas import Block, Call, compute_dtype, native_dtype
+from lamina.ir.ops.fused import FusedOp, YieldOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import OpInfo
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 

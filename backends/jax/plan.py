@@ -33,7 +33,8 @@ from typing import Any
 
 from lamina.analysis.comm_cost import sent_bytes
 from lamina.analysis.sizes import local_bytes
-from lamina.ir.collective_kinds import (
+from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
@@ -42,7 +43,7 @@ from lamina.ir.collective_kinds import (
     RING,
     SUM,
 )
-from lamina.ir.collectives import (
+from lamina.ir.mesh.collectives import (
     AllGatherOp,
     AllReduceOp,
     AllToAllOp,
@@ -50,8 +51,7 @@ from lamina.ir.collectives import (
     ReduceScatterOp,
     ReshardOp,
 )
-from lamina.ir.dtypes import tensor_dtype
-from lamina.ir.placement import Mesh, spec_or_replicated
+from lamina.ir.mesh.placement import Mesh, spec_or_replicated
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 

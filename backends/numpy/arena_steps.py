@@ -37,10 +37,10 @@ from lamina.analysis.naming import Namer
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.runner import make_call
 from lamina.backends.numpy.specialized import forms
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.memory import effective_tier
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion
+from lamina.ir.buffers.memory import effective_tier
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import Fusion
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 

@@ -1,6 +1,6 @@
 """Running `lamina.fused "attention"` as a flash-style kernel: the scores never exist whole.
 
-The body's parts (`lamina.ir.attention.attention_parts`): q k^T, score ops, softmax over the keys,
+The body's parts (`lamina.ir.ops.attention.attention_parts`): q k^T, score ops, softmax over the keys,
 prob ops homogeneous-linear in the probabilities, @ v. Per leading (batch, head) index and block
 of query rows, the kernel walks the keys in blocks with an online softmax:
 
@@ -21,7 +21,7 @@ their masks are the global ones bit for bit, whatever the block sizes. Side valu
 causal mask) are computed once per kernel on whole arrays and sliced per block.
 
 Skipping key blocks, exactly. When the last score op masks with a one-element fill F
-(`lamina.ir.attention.masked_fill`: `select(mask, scores, F)`, a causal mask writing -1e9 or
+(`lamina.ir.ops.attention.masked_fill`: `select(mask, scores, F)`, a causal mask writing -1e9 or
 -inf), a key block whose mask block selects F everywhere holds only F, and running it changes
 nothing when all of these hold, so it is skipped (`_Skip`):
 - every row's running max m is finite, so a block has run (m starts at -inf): a leading block
@@ -68,12 +68,12 @@ from lamina.backends.numpy.runner import (
     make_call,
 )
 from lamina.backends.numpy.tile_threads import run_workers, tile_threads
-from lamina.ir.attention import AttentionParts, MaskedFill, attention_parts, masked_fill
-from lamina.ir.dtypes import STORAGE, to_storage
-from lamina.ir.formulas import Block, Call
-from lamina.ir.fused import FusedOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.core.dtypes import STORAGE, to_storage
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.attention import AttentionParts, MaskedFill, attention_parts, masked_fill
+from lamina.ir.ops.formulas import Block, Call
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.ir import Operation, SSAValue
 
 # Bytes of one block of scores: 1 MiB, 512 x 512 in f32. Smaller query blocks skip more of a

@@ -23,7 +23,7 @@ from lamina.backends.interface import Feature, RunResult, find_entry
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.program import NumpyProgram
 from lamina.backends.numpy.runner import OpRunner, run_function
-from lamina.ir.updates import updates_of
+from lamina.ir.buffers.updates import updates_of
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation

@@ -68,13 +68,13 @@ from lamina.backends.numpy.runner import (
 )
 from lamina.backends.numpy.specialized import TileRun, forms
 from lamina.backends.numpy.tile_threads import TileScratch, run_workers, tile_threads
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.formulas import Block, Call
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion
-from lamina.ir.shapes import TensorInfo
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.ops.formulas import Block, Call
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import Fusion
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 

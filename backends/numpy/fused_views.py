@@ -3,7 +3,7 @@
 A fused body reads inputs through layout ops (input views: they run once per kernel, as NumPy
 views where NumPy can make one) and writes outputs through them (output views, this module): a
 tile computed in the tile loop is carried through the layout ops' index maps
-(`lamina.ir.view_rules`) and stored straight into its place in the kernel's result, so the
+(`lamina.ir.ops.view_rules`) and stored straight into its place in the kernel's result, so the
 value before the layout op is never stored whole. A `ViewPath` is one route from a per-tile
 value to such a result (a concat's result has one per operand).
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from lamina.analysis.fusion import kept_prefix, view_positions
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.formulas import Call
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import Fusion
-from lamina.ir.view_rules import ViewRule
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import Fusion
+from lamina.ir.ops.view_rules import ViewRule
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 

@@ -4,7 +4,7 @@
 row's whole-array NumPy form, `Forms.numpy` registered in `lamina.backends.numpy.specialized`,
 which computes the same bits faster), wrapped in the storage rules: for arithmetic rows
 (`OpInfo.arith`) float operands are converted to their compute type first (float32 for f16/bf16)
-and the result is rounded to its element type once (`lamina.ir.dtypes.to_storage`: bf16 stays in
+and the result is rounded to its element type once (`lamina.ir.core.dtypes.to_storage`: bf16 stays in
 float32 arrays, rounded to bf16).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 from lamina.backends.numpy.specialized import Kernel, forms
-from lamina.ir.dtypes import COMPUTE, STORAGE, to_storage
-from lamina.ir.formulas import Call
-from lamina.ir.optable import OpInfo
+from lamina.ir.core.dtypes import COMPUTE, STORAGE, to_storage
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.optable import OpInfo
 
 _KERNELS: dict[str, Kernel] = {}
 

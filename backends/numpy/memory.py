@@ -44,12 +44,12 @@ from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import fmt_bytes, local_bytes
 from lamina.backends.interface import MemoryTrace
 from lamina.backends.numpy.runner import ExecutionObserver, RunContext, register_op_runner
-from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import nbytes as type_bytes
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp, MoveOp, effective_tier
-from lamina.ir.placement import COMPUTE_TIERS, TIERS
-from lamina.ir.target import Target
+from lamina.ir.buffers.memory import FreeOp, MoveOp, effective_tier
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.dtypes import nbytes as type_bytes
+from lamina.ir.mesh.placement import COMPUTE_TIERS, TIERS
+from lamina.ir.mesh.target import Target
+from lamina.ir.ops.fused import FusedOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lamina.ir.target import Target
+from lamina.ir.mesh.target import Target
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ steps alone, bit for bit the same kernels on the same arrays. A placed function 
 device of its simulated mesh at every call (the SPMD runner is the reference for placed programs,
 not a fast path).
 
-Donation (`donate`: argument index -> the result that updates it, `lamina.ir.updates`): the
+Donation (`donate`: argument index -> the result that updates it, `lamina.ir.buffers.updates`): the
 result is written into the argument's array, which is then returned as that result, so a
 training loop's parameters stay in the same arrays. A donated array must be C-contiguous,
 writeable, of the argument's storage dtype and share no memory with another input.
@@ -67,11 +67,11 @@ from lamina.backends.numpy.runner import (
 )
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.backends.numpy.tile_threads import thread_count
-from lamina.ir.diagnostics import LaminaError, error_at, with_article
-from lamina.ir.dtypes import STORAGE
-from lamina.ir.fused import FusedOp
-from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp, tensor_info
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.core.diagnostics import LaminaError, error_at, with_article
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from numpy.lib.array_utils import byte_bounds
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue

@@ -24,11 +24,11 @@ from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import RunResult
 from lamina.backends.numpy.kernels import kernel
 from lamina.backends.numpy.options import NumpyOptions
-from lamina.ir.diagnostics import error_at
-from lamina.ir.dtypes import ITEMSIZE, STORAGE
-from lamina.ir.formulas import Call
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.optable import OpInfo
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.dtypes import ITEMSIZE, STORAGE
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import OpInfo
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 

@@ -1,6 +1,6 @@
 """NumPy specializations of some op-table rows: faster forms of their formula, same bits.
 
-The definition of every op is its array-API formula (`lamina.ir.formulas`). The NumPy interpreter
+The definition of every op is its array-API formula (`lamina.ir.ops.formulas`). The NumPy interpreter
 may run a faster form where one matters. Each form is registered here against its row (`register`,
 keyed by the row's formula function, which is the row's own: never by op name), and the
 interpreter reads a row's forms with `forms(row)`; `tests/test_formulas.py` checks every
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from lamina.ir import formulas, rng
-from lamina.ir import lamina as ops
-from lamina.ir.formulas import Block, Call, Formula
-from lamina.ir.optable import OPS, OpInfo
+from lamina.ir.ops import formulas, rng
+from lamina.ir.ops import lamina as ops
+from lamina.ir.ops.formulas import Block, Call, Formula
+from lamina.ir.ops.optable import OPS, OpInfo
 
 Kernel = Callable[[Sequence[np.ndarray | None], Call], np.ndarray]
 # fast(operands, out, first_row, rows): write the tile's result into `out`

@@ -21,8 +21,8 @@ blocks they see (`Block(global_shape, offsets, operands)`): dropout's mask is th
 one, and a gather on a split table looks up only the rows its block holds. Devices holding the same
 operand arrays share the result (computed once), which keeps replicated work cheap here.
 `lamina.fused` runs its body op by op on local shapes. Collectives exchange shards exactly as the
-op says (`lamina.ir.collectives`), one lowering per kind of the collectives table
-(`LOWERINGS`, keyed by `lamina.ir.collective_kinds` records); `lamina.reshard` (not yet lowered)
+op says (`lamina.ir.mesh.collectives`), one lowering per kind of the collectives table
+(`LOWERINGS`, keyed by `lamina.ir.mesh.collective_kinds` records); `lamina.reshard` (not yet lowered)
 assembles and redistributes.
 
 An `ExecutionObserver` (e.g. `MemoryChecker`) gets the same hooks as under `run_function`; the
@@ -54,7 +54,10 @@ from lamina.backends.numpy.runner import (
     device_nbytes,
     distinct_nbytes,
 )
-from lamina.ir.collective_kinds import (
+from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_SLICE,
@@ -67,15 +70,12 @@ from lamina.ir.collective_kinds import (
     SPLIT_DIM,
     Lowerings,
 )
-from lamina.ir.collectives import COLLECTIVES, PlacementOp
-from lamina.ir.diagnostics import LaminaError, error_at
-from lamina.ir.formulas import Block, Call
-from lamina.ir.fused import FusedOp, YieldOp
-from lamina.ir.memory import FreeOp
-from lamina.ir.opbase import LaminaOp, tensor_info
-from lamina.ir.placement import Mesh, MeshOp, spec_or_replicated
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.sharding import Spec
+from lamina.ir.mesh.collectives import COLLECTIVES, PlacementOp
+from lamina.ir.mesh.placement import Mesh, MeshOp, spec_or_replicated
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.ops.formulas import Block, Call
+from lamina.ir.ops.fused import FusedOp, YieldOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 from lamina.backends.numpy.options import NumpyOptions
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 
 # Tiles are independent and NumPy drops the GIL inside its loops, so a fused kernel runs its tiles
 # on every core, as XLA:CPU's thread pool does (`thread_count`). Which thread runs a tile never

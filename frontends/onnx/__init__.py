@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from lamina.frontends.common import INPUT, ImportRefused
 from lamina.frontends.onnx.graph import StaticInputNeeded, import_graph
 from lamina.frontends.onnx.ops import TABLE
-from lamina.ir.diagnostics import SourceLoc
+from lamina.ir.core.diagnostics import SourceLoc
 from xdsl.dialects.builtin import ModuleOp
 
 __all__ = ["StaticInputNeeded", "import_model", "load_model"]

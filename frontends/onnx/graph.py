@@ -40,10 +40,10 @@ from lamina.frontends.common import (
     ImportRefused,
 )
 from lamina.ir.builder import Builder
-from lamina.ir.diagnostics import LaminaError, SourceLoc
-from lamina.ir.dtypes import INT_TYPES
-from lamina.ir.lamina import CastOp
-from lamina.ir.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.core.diagnostics import LaminaError, SourceLoc
+from lamina.ir.core.dtypes import INT_TYPES
+from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.ops.lamina import CastOp
 from onnx import TensorProto, numpy_helper
 from onnx.reference import ReferenceEvaluator
 from xdsl.dialects.builtin import ModuleOp

@@ -23,8 +23,8 @@ import math
 from lamina.frontends.common import ATTRIBUTE
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx
 from lamina.frontends.onnx.ops_shape import Out, onnx_op, reshape
-from lamina.ir import lamina as L
-from lamina.ir.shapes import TensorInfo, info_of
+from lamina.ir.core.shapes import TensorInfo, info_of
+from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
 
 

@@ -19,9 +19,9 @@ import numpy as np
 from lamina.frontends.common import ATTRIBUTE, DTYPE, OP
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx, Val, lamina_dtype
 from lamina.frontends.onnx.ops_shape import Out, onnx_op
-from lamina.ir import lamina as L
-from lamina.ir.dtypes import FLOAT_TYPES
-from lamina.ir.shapes import TensorInfo, info_of
+from lamina.ir.core.dtypes import FLOAT_TYPES
+from lamina.ir.core.shapes import TensorInfo, info_of
+from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
 
 BINARY = {"Add": L.AddOp, "Sub": L.SubOp, "Mul": L.MulOp, "Div": L.DivOp}

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import numpy as np
 from lamina.frontends.common import ATTRIBUTE, DTYPE
 from lamina.frontends.onnx.graph import NodeCtx, Val, const_val
-from lamina.ir import lamina as L
-from lamina.ir.shapes import TensorInfo, broadcast_shapes, info_of
+from lamina.ir.core.shapes import TensorInfo, broadcast_shapes, info_of
+from lamina.ir.ops import lamina as L
 from onnx import numpy_helper
 from xdsl.ir import SSAValue
 

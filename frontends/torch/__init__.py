@@ -33,7 +33,7 @@ import torch
 from lamina.frontends.common import ATTRIBUTE, INPUT, ImportRefused
 from lamina.frontends.torch.aten import TABLE
 from lamina.frontends.torch.importer import DTYPES, convert_graph
-from lamina.ir.diagnostics import with_article
+from lamina.ir.core.diagnostics import with_article
 from torch.export import ExportedProgram
 from xdsl.dialects.builtin import ModuleOp
 

@@ -23,8 +23,8 @@ from lamina.frontends.torch.table import (
     promoted,
     torch_dtype_name,
 )
-from lamina.ir import lamina as L
-from lamina.ir.shapes import TensorInfo, info_of
+from lamina.ir.core.shapes import TensorInfo, info_of
+from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
 
 BINARY = {"add": L.AddOp, "sub": L.SubOp, "mul": L.MulOp, "div": L.DivOp, "pow": L.PowOp,

@@ -14,8 +14,8 @@ from typing import Any
 from lamina.frontends.common import ATTRIBUTE
 from lamina.frontends.torch.importer import Ctx
 from lamina.frontends.torch.table import aten, operand
-from lamina.ir import lamina as L
-from lamina.ir.shapes import info_of
+from lamina.ir.core.shapes import info_of
+from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
 
 INT64_MAX = 2**63 - 1

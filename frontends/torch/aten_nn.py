@@ -28,8 +28,8 @@ import torch
 from lamina.frontends.common import ATTRIBUTE, DTYPE
 from lamina.frontends.torch.importer import Ctx
 from lamina.frontends.torch.table import aten, float_result, operand
-from lamina.ir import lamina as L
-from lamina.ir.shapes import TensorInfo, info_of
+from lamina.ir.core.shapes import TensorInfo, info_of
+from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
 
 

@@ -32,9 +32,9 @@ from lamina.frontends.common import (
     ImportRefused,
 )
 from lamina.ir.builder import Builder
-from lamina.ir.diagnostics import SourceLoc, record_source, source_line, with_article
-from lamina.ir.lamina import CastOp
-from lamina.ir.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.core.diagnostics import SourceLoc, record_source, source_line, with_article
+from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.ops.lamina import CastOp
 from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind

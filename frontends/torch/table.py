@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import torch
 from lamina.frontends.common import DTYPE
 from lamina.frontends.torch.importer import DTYPES, Converter, Ctx, lamina_dtype
-from lamina.ir.dtypes import FLOAT_TYPES
-from lamina.ir.shapes import info_of
+from lamina.ir.core.dtypes import FLOAT_TYPES
+from lamina.ir.core.shapes import info_of
 from torch import fx
 from xdsl.ir import SSAValue
 

@@ -38,7 +38,7 @@ import math
 import time
 from typing import Any, cast
 
-from lamina.ir.diagnostics import LaminaError
+from lamina.ir.core.diagnostics import LaminaError
 from lamina.passes.tier_plan.greedy import solve_greedy
 from lamina.passes.tier_plan.problem import (
     RECOMPUTE,

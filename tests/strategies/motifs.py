@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lamina.ir.lamina import (
+from lamina.ir.ops.lamina import (
     AddOp,
     ConcatOp,
     GeluOp,

@@ -22,10 +22,10 @@ seed without Hypothesis, in time linear in `n_ops`, for benchmarks with 10k-50k 
 Python's `random.Random(seed)` (deterministic for a seed); run such programs with
 `lamina.backends.inputs.random_inputs` (standard-normal floats).
 
-Which ops: the op table (`lamina.ir.optable.OPS`), read by facts, never by name: a family is the
+Which ops: the op table (`lamina.ir.ops.optable.OPS`), read by facts, never by name: a family is the
 set of rows with some fusion class, type rule or sharding-rule class (below), so a new row of a
 known kind is generated with no change here. Value ranges, operand domains and exactness are the
-rows' `interval` rules (`lamina.ir.intervals`); helper ops that make an operand fit a domain are
+rows' `interval` rules (`lamina.ir.ops.intervals`); helper ops that make an operand fit a domain are
 named through their typed classes (`AbsOp.INFO`).
 
 What the programs look like
@@ -84,15 +84,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from hypothesis import strategies as st
-from lamina.ir import shapes
-from lamina.ir import sharding as sh
-from lamina.ir.dtypes import STORAGE, to_storage
-from lamina.ir.formulas import Call
-from lamina.ir.intervals import DomainKind, Interval, IntervalRule
-from lamina.ir.lamina import AbsOp, AddOp, ExpOp, TanhOp
-from lamina.ir.optable import OPS, AttrKind, AttrSpec, Fusion, OpInfo
-from lamina.ir.shapes import TensorInfo
-from lamina.ir.sharding_gather import Gather
+from lamina.ir.core import shapes
+from lamina.ir.core.dtypes import STORAGE, to_storage
+from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.mesh import sharding as sh
+from lamina.ir.mesh.sharding_gather import Gather
+from lamina.ir.ops.formulas import Call
+from lamina.ir.ops.intervals import DomainKind, Interval, IntervalRule
+from lamina.ir.ops.lamina import AbsOp, AddOp, ExpOp, TanhOp
+from lamina.ir.ops.optable import OPS, AttrKind, AttrSpec, Fusion, OpInfo
 
 ALL_FAMILIES = ("elementwise", "broadcast", "reduction", "composite", "matmul", "layout",
                 "dropout", "constant", "select", "indexing")
@@ -139,7 +139,7 @@ def _only(rows: tuple[OpInfo, ...], what: str) -> OpInfo:
 def rule(info: OpInfo) -> IntervalRule:
     """The row's value-range rule (every row the generator emits has one)."""
     if info.interval is None:
-        raise AssertionError(f"{info.full_name} has no interval rule (lamina.ir.intervals)")
+        raise AssertionError(f"{info.full_name} has no interval rule (lamina.ir.ops.intervals)")
     return info.interval
 
 

@@ -1,5 +1,5 @@
 // Verifier rules of the elementwise ops (unary, binary, compare, select, cast): every ShapeError of
-// lamina.ir.shapes.unary/binary/compare/select/cast and the declared-result check, one chunk each.
+// lamina.ir.core.shapes.unary/binary/compare/select/cast and the declared-result check, one chunk each.
 // RUN: lamina-opt %s --split-input-file --verify-diagnostics
 
 // unary ops need a float operand

@@ -1,4 +1,4 @@
-// Verifier rules of a lamina.fused "attention" body (lamina.ir.attention): one chunk per broken
+// Verifier rules of a lamina.fused "attention" body (lamina.ir.ops.attention): one chunk per broken
 // rule, each at the fused op.
 // RUN: lamina-opt %s --split-input-file --verify-diagnostics
 

@@ -1,5 +1,5 @@
 // Verifier rules of matmul and the layout ops (transpose, reshape, broadcast_in_dim, slice,
-// concat): every ShapeError of lamina.ir.shapes.matmul/transpose/reshape/broadcast_in_dim/slice_/
+// concat): every ShapeError of lamina.ir.core.shapes.matmul/transpose/reshape/broadcast_in_dim/slice_/
 // concat plus the declared-result check.
 // RUN: lamina-opt %s --split-input-file --verify-diagnostics
 

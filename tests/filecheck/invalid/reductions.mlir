@@ -1,5 +1,5 @@
 // Verifier rules of reduce_sum/mean/max, layernorm, rmsnorm and softmax: every ShapeError of
-// lamina.ir.shapes.reduce/normalization/softmax plus the declared-result check.
+// lamina.ir.core.shapes.reduce/normalization/softmax plus the declared-result check.
 // RUN: lamina-opt %s --split-input-file --verify-diagnostics
 
 func.func @reduce_int(%x: tensor<4x8xi32>) -> tensor<4xi32> {

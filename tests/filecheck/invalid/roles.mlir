@@ -1,4 +1,4 @@
-// `lamina.role` (what an argument holds, `lamina.ir.updates.ROLES`): a role is one of the table's
+// `lamina.role` (what an argument holds, `lamina.ir.buffers.updates.ROLES`): a role is one of the table's
 // strings, and `arg_attrs` holds one dictionary per argument (MLIR's rule).
 // RUN: lamina-opt %s --split-input-file --verify-diagnostics
 

@@ -1,4 +1,4 @@
-// `lamina.updates` (which result of a function replaces which argument, `lamina.ir.updates`): one
+// `lamina.updates` (which result of a function replaces which argument, `lamina.ir.buffers.updates`): one
 // entry per result, each -1 or an argument index, no argument replaced twice, and a result typed
 // exactly like its argument (shape, element type, placement and tier).
 // RUN: lamina-opt %s --split-input-file --verify-diagnostics

@@ -1,5 +1,5 @@
 // append-optimizer says what each argument it updates holds: `lamina.role` on the argument
-// (`arg_attrs`, the table `lamina.ir.updates.ROLES`): each parameter, Adam's two moments and the
+// (`arg_attrs`, the table `lamina.ir.buffers.updates.ROLES`): each parameter, Adam's two moments and the
 // step count; data arguments get none. The roles read back through the custom and the generic
 // form, and the passes after append-optimizer (placement, collectives, fusion, lifetimes, tiers)
 // keep them on the retyped signature.

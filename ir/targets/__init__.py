@@ -1,1 +1,0 @@
-"""Built-in target descriptions (`*.toml` data files beside this module; see `lamina.ir.target`)."""
