@@ -258,7 +258,8 @@ def _step(b: Builder, v: SSAValue, x: SSAValue, what: str, k: int) -> SSAValue:
     if what in _UNARY:
         return getattr(b, what)(v)
     if what in _BINARY:
-        other = b.like(0.5 + k, v) if k % 2 else b.cast(x, info.dtype)
+        same = info_of(x).shape == shape   # the argument, where it is v's shape
+        other = b.cast(x, info.dtype) if same and not k % 2 else b.like(0.5 + k, v)
         return getattr(b, what)(v, other) if k % 3 else getattr(b, what)(other, v)
     if what == "scalar":
         return b.mul(v, b.scalar(float(k), info.dtype))
