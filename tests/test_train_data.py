@@ -23,6 +23,7 @@ from typing import Any
 import lamina
 import numpy as np
 import pytest
+from lamina.cli.outputs import save_npz_atomic
 from lamina.cli.train import main as train_main
 from lamina.training import LOG_SCALE_SPAN, StepRecord, loss_figure
 
@@ -273,7 +274,7 @@ def test_cli_plot_is_written_on_success_only(tmp_path: Path) -> None:
     nan = tmp_path / "nan.npz"
     data = _mlp_data(3, 0)
     data["y"][1, 0, 0] = np.nan
-    np.savez(nan, **data)
+    save_npz_atomic(str(nan), data)
     bad = tmp_path / "bad.png"
     assert train_main([MLP, "--data", str(nan), "--steps", "4", "--plot", str(bad)]) == 1
     assert not bad.exists() and not [n for n in os.listdir(tmp_path) if n.startswith(".lamina")]
