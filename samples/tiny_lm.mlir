@@ -7,10 +7,13 @@
 // targets (the second) the same windows shifted by one token, as nanoGPT's loader draws them;
 // lamina-train reads the vocabulary (64) from E's rows and refuses a token file with larger ids.
 // samples/tiny_lm_tokens.npy is 4096 uint16 tokens of a repeating pattern with noise
-// (numpy default_rng(0)), so the loss falls well below log(64) = 4.16 in a few hundred steps.
+// (a 32-token cycle, 10% of tokens replaced at random; numpy default_rng(0)), so the loss falls
+// from log(64) = 4.16 to about 1 in a hundred steps; samples/tiny_lm_eval.npy is 1024 held-out
+// tokens of the same cycle with other noise (default_rng(1)), for --eval-tokens.
 // Run:
 //   lamina-train samples/tiny_lm.mlir --tokens samples/tiny_lm_tokens.npy --seq 16 --batch 4 --steps 200 --lr 1e-2 --log lm.jsonl --plot lm.png
-// RUN: lamina-train %s --tokens samples/tiny_lm_tokens.npy --seq 16 --batch 4 --steps 3 --lr 1e-2 --eval-every 2 --eval-tokens samples/tiny_lm_tokens.npy
+//   lamina-train samples/tiny_lm.mlir --tokens samples/tiny_lm_tokens.npy --steps 200 --lr 1e-2 --eval-every 20 --eval-tokens samples/tiny_lm_eval.npy --backend compiled
+// RUN: lamina-train %s --tokens samples/tiny_lm_tokens.npy --seq 16 --batch 4 --steps 3 --lr 1e-2 --eval-every 2 --eval-tokens samples/tiny_lm_eval.npy
 
 func.func @tiny_lm(%idx: tensor<4x16xi32>, %targets: tensor<4x16xi32>, %E: tensor<64x32xf32>,
                    %W1: tensor<32x64xf32>, %b1: tensor<64xf32>, %W2: tensor<64x64xf32>) -> tensor<f32> {
