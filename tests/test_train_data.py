@@ -288,3 +288,25 @@ def test_tokens_per_second_in_the_log(tmp_path: Path) -> None:
     for r in lines:
         assert r["tokens_per_second"] == pytest.approx(BATCH * SEQ / r["step_seconds"])
         assert "eval_loss" not in r
+
+
+def test_a_resumed_plot_holds_the_logged_steps_too(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --log, a resumed run's plot starts at step 1 (the kept lines), not at the resume."""
+    import lamina.cli.train as cli
+
+    plotted: list[list[int]] = []
+    monkeypatch.setattr(cli, "save_loss_plot", lambda records, path, title: plotted.append(
+        [r.step for r in records]))
+    log, ck = str(tmp_path / "log.jsonl"), str(tmp_path / "ck")
+    assert _cli("--steps", "4", "--log", log, "--checkpoint", ck) == 0
+    assert _cli("--steps", "7", "--log", log, "--resume", ck, "--plot",
+                str(tmp_path / "p.png")) == 0
+    assert plotted == [list(range(1, 8))]
+
+
+def test_train_writes_the_plot(tmp_path: Path) -> None:
+    png = tmp_path / "curve.svg"
+    done = lamina.train(lamina.load(LM), tokens=_stream(), steps=3, plot=str(png))
+    assert [r.step for r in done.history] == [1, 2, 3]
+    assert png.read_text().lstrip().startswith("<?xml") and "<svg" in png.read_text()
