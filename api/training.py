@@ -53,10 +53,13 @@ time, so the curve compares like with like. `tokens_per_second` is batch * seq o
 time with tokens, or the elements of a data argument that some gather reads as indices.
 
 Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name, plus the step,
-the data position (step mod N), N, the seed and the options (`lamina.checkpoint`), so a run
-resumed from step k continues exactly as the uninterrupted run would: same state bits, same
-batch, same learning rate (on the NumPy and compiled backends, whose results do not depend on
-threads, the resumed run is bit-identical). A non-finite loss raises `NonFiniteLoss` naming the
+the data position (step mod N; with a token stream, the windows drawn so far, which is the
+step), what the data is (N, or the stream's length, batch, seq and arguments: a resume on other
+data is refused), the seed and the options (`lamina.checkpoint`), so a run resumed from step k
+continues exactly as the uninterrupted run would: same state bits, same batch, same learning
+rate (on the NumPy and compiled backends, whose results do not depend on threads, the resumed
+run is bit-identical). The checkpoint's seed replaces the resuming trainer's, since the windows
+follow it. A non-finite loss raises `NonFiniteLoss` naming the
 step; the state then holds that step's results, and a checkpoint on disk is left as it was.
 """
 
