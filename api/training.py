@@ -458,6 +458,19 @@ class Trainer:
             raise LaminaError(f"{data_name}: no array for argument{'s' if len(missing) > 1 else ''}"
                               f" {', '.join(missing)} of @{self.entry} (integer and boolean "
                               "arguments are data, not trained)")
+        # the eval data is checked before any compilation, like the data
+        self.eval_every = eval_every
+        self._eval_tokens = None if eval_tokens is None else \
+            self._check_eval_tokens(forward, eval_tokens, eval_name)
+        self._eval_count = eval_batches
+        if eval_data is not None and eval_tokens is not None:
+            raise LaminaError(f"{eval_name}: give eval batches or an eval token stream, not both")
+        self._eval: list[dict[str, np.ndarray]] = []
+        if eval_data is not None:
+            self._eval = self._eval_from_data(forward, eval_data, eval_name)
+        self._draw_eval_tokens()
+        if eval_every and not self._eval:
+            raise LaminaError(f"eval_every={eval_every} needs eval_data or eval_tokens")
         lamina.apply(own, self.hyper.pipeline(self.entry,
                                               [n for n in names if n in self.data_names]))
         if pipeline:
@@ -498,18 +511,6 @@ class Trainer:
                                                      donate=True, **backend_options)
         self.backend = backend
         self.history: list[StepRecord] = []   # every record this trainer's steps made
-        self.eval_every = eval_every
-        self._eval_tokens = None if eval_tokens is None else \
-            self._check_eval_tokens(forward, eval_tokens, eval_name)
-        self._eval_count = eval_batches
-        if eval_data is not None and eval_tokens is not None:
-            raise LaminaError(f"{eval_name}: give eval batches or an eval token stream, not both")
-        self._eval: list[dict[str, np.ndarray]] = []
-        if eval_data is not None:
-            self._eval = self._eval_from_data(forward, eval_data, eval_name)
-        self._draw_eval_tokens()
-        if eval_every and not self._eval:
-            raise LaminaError(f"eval_every={eval_every} needs eval_data or eval_tokens")
         self.forward_executable: Executable | None = None
         if self._eval:   # the forward function, compiled once beside the step
             self.forward_executable = lamina.compile(own, self.entry, backend, **backend_options)
