@@ -100,7 +100,9 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--init", default=None, metavar="PARAMS.npz",
                    help="initial values of the trained arguments, by name (default: the "
                         "initializer, from --seed)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initializer (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the initializer and of the token windows (default 0; a resume "
+                        "follows its checkpoint's)")
     p.add_argument("--steps", type=int, required=True, metavar="N", help="steps in all")
     p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
