@@ -287,8 +287,10 @@ def cell(r: Result, m: Model, jax_s: float | None, check: list[float] | None) ->
     if check is None:
         ok = "n/a"
     else:
-        ok = "same" if np.allclose(r.losses, check, rtol=1e-3) else \
-            f"DIFFERS {r.losses[0]:.4f}"
+        off = [i for i, (a, b) in enumerate(zip(r.losses, check, strict=True))
+               if not np.isclose(a, b, rtol=1e-3)]
+        ok = f"DIFFERS at step {off[0] + 1} ({r.losses[off[0]]:.4f} vs {check[off[0]]:.4f})" \
+            if off else "same"
     return [ms, tok, vs, ok]
 
 
