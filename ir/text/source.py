@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from lamina.ir.buffers.memory import FreeOp, free_problem
 from lamina.ir.buffers.updates import verify_roles, verify_updates
+from lamina.ir.core.attrs import verify_attributes
 from lamina.ir.core.diagnostics import LaminaError, error_at, from_parse_error, note_at, record_source
 from lamina.ir.mesh.placement import placement_problem
 from lamina.ir.ops.lamina import Lamina
@@ -196,6 +197,7 @@ def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,
             check(op)
         else:
             _check_symbols(op)
+            verify_attributes(op)  # before IRDL's constraints, which name no attribute
             op.verify(verify_nested_ops=False)
             if isinstance(op, FuncOp):
                 for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
