@@ -75,7 +75,7 @@ STRING_LIST = 'a list of strings like ["data", "model"]'
 INTEGER_ARRAY = "an integer array like array<i64: 2, 4>"
 
 
-def wrong_kind(op_name: str, name: str, want: str, got: Attribute) -> VerifyException:
+def wrong_kind(op_name: str, name: str, want: str, got: Attribute | str) -> VerifyException:
     """The diagnostic of attribute `name` of `op_name` holding `got`, which is not `want`."""
     return VerifyException(f"{op_name}: attribute '{name}' must be {want}, got {got}")
 
