@@ -81,8 +81,13 @@ def wrong_kind(op_name: str, name: str, want: str, got: Attribute | str) -> Veri
 
 
 def verify_attributes(op: Operation) -> None:
-    """Check `op`'s attributes against its class's `ATTRIBUTES` rules (module docstring);
-    an op class without rules is left to its own verifier."""
+    """Check `op`'s attributes against its class's `ATTRIBUTES` rules (module docstring). An op
+    class with a `verify_attributes` method of its own (the op-table ops, whose attribute specs
+    live in the table) runs that instead; one with neither is left to its own verifier."""
+    own: Callable[[], None] | None = getattr(op, "verify_attributes", None)
+    if own is not None:
+        own()
+        return
     rules: Sequence[AttrRule] | None = getattr(type(op), "ATTRIBUTES", None)
     if rules is None:
         return
