@@ -33,11 +33,33 @@ lr (1 + cos(pi (i - W) / (steps - W))) / 2. The cosine spans the run's `steps`: 
 with another `steps` than the checkpoint's follows the new span from there on (lamina-train
 says so in a note).
 
+Language models (`tokens=`, with `seq` and `batch`): a 1-D integer token stream (uint16 or
+int32, typically `np.load(path, mmap_mode="r")`, read where it is) instead of `data`. Step i (from
+0) takes `batch` windows of `seq + 1` tokens starting at offsets drawn uniformly from
+[0, len - seq) by `np.random.default_rng([seed, 0, i])`, nanoGPT's `get_batch`: the input
+argument (`input_arg`, default the first integer argument) gets tokens [s, s + seq) and the
+target argument (`target_arg`, default the second) tokens [s + 1, s + seq + 1). A step's
+windows depend on the seed and the step alone, so a resumed run draws what the uninterrupted one
+would. `seq` and `batch` default to the input argument's shape [batch, seq] and must match it.
+The vocabulary is the rows of the table the input argument indexes (`lamina.gather`, as
+`backends.inputs.index_rows` finds it); every token of the stream is checked against it once,
+before training, in chunks (a token outside it would make the gather read zeros, silently).
+
+Evaluation (`eval_every=K` with `eval_data=` batches like `data`, or `eval_tokens=`, a stream
+of which `eval_batches` fixed windows are drawn once from `default_rng([seed, 1])`): after every
+K-th step the forward function, compiled once beside the step, runs on every eval batch with the
+current parameters; the mean of its losses is the record's `eval_loss`. The same batches every
+time, so the curve compares like with like. `tokens_per_second` is batch * seq over the step's
+time with tokens, or the elements of a data argument that some gather reads as indices.
+
 Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name, plus the step,
-the data position (step mod N), N, the seed and the options (`lamina.checkpoint`), so a run
-resumed from step k continues exactly as the uninterrupted run would: same state bits, same
-batch, same learning rate (on the NumPy and compiled backends, whose results do not depend on
-threads, the resumed run is bit-identical). A non-finite loss raises `NonFiniteLoss` naming the
+the data position (step mod N; with a token stream, the windows drawn so far, which is the
+step), what the data is (N, or the stream's length, batch, seq and arguments: a resume on other
+data is refused), the seed and the options (`lamina.checkpoint`), so a run resumed from step k
+continues exactly as the uninterrupted run would: same state bits, same batch, same learning
+rate (on the NumPy and compiled backends, whose results do not depend on threads, the resumed
+run is bit-identical). The checkpoint's seed replaces the resuming trainer's, since the windows
+follow it. A non-finite loss raises `NonFiniteLoss` naming the
 step; the state then holds that step's results, and a checkpoint on disk is left as it was.
 """
 
@@ -45,7 +67,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +81,8 @@ if TYPE_CHECKING:
 
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
+# a loss curve whose positive values span more than this factor is drawn on a log y axis
+LOG_SCALE_SPAN = 20.0
 STATE_ROLES = ("parameter", "first_moment", "second_moment", "momentum_buffer", "step_count")
 
 
@@ -129,15 +153,28 @@ def lr_at(hyper: Hyper, step: int, steps: int) -> float:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One step of training: its number (1 for the first update), loss, rate and time."""
+    """One step of training: its number (1 for the first update), loss, rate and time; tokens
+    per second where the data says how many tokens a step reads, the eval loss on the steps that
+    evaluate."""
 
     step: int
     loss: float
     lr: float
     step_seconds: float
+    tokens_per_second: float | None = None
+    eval_loss: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON object of a `--log` line: the fields that are known (None ones left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> StepRecord | None:
+        """The record of an `as_dict` object (a log line read back), or None if it is not one."""
+        try:
+            return cls(**{k: record[k] for k in cls.__dataclass_fields__ if k in record})
+        except TypeError:
+            return None
 
 
 def initializer(func: FuncOp, params: list[int], seed: int) -> dict[int, np.ndarray]:
@@ -208,18 +245,162 @@ def _check_data(forward: FuncOp, data: Mapping[str, np.ndarray], where: str
     return out, next(iter(batches.values()), 1)
 
 
+INTEGER_DTYPES = ("i32", "i64")
+# tokens checked against the vocabulary per chunk: bounded memory for a stream of any length
+_SCAN_CHUNK = 1 << 24
+
+
+def check_tokens(tokens: Any, where: str) -> np.ndarray:
+    """`tokens` as a 1-D integer array (a memory map stays one: nothing is read here), or one
+    error naming `where`."""
+    if isinstance(tokens, np.lib.npyio.NpzFile):
+        raise LaminaError(f"{where}: an .npz archive; the tokens are one .npy array")
+    a = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
+    if a.dtype.kind not in "iu":
+        raise LaminaError(f"{where}: tokens of dtype {a.dtype}; a token stream is integers "
+                          "(uint16 or int32)")
+    if a.ndim != 1:
+        raise LaminaError(f"{where}: tokens of shape {tuple(a.shape)}; a token stream is 1-D")
+    return a
+
+
+def first_outside(tokens: np.ndarray, vocab: int) -> tuple[int, int] | None:
+    """(position, token) of the first token outside [0, vocab), or None; read in chunks."""
+    for start in range(0, len(tokens), _SCAN_CHUNK):
+        chunk = np.asarray(tokens[start:start + _SCAN_CHUNK])
+        bad = chunk >= vocab
+        if chunk.dtype.kind == "i":
+            bad |= chunk < 0
+        if bad.any():
+            at = int(np.argmax(bad))
+            return start + at, int(chunk[at])
+    return None
+
+
+@dataclass
+class TokenWindows:
+    """Random windows of a token stream for an input and a target argument (module docstring:
+    nanoGPT's loader, each step's windows a function of the seed and the step)."""
+
+    tokens: np.ndarray
+    batch: int
+    seq: int
+    seed: int
+    input_dtype: np.dtype
+    target_dtype: np.dtype
+
+    def starts(self, stream: int, index: int | None, count: int) -> np.ndarray:
+        key = [self.seed, stream] if index is None else [self.seed, stream, index]
+        return np.random.default_rng(key).integers(0, len(self.tokens) - self.seq, size=count)
+
+    def windows(self, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs, targets) of shape [len(starts), seq]: tokens [s, s + seq), [s + 1, s + seq + 1)."""
+        chunk = np.asarray(self.tokens[starts[:, None] + np.arange(self.seq + 1)])
+        return (np.ascontiguousarray(chunk[:, :-1], self.input_dtype),
+                np.ascontiguousarray(chunk[:, 1:], self.target_dtype))
+
+    def step_batch(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.windows(self.starts(0, step, self.batch))
+
+
+def _token_arguments(forward: FuncOp, input_arg: str | None, target_arg: str | None, where: str
+                     ) -> tuple[int, int]:
+    """The argument indices the token windows feed (module docstring), checked."""
+    from lamina.backends.interface import arg_names
+    from lamina.ir.ops.opbase import tensor_info
+
+    names = arg_names(forward)
+    types = forward.function_type.inputs.data
+    integers = [i for i, t in enumerate(types) if tensor_info(t).dtype in INTEGER_DTYPES]
+    chosen: dict[str, int] = {}
+    for which, name in (("input", input_arg), ("target", target_arg)):
+        if name is None:
+            continue
+        if name not in names:
+            raise LaminaError(f"{where}: the {which} argument '{name}' is no argument of "
+                              f"@{forward.sym_name.data} (arguments: {', '.join(names)})")
+        chosen[which] = names.index(name)
+        if chosen[which] not in integers:
+            raise LaminaError(f"{where}: the {which} argument '{name}' is {types[chosen[which]]}; "
+                              "token windows feed i32 or i64 arguments")
+    free = [i for i in integers if i not in chosen.values()]
+    for which in ("input", "target"):
+        if which not in chosen:
+            if not free:
+                raise LaminaError(f"{where}: @{forward.sym_name.data} has {len(integers)} "
+                                  "integer argument(s); token windows feed two, an input and a "
+                                  "target (default: the first two integer arguments)")
+            chosen[which] = free.pop(0)
+    i_in, i_tgt = chosen["input"], chosen["target"]
+    if i_in == i_tgt:
+        raise LaminaError(f"{where}: the input and the target are the same argument "
+                          f"'{names[i_in]}'")
+    if tensor_info(types[i_in]).shape != tensor_info(types[i_tgt]).shape:
+        raise LaminaError(f"{where}: the input '{names[i_in]}' is {types[i_in]} and the target "
+                          f"'{names[i_tgt]}' {types[i_tgt]}; the windows need one shape "
+                          "[batch, seq]")
+    return i_in, i_tgt
+
+
+def _token_windows(forward: FuncOp, tokens: Any, where: str, seq: int | None, batch: int | None,
+                   input_arg: str | None, target_arg: str | None, seed: int
+                   ) -> tuple[TokenWindows, str, str, int | None]:
+    """The windows of `tokens` for `forward`, the input's and target's names, the vocabulary
+    (None when the input feeds no gather), every token checked against it."""
+    from lamina.backends.inputs import index_rows
+    from lamina.backends.interface import arg_names
+    from lamina.ir.core.dtypes import STORAGE
+    from lamina.ir.ops.opbase import tensor_info
+
+    stream = check_tokens(tokens, where)
+    i_in, i_tgt = _token_arguments(forward, input_arg, target_arg, where)
+    names, types = arg_names(forward), forward.function_type.inputs.data
+    shape = tensor_info(types[i_in]).shape
+    if len(shape) != 2:
+        raise LaminaError(f"{where}: the input '{names[i_in]}' is {types[i_in]}; token windows "
+                          "are [batch, seq]")
+    want = (batch if batch is not None else shape[0], seq if seq is not None else shape[1])
+    if want != shape:
+        raise LaminaError(f"{where}: batch {want[0]}, seq {want[1]} do not fit the input "
+                          f"'{names[i_in]}' of @{forward.sym_name.data}: {types[i_in]} takes "
+                          f"[batch, seq] = [{shape[0]}, {shape[1]}]")
+    if len(stream) < shape[1] + 1:
+        raise LaminaError(f"{where}: {len(stream)} tokens; a window of seq {shape[1]} needs at "
+                          f"least {shape[1] + 1}")
+    vocab = index_rows(forward).get(i_in)
+    if vocab is not None and (bad := first_outside(stream, vocab)) is not None:
+        raise LaminaError(f"{where}: token {bad[1]} at position {bad[0]} is outside the "
+                          f"vocabulary of @{forward.sym_name.data}: '{names[i_in]}' indexes a "
+                          f"table of {vocab} rows")
+    windows = TokenWindows(stream, shape[0], shape[1], seed,
+                           np.dtype(STORAGE[tensor_info(types[i_in]).dtype]),
+                           np.dtype(STORAGE[tensor_info(types[i_tgt]).dtype]))
+    return windows, names[i_in], names[i_tgt], vocab
+
+
 class Trainer:
     """A compiled training step and its state (module docstring)."""
 
-    def __init__(self, module: ModuleOp, data: Mapping[str, np.ndarray], *, entry: str | None = None,
-                 init: Mapping[str, np.ndarray] | None = None, seed: int = 0,
-                 pipeline: str = "", backend: str = "numpy", steps: int | None = None,
-                 data_name: str = "data", init_name: str = "init", **options: Any) -> None:
+    def __init__(self, module: ModuleOp, data: Mapping[str, np.ndarray] | None = None, *,
+                 entry: str | None = None, init: Mapping[str, np.ndarray] | None = None,
+                 seed: int = 0, pipeline: str = "", backend: str = "numpy",
+                 steps: int | None = None, data_name: str = "data", init_name: str = "init",
+                 tokens: np.ndarray | None = None, seq: int | None = None,
+                 batch: int | None = None, input_arg: str | None = None,
+                 target_arg: str | None = None, tokens_name: str = "tokens",
+                 eval_data: Mapping[str, np.ndarray] | None = None,
+                 eval_tokens: np.ndarray | None = None, eval_batches: int = 8,
+                 eval_every: int = 0, eval_name: str = "eval data", **options: Any) -> None:
         """`options`: the `Hyper` fields (optimizer, lr, weight_decay, beta1, beta2, eps,
         momentum, lr_schedule, warmup, grad_clip), then the backend's (`lamina.compile`).
         `steps` is the run's length, which the cosine schedule decays over (default: the
-        `steps` of the first `run`). `data_name` / `init_name` name the sources in messages."""
+        `steps` of the first `run`). `data` (batches) or `tokens` (a stream, with `seq`,
+        `batch`, `input_arg`, `target_arg`) is the training data, `eval_data` or `eval_tokens`
+        (`eval_batches` windows) what `evaluate` and every `eval_every`-th step measure (module
+        docstring). `data_name` / `init_name` / `tokens_name` / `eval_name` name the sources in
+        messages."""
         import lamina
+        from lamina.backends.inputs import index_rows
         from lamina.backends.interface import arg_names, find_entry
         from lamina.ir.buffers.updates import roles_of, updates_of
         from lamina.ir.core.diagnostics import error_at
@@ -242,16 +423,56 @@ class Trainer:
             got = str(outs[0]) if outs else "nothing"
             raise error_at(forward, f"@{self.entry} returns {got} first; training needs a "
                            "scalar float loss as its first result")
-        self.data, self.batches = _check_data(forward, data, data_name)
         names = arg_names(forward)
+        for flag, value in (("eval_batches", eval_batches), ("eval_every", eval_every)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise LaminaError(f"{flag} must be a non-negative integer, got {value!r}")
+        self._windows: TokenWindows | None = None
+        self.vocab: int | None = None   # the rows of the table the token input indexes
+        self.batches: int | None   # the number of data batches (None with a token stream)
+        if tokens is not None:
+            if data:
+                raise LaminaError(f"{data_name} and {tokens_name}: give data batches or a token "
+                                  "stream, not both")
+            self._windows, input_name, target_name, self.vocab = _token_windows(
+                forward, tokens, tokens_name, seq, batch, input_arg, target_arg, seed)
+            self.data, self.batches = {}, None
+            self.data_names = [input_name, target_name]
+            self.tokens_per_step: int | None = self._windows.batch * self._windows.seq
+        else:
+            given = [k for k, v in (("seq", seq), ("batch", batch), ("input_arg", input_arg),
+                                    ("target_arg", target_arg)) if v is not None]
+            if given:
+                raise LaminaError(f"{', '.join(given)}: apply to a token stream (tokens=), not "
+                                  "to data batches")
+            self.data, self.batches = _check_data(forward, data or {}, data_name)
+            self.data_names = list(self.data)
+            rows = index_rows(forward)
+            self.tokens_per_step = next(
+                (math.prod(tensor_info(forward.function_type.inputs.data[i]).shape)
+                 for i, n in enumerate(names) if n in self.data and i in rows), None)
         missing = [n for n, t in zip(names, forward.function_type.inputs.data, strict=True)
-                   if n not in self.data and tensor_info(t).dtype not in ("f16", "bf16", "f32",
-                                                                           "f64")]
+                   if n not in self.data_names and tensor_info(t).dtype not in ("f16", "bf16",
+                                                                                "f32", "f64")]
         if missing:
             raise LaminaError(f"{data_name}: no array for argument{'s' if len(missing) > 1 else ''}"
                               f" {', '.join(missing)} of @{self.entry} (integer and boolean "
                               "arguments are data, not trained)")
-        lamina.apply(own, self.hyper.pipeline(self.entry, [n for n in names if n in self.data]))
+        # the eval data is checked before any compilation, like the data
+        self.eval_every = eval_every
+        self._eval_tokens = None if eval_tokens is None else \
+            self._check_eval_tokens(forward, eval_tokens, eval_name)
+        self._eval_count = eval_batches
+        if eval_data is not None and eval_tokens is not None:
+            raise LaminaError(f"{eval_name}: give eval batches or an eval token stream, not both")
+        self._eval: list[dict[str, np.ndarray]] = []
+        if eval_data is not None:
+            self._eval = self._eval_from_data(forward, eval_data, eval_name)
+        self._draw_eval_tokens()
+        if eval_every and not self._eval:
+            raise LaminaError(f"eval_every={eval_every} needs eval_data or eval_tokens")
+        lamina.apply(own, self.hyper.pipeline(self.entry,
+                                              [n for n in names if n in self.data_names]))
         if pipeline:
             lamina.apply(own, pipeline)
         self.module = own
@@ -266,7 +487,7 @@ class Trainer:
                               "the step must return exactly one (the loss)")
         self._loss = loose[0]
         self._lr = next(i for i, r in roles.items() if r == "learning_rate")
-        self._data_index = {self.arg_names.index(n): n for n in self.data}
+        self._data_index = {self.arg_names.index(n): n for n in self.data_names}
         self.state_roles = {self.arg_names[i]: r for i, r in roles.items() if r in STATE_ROLES}
         params = [i for i, r in roles.items() if r == "parameter"]
         self._args: list[Any] = [None] * len(self.arg_names)
@@ -289,6 +510,45 @@ class Trainer:
         self.executable: Executable = lamina.compile(own, step.sym_name.data, backend,
                                                      donate=True, **backend_options)
         self.backend = backend
+        self.history: list[StepRecord] = []   # every record this trainer's steps made
+        self.forward_executable: Executable | None = None
+        if self._eval:   # the forward function, compiled once beside the step
+            self.forward_executable = lamina.compile(own, self.entry, backend, **backend_options)
+            self._forward_names = arg_names(find_entry(own, self.entry))
+
+    def _eval_from_data(self, forward: FuncOp, eval_data: Mapping[str, np.ndarray], where: str
+                        ) -> list[dict[str, np.ndarray]]:
+        arrays, count = _check_data(forward, eval_data, where)
+        if sorted(arrays) != sorted(self.data_names):
+            raise LaminaError(f"{where}: it has arrays for {', '.join(sorted(arrays)) or 'nothing'};"
+                              f" the data arguments are {', '.join(sorted(self.data_names))}")
+        return [{n: a[j] for n, a in arrays.items()} for j in range(count)]
+
+    def _check_eval_tokens(self, forward: FuncOp, eval_tokens: Any, where: str) -> np.ndarray:
+        if self._windows is None:
+            raise LaminaError(f"{where}: an eval token stream needs a training token stream "
+                              "(tokens=); with data batches give eval_data")
+        stream = check_tokens(eval_tokens, where)
+        if len(stream) < self._windows.seq + 1:
+            raise LaminaError(f"{where}: {len(stream)} tokens; a window of seq "
+                              f"{self._windows.seq} needs at least {self._windows.seq + 1}")
+        if self.vocab is not None and (bad := first_outside(stream, self.vocab)) is not None:
+            raise LaminaError(f"{where}: token {bad[1]} at position {bad[0]} is outside the "
+                              f"vocabulary of @{forward.sym_name.data}: '{self.data_names[0]}' "
+                              f"indexes a table of {self.vocab} rows")
+        return stream
+
+    def _draw_eval_tokens(self) -> None:
+        """The fixed eval windows of the eval token stream, from the seed (module docstring)."""
+        if self._eval_tokens is None or self._windows is None:
+            return
+        w = self._windows
+        draw = TokenWindows(self._eval_tokens, w.batch, w.seq, w.seed, w.input_dtype,
+                            w.target_dtype)
+        x, y = draw.windows(draw.starts(1, None, self._eval_count * w.batch))
+        self._eval = [{self.data_names[0]: x[k * w.batch:(k + 1) * w.batch],
+                       self.data_names[1]: y[k * w.batch:(k + 1) * w.batch]}
+                      for k in range(self._eval_count)]
 
     def _set_parameters(self, init: Mapping[str, np.ndarray], params: list[int], where: str
                         ) -> None:
@@ -327,15 +587,35 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------
 
+    def evaluate(self) -> float:
+        """The mean forward loss over the eval batches with the current parameters."""
+        if self.forward_executable is None:
+            raise LaminaError("nothing to evaluate on: give the Trainer eval_data or eval_tokens")
+        losses = []
+        for batch in self._eval:
+            args = [batch[n] if n in batch else self._args[self.arg_names.index(n)]
+                    for n in self._forward_names]
+            run = self.forward_executable(args)
+            losses.append(float(np.asarray(next(iter(run.outputs.values())))))
+        return float(np.mean(losses))
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """The data arrays step `step` (from 0) reads, by argument name."""
+        if self._windows is not None:
+            x, y = self._windows.step_batch(step)
+            return {self.data_names[0]: x, self.data_names[1]: y}
+        assert self.batches is not None
+        return {n: self.data[n][step % self.batches] for n in self.data_names}
+
     def step(self) -> StepRecord:
         """One step: the next batch, the schedule's rate, one call, the results fed back."""
         i = self.done
         rate = self.lr(i)
         args = self._args
         args[self._lr] = np.asarray(rate, np.float32)
-        position = i % self.batches
+        batch = self.batch(i)
         for k, name in self._data_index.items():
-            args[k] = self.data[name][position]
+            args[k] = batch[name]
         start = time.perf_counter()
         run = self.executable(args)
         outputs = list(run.outputs.values())
@@ -346,7 +626,14 @@ class Trainer:
         self.done = i + 1
         if not math.isfinite(loss):
             raise NonFiniteLoss(self.done, loss)
-        return StepRecord(self.done, loss, float(np.float32(rate)), seconds)
+        per_second = self.tokens_per_step / seconds if self.tokens_per_step and seconds > 0 \
+            else None
+        evaluated = self.evaluate() if self.eval_every and self.done % self.eval_every == 0 \
+            else None
+        record = StepRecord(self.done, loss, float(np.float32(rate)), seconds, per_second,
+                            evaluated)
+        self.history.append(record)
+        return record
 
     def run(self, steps: int | None = None, on_step: Callable[[StepRecord], None] | None = None
             ) -> Iterator[StepRecord]:
@@ -364,10 +651,24 @@ class Trainer:
 
     # ---- checkpoints ---------------------------------------------------------------------
 
+    def data_meta(self) -> dict[str, Any]:
+        """What the data is, as a checkpoint records it: a resume must read the same."""
+        if self._windows is not None:
+            return {"kind": "tokens", "tokens": len(self._windows.tokens),
+                    "batch": self._windows.batch, "seq": self._windows.seq,
+                    "input": self.data_names[0], "target": self.data_names[1]}
+        return {"kind": "batches", "batches": self.batches}
+
+    def data_position(self) -> int:
+        """Where the data stands after `done` steps: the next batch's index, or with a token
+        stream the windows drawn so far (each step's windows are a function of it and the
+        seed)."""
+        return self.done if self.batches is None else self.done % self.batches
+
     def checkpoint_meta(self) -> dict[str, Any]:
-        return {"entry": self.entry, "data_position": self.done % self.batches,
-                "data_batches": self.batches, "seed": self.seed, "steps": self.steps,
-                "options": asdict(self.hyper), "roles": self.state_roles}
+        return {"entry": self.entry, "data_position": self.data_position(),
+                "data_batches": self.batches, "data": self.data_meta(), "seed": self.seed,
+                "steps": self.steps, "options": asdict(self.hyper), "roles": self.state_roles}
 
     def save_checkpoint(self, folder: str) -> None:
         """Write the state after `done` steps into `folder`, atomically (`lamina.checkpoint`)."""
@@ -390,9 +691,14 @@ class Trainer:
             raise LaminaError(f"{where}: it holds {', '.join(sorted(arrays)) or 'nothing'}; this "
                               f"step updates {', '.join(sorted(self.state_roles))} (another "
                               "program or optimizer?)")
-        if meta.get("data_batches") != self.batches:
-            raise LaminaError(f"{where}: it was trained on {meta.get('data_batches')} batches, "
-                              f"the data has {self.batches}")
+        data = meta.get("data", {"kind": "batches", "batches": meta.get("data_batches")})
+        if data != self.data_meta():
+            if isinstance(data, dict) and data.get("kind") == "batches" and self.batches:
+                raise LaminaError(f"{where}: it was trained on {data.get('batches')} batches, "
+                                  f"the data has {self.batches}")
+            raise LaminaError(f"{where}: it was trained on {_describe(data)}, this run reads "
+                              f"{_describe(self.data_meta())}")
+        seed = meta.get("seed")
         for name in self.state_roles:
             info = tensor_info(self.step_func.function_type.inputs.data[self.arg_names.index(name)])
             a = arrays[name]
@@ -402,20 +708,92 @@ class Trainer:
         for name in self.state_roles:
             self._args[self.arg_names.index(name)] = arrays[name]
         self.done = int(meta["step"])
+        if isinstance(seed, int) and not isinstance(seed, bool) and seed != self.seed:
+            # the windows a step draws follow the seed: the checkpoint's, so the resumed run
+            # reads what the uninterrupted one would
+            self.seed = seed
+            if self._windows is not None:
+                self._windows.seed = seed
+                self._draw_eval_tokens()
         self.checkpoint_steps = meta.get("steps") if isinstance(meta.get("steps"),
                                                                             int) else None
         if self.steps is None:
             self.steps = self.checkpoint_steps
 
 
-def train(module: ModuleOp, data: Mapping[str, np.ndarray], steps: int,
-          checkpoint: str | None = None, checkpoint_every: int = 0, resume: str | None = None,
-          on_step: Callable[[StepRecord], None] | None = None, **options: Any) -> Trainer:
+def _describe(data: Any) -> str:
+    """A checkpoint's `data` record in words."""
+    if isinstance(data, dict) and data.get("kind") == "tokens":
+        return (f"a stream of {data.get('tokens')} tokens in windows [{data.get('batch')}, "
+                f"{data.get('seq')}] for '{data.get('input')}' and '{data.get('target')}'")
+    if isinstance(data, dict) and data.get("kind") == "batches":
+        return f"{data.get('batches')} data batches"
+    return "unknown data"
+
+
+def loss_figure(records: Sequence[StepRecord], title: str = "") -> Any:
+    """The figure of a run's loss, and eval loss where measured, against step; the caller
+    closes it. Readable at a glance: a log y axis when the positive losses span more than
+    `LOG_SCALE_SPAN` (a curve that falls from 4 to 0.01 is otherwise flat after its first
+    steps), both curves labelled in a legend outside the axes (never over the curve), the eval
+    points marked (there are few of them)."""
+    from lamina.cli.memory_plot import pyplot
+
+    plt = pyplot("--plot")
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    try:
+        steps = [r.step for r in records]
+        losses = [r.loss for r in records]
+        ax.plot(steps, losses, label="loss", linewidth=1.2)
+        evals = [(r.step, r.eval_loss) for r in records if r.eval_loss is not None]
+        if evals:
+            ax.plot([e[0] for e in evals], [e[1] for e in evals], marker="o", markersize=4,
+                    label="eval loss", linewidth=1.2)
+        values = losses + [e[1] for e in evals]
+        log = bool(values) and min(values) > 0 and max(values) / min(values) > LOG_SCALE_SPAN
+        if log:
+            ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss (log scale)" if log else "loss")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        ax.set_title(title or "training loss")
+        fig.tight_layout()
+    except BaseException:
+        plt.close(fig)   # not returned: nobody else can close it
+        raise
+    return fig
+
+
+def save_loss_plot(records: Sequence[StepRecord], path: str, title: str = "") -> None:
+    """`loss_figure` written to `path` (the format from its extension, PNG without one), only
+    once the whole image is drawn: an error leaves no partial file."""
+    from lamina.cli.memory_plot import plot_format, pyplot
+    from lamina.cli.outputs import StagedOutputs
+
+    fmt = plot_format(path, "--plot")
+    plt = pyplot("--plot")
+    fig = loss_figure(records, title)
+    try:
+        with StagedOutputs() as out:
+            out.add(path, lambda f: fig.savefig(f, format=fmt, bbox_inches="tight"))
+            out.commit()
+    finally:
+        plt.close(fig)
+
+
+def train(module: ModuleOp, data: Mapping[str, np.ndarray] | None = None,
+          steps: int | None = None, checkpoint: str | None = None, checkpoint_every: int = 0,
+          resume: str | None = None, on_step: Callable[[StepRecord], None] | None = None,
+          plot: str | None = None, **options: Any) -> Trainer:
     """Train for `steps` steps in all (module docstring) and return the Trainer (its
-    `parameters`, `state`, `done`). `options` are the Trainer's. With `resume`, the state comes
-    from that checkpoint folder and training continues to `steps`; with `checkpoint`, a
-    checkpoint is written there every `checkpoint_every` steps (0: only at the end) and at the
-    end."""
+    `parameters`, `state`, `done`, `history`). `options` are the Trainer's (`tokens`, `seq`,
+    `batch`, `eval_every`, `eval_data`, ... too). With `resume`, the state comes from that
+    checkpoint folder and training continues to `steps`; with `checkpoint`, a checkpoint is
+    written there every `checkpoint_every` steps (0: only at the end) and at the end; with
+    `plot`, the loss curve of this call's steps (`save_loss_plot`) at the end."""
+    if steps is None:
+        raise LaminaError("how many steps: give train() steps=")
     trainer = Trainer(module, data, steps=steps, **options)
     if resume is not None:
         trainer.load_checkpoint(resume)
@@ -428,4 +806,6 @@ def train(module: ModuleOp, data: Mapping[str, np.ndarray], steps: int,
             trainer.save_checkpoint(checkpoint)
     if checkpoint is not None:
         trainer.save_checkpoint(checkpoint)
+    if plot is not None:
+        save_loss_plot(trainer.history, plot, f"@{trainer.entry}")
     return trainer

@@ -249,12 +249,18 @@ def read_inputs(paths: str | Sequence[str], func: FuncOp) -> LoadedInputs:
                 with np.load(path, allow_pickle=False) as data:
                     arrays.update((k, data[k]) for k in wanted)
         return LoadedInputs([arrays[k] for k in keys], [origin[k] for k in keys], keys)
-    except FileNotFoundError:
-        raise LaminaError(f"cannot read inputs '{path}': no such file") from None
-    except IsADirectoryError:
-        raise LaminaError(f"cannot read inputs '{path}': Is a directory") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise LaminaError(f"cannot read inputs '{path}': {e}") from None
+        raise array_file_error(f"cannot read inputs '{path}'", e) from None
+
+
+def array_file_error(prefix: str, e: BaseException) -> LaminaError:
+    """The one diagnostic `prefix: why` for an `.npz` or `.npy` that numpy could not read (`e`
+    from opening or loading it): a missing file or a folder in words, not as an errno tuple."""
+    if isinstance(e, FileNotFoundError):
+        return LaminaError(f"{prefix}: no such file")
+    if isinstance(e, IsADirectoryError):
+        return LaminaError(f"{prefix}: Is a directory")
+    return LaminaError(f"{prefix}: {e}")
 
 
 def load_inputs(paths: str | Sequence[str], func: FuncOp) -> list[np.ndarray]:

@@ -92,18 +92,10 @@ STEP_PIPELINE = (f"derive-backward{{data=x,m1,m2,tgt}},append-optimizer{{kind=ad
                  f"lr={ADAMW['lr']} weight-decay={ADAMW['weight_decay']}}}")
 GPT2_SMALL = (1, 32, 64, 4, 256)   # B, T, D, H, MLP width
 
-MLP7 = """
-func.func @mlp(%x: tensor<16x64xf32>, %w1: tensor<64x64xf32>, %b1: tensor<64xf32>, %w2: tensor<64x64xf32>, %b2: tensor<64xf32>) -> tensor<16x64xf32> {
-  %h = lamina.matmul %x, %w1 : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>
-  %hb = lamina.add %h, %b1 : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
-  %n = lamina.layernorm %hb {axis = -1 : i64, eps = 1.0e-05 : f64} : tensor<16x64xf32>
-  %g = lamina.gelu %n {approximate = "tanh"} : tensor<16x64xf32>
-  %o = lamina.matmul %g, %w2 : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>
-  %ob = lamina.add %o, %b2 : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
-  %y = lamina.add %ob, %x : tensor<16x64xf32>
-  func.return %y : tensor<16x64xf32>
-}
-"""  # noqa: E501  (one IR line per source line)
+# the sample tests/test_executable.py also calls (one program, read by both)
+with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples",
+                       "mlp_layernorm_block.mlir")) as _f:
+    MLP7 = _f.read()
 
 CYCLE = [("mul", "y"), ("add", "x"), ("tanh", None), ("exp", None), ("sub", "x")]
 

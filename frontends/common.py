@@ -10,17 +10,23 @@ parameter's fully qualified name `blocks.0.attn.weight` is kept as written; a na
 alphabet, or one ending in `_<digits>`, which xDSL's printer reserves for its own numbering, is
 spelled with those characters replaced and a trailing `_`), then makes the function, its module,
 and verifies it with Lamina's verifier.
+
+`reshape` and `matmul` are the two lowerings whose semantics ONNX and ATen share exactly (numpy's
+matmul: a rank-1 operand is a row or column, dropped again from the result); they build through
+any `Emitter` (either importer's context), so each importer's diagnostics stay its own.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 from lamina.ir.builder import Builder
 from lamina.ir.core.diagnostics import LaminaError, SourceLoc
 from lamina.ir.core.dtypes import tensor_type
-from lamina.ir.core.shapes import TensorInfo
+from lamina.ir.core.shapes import TensorInfo, info_of
+from lamina.ir.ops.lamina import MatmulOp, ReshapeOp
 from lamina.ir.text.source import verify
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -92,3 +98,34 @@ class FunctionBuilder:
         module = ModuleOp([func])
         verify(module)
         return module
+
+
+class Emitter(Protocol):
+    """What the shared lowerings build through: an importer's context, whose `op` turns a shape
+    rule's refusal into that importer's diagnostic for the node being converted."""
+
+    def op(self, cls: Any, *operands: Any, result: TensorInfo | None = None,
+           **attrs: Any) -> SSAValue: ...
+
+
+def reshape(ctx: Emitter, v: SSAValue, shape: Sequence[int]) -> SSAValue:
+    """`v` as `shape` (`v` itself when it has that shape already)."""
+    info = info_of(v)
+    if info.shape == tuple(shape):
+        return v
+    return ctx.op(ReshapeOp, v, result=TensorInfo(tuple(shape), info.dtype))
+
+
+def matmul(ctx: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:
+    """numpy.matmul (ONNX MatMul, torch.matmul): a rank-1 `x` is a row and a rank-1 `y` a column
+    for `lamina.matmul`, and that dim is dropped from the result again."""
+    a, b = info_of(x), info_of(y)
+    xm = reshape(ctx, x, (1, a.shape[0])) if a.rank == 1 else x
+    ym = reshape(ctx, y, (b.shape[0], 1)) if b.rank == 1 else y
+    r = ctx.op(MatmulOp, xm, ym)
+    shape = info_of(r).shape
+    if a.rank == 1:
+        shape = shape[:-2] + shape[-1:]
+    if b.rank == 1:
+        shape = shape[:-1]
+    return reshape(ctx, r, shape)

@@ -33,19 +33,9 @@ from xdsl.dialects.builtin import ModuleOp
 SETTINGS = settings(max_examples=examples(6), deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-MLP = """
-func.func @mlp(%x: tensor<16x64xf32>, %w1: tensor<64x64xf32>, %b1: tensor<64xf32>,
-               %w2: tensor<64x64xf32>, %b2: tensor<64xf32>) -> tensor<16x64xf32> {
-  %h = lamina.matmul %x, %w1 : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>
-  %hb = lamina.add %h, %b1 : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
-  %n = lamina.layernorm %hb {axis = -1 : i64, eps = 1.0e-05 : f64} : tensor<16x64xf32>
-  %g = lamina.gelu %n {approximate = "tanh"} : tensor<16x64xf32>
-  %o = lamina.matmul %g, %w2 : (tensor<16x64xf32>, tensor<64x64xf32>) -> tensor<16x64xf32>
-  %ob = lamina.add %o, %b2 : (tensor<16x64xf32>, tensor<64xf32>) -> tensor<16x64xf32>
-  %y = lamina.add %ob, %x : tensor<16x64xf32>
-  func.return %y : tensor<16x64xf32>
-}
-"""
+# the 7-op MLP block with a layernorm, shared with benchmarks/bench_overhead.py's `mlp7` row
+with open(os.path.join(ROOT, "samples", "mlp_layernorm_block.mlir")) as _f:
+    MLP = _f.read()
 
 STEP = """
 func.func @loss(%x: tensor<8x16xf32>, %w: tensor<16x4xf32>, %b: tensor<4xf32>) -> tensor<f32> {

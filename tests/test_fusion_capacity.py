@@ -24,7 +24,7 @@ from strategies import examples
 from strategies.programs import programs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = os.path.join(ROOT, "ir", "targets", "tiny.toml")
+TINY = os.path.join(ROOT, "ir", "mesh", "targets", "tiny.toml")
 _DIR = tempfile.mkdtemp(prefix="lamina-sram-")
 
 

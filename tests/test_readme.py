@@ -62,7 +62,7 @@ def shell_commands(text: str) -> list[str]:
 
 _EXPECTED_ERROR = re.compile(r"\s#\s+(\S+:\d+:\d+: error: .*)$")
 _WRITES = ("-o", "--outputs", "--write-inputs", "--stats-json", "--memory-plot", "--weights",
-           "--save", "--log")
+           "--save", "--log", "--plot")
 
 
 def written_files(command: str) -> list[str]:

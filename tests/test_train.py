@@ -321,8 +321,14 @@ def test_bad_flags(tmp: Path, capsys: pytest.CaptureFixture[str], argv: list[str
     _assert_one_error(capsys, message)
 
 
-def test_a_progress_bar_on_a_terminal(tmp: Path) -> None:
-    """With stderr on a terminal (a pseudo-terminal here), tqdm draws the bar: steps and loss."""
+@pytest.mark.parametrize("data, wanted", [
+    ([], ["loss="]),
+    (["--tokens", str(ROOT / "samples" / "tiny_lm_tokens.npy"), "--eval-every", "2",
+      "--eval-tokens", str(ROOT / "samples" / "tiny_lm_eval.npy")], ["loss=", "tok_s=", "eval="]),
+], ids=["batches", "tokens"])
+def test_a_progress_bar_on_a_terminal(tmp: Path, data: list[str], wanted: list[str]) -> None:
+    """With stderr on a terminal (a pseudo-terminal here), tqdm draws the bar: steps and loss,
+    and with a token stream tokens/s and the last eval loss."""
     pytest.importorskip("tqdm")
     import fcntl
     import pty
@@ -334,8 +340,10 @@ def test_a_progress_bar_on_a_terminal(tmp: Path) -> None:
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 columns
     try:
-        res = subprocess.run([sys.executable, "-m", "lamina.cli.train", SAMPLE, "--data",
-                              str(tmp / "data.npz"), "--steps", "5"], stdout=subprocess.PIPE,
+        argv = [str(ROOT / "samples" / "tiny_lm.mlir"), *data] if data else \
+            [SAMPLE, "--data", str(tmp / "data.npz")]
+        res = subprocess.run([sys.executable, "-m", "lamina.cli.train", *argv, "--steps", "5"],
+                             stdout=subprocess.PIPE,
                              stderr=slave, timeout=300, check=False)
     finally:
         os.close(slave)
@@ -351,7 +359,7 @@ def test_a_progress_bar_on_a_terminal(tmp: Path) -> None:
     os.close(master)
     assert res.returncode == 0, shown
     text = shown.decode(errors="replace")
-    assert "5/5" in text and "loss=" in text, text
+    assert "5/5" in text and all(w in text for w in wanted), text
 
 
 def test_train_checkpoints_every_k_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

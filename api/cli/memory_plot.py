@@ -18,21 +18,23 @@ from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.mesh.placement import TIERS
 
 
-def _pyplot() -> Any:
+def pyplot(flag: str = "--memory-plot") -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed), or one error naming the flag
+    that needs it."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise LaminaError("--memory-plot needs matplotlib: pip install 'lamina[plot]'") from None
+        raise LaminaError(f"{flag} needs matplotlib: pip install 'lamina[plot]'") from None
     return plt
 
 
-def plot_format(path: str) -> str:
-    """The image format `path` asks for (its extension, else png); LaminaError when matplotlib is
-    missing or cannot write that format."""
-    plt = _pyplot()
+def plot_format(path: str, flag: str = "--memory-plot") -> str:
+    """The image format `path` asks for (its extension, else png); LaminaError (naming `flag`)
+    when matplotlib is missing or cannot write that format."""
+    plt = pyplot(flag)
     ext = os.path.splitext(path)[1][1:].lower()
     fmt = ext or "png"
     fig = plt.figure()
@@ -41,7 +43,7 @@ def plot_format(path: str) -> str:
     finally:
         plt.close(fig)
     if fmt not in supported:
-        raise LaminaError(f"--memory-plot: cannot write '{path}': unknown image format '{fmt}' "
+        raise LaminaError(f"{flag}: cannot write '{path}': unknown image format '{fmt}' "
                           f"(formats: {', '.join(supported)})")
     return fmt
 
@@ -66,7 +68,7 @@ def axis_unit(peak: float) -> tuple[str, int]:
 
 def plot_memory(trace: MemoryTrace, out: BinaryIO, fmt: str, title: str = "") -> None:
     """`memory_figure` drawn in image format `fmt` (from `plot_format`) to `out`."""
-    plt = _pyplot()
+    plt = pyplot()
     fig = memory_figure(trace, title)
     try:
         fig.savefig(out, format=fmt, bbox_inches="tight")
@@ -84,7 +86,7 @@ def memory_figure(trace: MemoryTrace, title: str = "") -> Any:
     with plain tick labels (no `1e10` offset); the target's capacity is a dashed line when it is
     within `CAPACITY_DRAW_FACTOR` of the peak, else named in the legend only. Legends sit to the
     right of the panels, never over the curve."""
-    plt = _pyplot()
+    plt = pyplot()
     tiers = [t for t in TIERS if t in ("sram", "hbm") or any(p[t] for p in trace.timeline)]
     fig, axes = plt.subplots(len(tiers), 1, figsize=(11, 2.2 * len(tiers) + 0.6), sharex=True,
                              squeeze=False)

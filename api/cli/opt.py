@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -49,8 +48,9 @@ from typing import Any, TextIO
 
 import lamina
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
-from lamina.cli.outputs import broken_pipe_exit, check_destination, write_text_atomic
-from lamina.ir.core.diagnostics import LaminaError, UsageError, format_diagnostic, report
+from lamina.cli.entry import guarded
+from lamina.cli.outputs import check_destination, write_text_atomic
+from lamina.ir.core.diagnostics import LaminaError, UsageError, format_diagnostic
 from lamina.ir.mesh.target import builtin_targets
 from lamina.ir.text.source import make_context, parse_text, read_source, verify
 from lamina.passes.pipeline import PassRun, build_pipeline, describe_passes, run_pipeline
@@ -298,26 +298,19 @@ def split_chunks(source: str) -> list[tuple[str, int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    session: OptRun | None = None
+    """`lamina-opt`, ended by `guarded`; the `--time-passes` report comes after the run's
+    diagnostic, also when the run failed (a slow pass before a failure is what it is for)."""
+    started: list[OptRun] = []
+
+    def run(argv: Sequence[str] | None) -> int:
+        started.append(OptRun(arg_parser().parse_args(argv), sys.stderr))
+        return started[0].run()
+
     try:
-        args = arg_parser().parse_args(argv)
-        session = OptRun(args, sys.stderr)
-        code = session.run()
-        sys.stdout.flush()   # a reader that went away is found here, not at interpreter exit
-        return code
-    except SystemExit as e:  # --help and --version
-        return e.code if isinstance(e.code, int) else 0
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `lamina-opt ... | head`: exit quietly, as Unix tools do
-        return broken_pipe_exit()
-    except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
-        if os.environ.get("LAMINA_TRACEBACK") and not isinstance(e, LaminaError):
-            raise
-        return report(e)
+        return guarded(run, argv)
     finally:
-        if session is not None and session.timing is not None:
-            sys.stderr.write(session.timing.report())
+        if started and started[0].timing is not None:
+            sys.stderr.write(started[0].timing.report())
 
 
 if __name__ == "__main__":

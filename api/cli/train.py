@@ -1,9 +1,11 @@
 """`lamina-train`: train a forward function that returns a scalar loss.
 
-    lamina-train PROGRAM.mlir --data DATA.npz --steps N [--init PARAMS.npz | --seed S]
+    lamina-train PROGRAM.mlir (--data DATA.npz | --tokens TOKENS.npy [--seq T --batch B]
+                 [--input-arg NAME --target-arg NAME]) --steps N [--init PARAMS.npz | --seed S]
                  [--optimizer adamw|sgd] [--lr LR] [--weight-decay WD] [--beta1 B1 --beta2 B2
                  --eps EPS] [--momentum MU] [--lr-schedule constant|cosine] [--warmup W]
-                 [--grad-clip C] [--log LOG.jsonl] [--save FINAL.npz]
+                 [--grad-clip C] [--log LOG.jsonl] [--save FINAL.npz] [--plot LOSS.png]
+                 [--eval-every K (--eval-data EVAL.npz | --eval-tokens TOKENS.npy)]
                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR]
                  [--entry NAME] [-p PIPELINE] [--backend NAME] [--threads N] [--target T]
 
@@ -15,8 +17,20 @@ line: reading the files, the progress bar, the log and the files it writes.
   indexes batches: step i (from 0) uses batch i mod N. Every float argument it does not name is
   trained. `--init PARAMS.npz`: the trained arguments by name (each of them); without it the
   documented initializer draws them from `--seed`.
-- `--log LOG.jsonl`: one JSON object per step, `{"step", "loss", "lr", "step_seconds"}`, written
-  as the run goes (a resumed run keeps the lines up to its checkpoint's step and goes on).
+- `--tokens TOKENS.npy` (instead of `--data`): a 1-D uint16 or int32 token stream, memory-mapped
+  (`np.load(mmap_mode="r")`, never a pickle), cut into random windows from `--seed` as nanoGPT
+  does: `--input-arg` (default: the first integer argument) gets [batch, seq] windows, and
+  `--target-arg` (default: the second) the same windows one token on. `--seq` and `--batch`
+  default to the input argument's shape and must match it; a token outside the vocabulary (the
+  rows of the table the input indexes) is one error before training.
+- `--eval-every K` with `--eval-data EVAL.npz` (batches like `--data`) or `--eval-tokens
+  TOKENS.npy` (`--eval-batches` fixed windows, default 8): the mean forward loss on them after
+  every K-th step, logged as `eval_loss`.
+- `--log LOG.jsonl`: one JSON object per step, `{"step", "loss", "lr", "step_seconds"}`, plus
+  `tokens_per_second` where known and `eval_loss` on the steps that evaluate, written as the run
+  goes (a resumed run keeps the lines up to its checkpoint's step and goes on).
+- `--plot LOSS.png`: loss and eval loss against step (`lamina.training.loss_figure`), written
+  when the run ends well; a resumed run with `--log` plots the kept lines too.
 - `--save FINAL.npz`: the final parameters by name, written when the run ends well.
 - `--checkpoint DIR`: a checkpoint every `--checkpoint-every K` steps and at the end, each written
   atomically (`lamina.checkpoint`); `--resume DIR` continues from one to `--steps` in all.
@@ -40,11 +54,14 @@ from typing import IO, Any
 
 import lamina
 import numpy as np
+from lamina.backends.inputs import array_file_error
 from lamina.backends.registry import backend_names, get_backend
-from lamina.cli.outputs import broken_pipe_exit, check_destination, save_npz_atomic
-from lamina.ir.core.diagnostics import LaminaError, UsageError, report
+from lamina.cli.entry import guarded
+from lamina.cli.memory_plot import plot_format
+from lamina.cli.outputs import check_destination, save_npz_atomic
+from lamina.ir.core.diagnostics import LaminaError, UsageError
 from lamina.ir.text.source import load
-from lamina.training import OPTIMIZERS, SCHEDULES, StepRecord, Trainer
+from lamina.training import OPTIMIZERS, SCHEDULES, StepRecord, Trainer, save_loss_plot
 
 PROG = "lamina-train"
 
@@ -59,12 +76,33 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="program (.mlir): a function returning a scalar loss first")
     p.add_argument("--version", action="version", version=f"{PROG} {lamina.__version__}")
     p.add_argument("--entry", default=None, help="the forward function (default: the only one)")
-    p.add_argument("--data", required=True, metavar="DATA.npz",
+    p.add_argument("--data", default=None, metavar="DATA.npz",
                    help="one array per data argument; the leading dim indexes batches")
+    p.add_argument("--tokens", default=None, metavar="TOKENS.npy",
+                   help="a 1-D uint16/int32 token stream (memory-mapped), in random windows")
+    p.add_argument("--seq", type=int, default=None, metavar="T",
+                   help="tokens per window (default: the input argument's last dim)")
+    p.add_argument("--batch", type=int, default=None, metavar="B",
+                   help="windows per step (default: the input argument's first dim)")
+    p.add_argument("--input-arg", default=None, metavar="NAME",
+                   help="the argument the windows feed (default: the first integer argument)")
+    p.add_argument("--target-arg", default=None, metavar="NAME",
+                   help="the argument the windows shifted by one token feed (default: the "
+                        "second integer argument)")
+    p.add_argument("--eval-every", type=int, default=0, metavar="K",
+                   help="evaluate the forward loss every K steps (default 0: never)")
+    p.add_argument("--eval-data", default=None, metavar="EVAL.npz",
+                   help="eval batches, keyed like --data")
+    p.add_argument("--eval-tokens", default=None, metavar="TOKENS.npy",
+                   help="an eval token stream (with --tokens)")
+    p.add_argument("--eval-batches", type=int, default=8, metavar="N",
+                   help="fixed windows of --eval-tokens to evaluate on (default 8)")
     p.add_argument("--init", default=None, metavar="PARAMS.npz",
                    help="initial values of the trained arguments, by name (default: the "
                         "initializer, from --seed)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initializer (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the initializer and of the token windows (default 0; a resume "
+                        "follows its checkpoint's)")
     p.add_argument("--steps", type=int, required=True, metavar="N", help="steps in all")
     p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
@@ -81,6 +119,8 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", default=None, metavar="LOG.jsonl", help="one JSON line per step")
     p.add_argument("--save", default=None, metavar="FINAL.npz",
                    help="write the final parameters by name")
+    p.add_argument("--plot", default=None, metavar="LOSS.png",
+                   help="plot loss and eval loss against step (format from the extension)")
     p.add_argument("--checkpoint", default=None, metavar="DIR", help="checkpoint folder")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                    help="also checkpoint every K steps (default 0: only at the end)")
@@ -102,23 +142,46 @@ def check_args(args: argparse.Namespace) -> None:
     """Refuse a command line that could not be honoured, before any work."""
     for flag, value, least in (("--steps", args.steps, 0), ("--warmup", args.warmup, 0),
                                ("--checkpoint-every", args.checkpoint_every, 0),
-                               ("--threads", args.threads, 1), ("--seed", args.seed, 0)):
+                               ("--threads", args.threads, 1), ("--seed", args.seed, 0),
+                               ("--seq", args.seq, 1), ("--batch", args.batch, 1),
+                               ("--eval-every", args.eval_every, 0),
+                               ("--eval-batches", args.eval_batches, 1)):
         if value is not None and value < least:
             raise UsageError(PROG, f"argument {flag}: must be at least {least}, got {value}")
     for dest, value in vars(args).items():
         if value == "" and dest not in ("passes", "file"):
             raise UsageError(PROG, f"argument --{dest.replace('_', '-')}: expected a value, got ''")
+    if (args.data is None) == (args.tokens is None):
+        raise UsageError(PROG, "give the training data: --data DATA.npz or --tokens TOKENS.npy"
+                         if args.data is None else "--data and --tokens: give one of them")
+    if args.tokens is None:
+        for flag, value in (("--seq", args.seq), ("--batch", args.batch),
+                            ("--input-arg", args.input_arg), ("--target-arg", args.target_arg),
+                            ("--eval-tokens", args.eval_tokens)):
+            if value is not None:
+                raise UsageError(PROG, f"{flag} applies to --tokens TOKENS.npy")
+    if args.eval_data is not None and args.eval_tokens is not None:
+        raise UsageError(PROG, "--eval-data and --eval-tokens: give one of them")
+    if args.eval_every and args.eval_data is None and args.eval_tokens is None:
+        raise UsageError(PROG, "--eval-every needs --eval-data EVAL.npz or --eval-tokens "
+                         "TOKENS.npy")
+    if not args.eval_every and (args.eval_data is not None or args.eval_tokens is not None):
+        raise UsageError(PROG, "--eval-data and --eval-tokens need --eval-every K")
     if args.checkpoint_every and args.checkpoint is None:
         raise UsageError(PROG, "--checkpoint-every needs --checkpoint DIR")
     if args.resume is not None and args.init is not None:
         raise UsageError(PROG, "--resume restores the parameters from its checkpoint; --init "
                          "applies to a fresh run")
-    for path in (args.log, args.save):
-        if path is not None:
-            check_destination(path)
-    if args.log is not None and args.save is not None and \
-            os.path.realpath(args.log) == os.path.realpath(args.save):
-        raise UsageError(PROG, "--log and --save both write the same file")
+    written = [(flag, path) for flag, path in (("--log", args.log), ("--save", args.save),
+                                                ("--plot", args.plot)) if path is not None]
+    for _, path in written:
+        check_destination(path)
+    for k, (flag, path) in enumerate(written):
+        for other, path2 in written[k + 1:]:
+            if os.path.realpath(path) == os.path.realpath(path2):
+                raise UsageError(PROG, f"{flag} and {other} both write the same file")
+    if args.plot is not None:
+        plot_format(args.plot, "--plot")
     if args.checkpoint is not None:
         folder = args.checkpoint
         if os.path.exists(folder) and not os.path.isdir(folder):
@@ -135,12 +198,22 @@ def read_npz(path: str, flag: str) -> dict[str, np.ndarray]:
             raise LaminaError(f"{flag} '{path}': not an .npz archive")
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise LaminaError(f"{flag} '{path}': no such file") from None
-    except IsADirectoryError:
-        raise LaminaError(f"{flag} '{path}': is a directory") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise LaminaError(f"{flag} '{path}': {e}") from None
+        raise array_file_error(f"{flag} '{path}'", e) from None
+
+
+def read_tokens(path: str, flag: str) -> np.ndarray:
+    """The token stream in a `.npy`, memory-mapped (read where it lies, however long), never a
+    pickle; one diagnostic naming the file for anything else."""
+    try:
+        if os.path.isfile(path) and zipfile.is_zipfile(path):
+            raise LaminaError(f"{flag} '{path}': an .npz archive; the tokens are one .npy array")
+        tokens = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise array_file_error(f"{flag} '{path}'", e) from None
+    if not isinstance(tokens, np.ndarray):
+        raise LaminaError(f"{flag} '{path}': not an .npy array")
+    return tokens
 
 
 def _log_lines_upto(path: str, step: int) -> list[str]:
@@ -167,6 +240,7 @@ class _Progress:
 
     def __init__(self, total: int, initial: int) -> None:
         self.bar: Any = None
+        self.eval_loss: float | None = None   # the last one, shown until the next
         if not sys.stderr.isatty():
             return
         try:
@@ -180,8 +254,14 @@ class _Progress:
 
     def update(self, record: StepRecord) -> None:
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{record.loss:.5g}", step_s=f"{record.step_seconds:.3g}",
-                                 refresh=False)
+            shown = {"loss": f"{record.loss:.5g}", "step_s": f"{record.step_seconds:.3g}"}
+            if record.tokens_per_second is not None:
+                shown["tok_s"] = f"{record.tokens_per_second:.4g}"
+            if record.eval_loss is not None:
+                self.eval_loss = record.eval_loss
+            if self.eval_loss is not None:
+                shown["eval"] = f"{self.eval_loss:.5g}"
+            self.bar.set_postfix(shown, refresh=False)
             self.bar.update(1)
 
     def close(self) -> None:
@@ -194,7 +274,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     check_args(args)
     backend = get_backend(args.backend)
     module = load(args.file)
-    data = read_npz(args.data, "--data")
+    data = read_npz(args.data, "--data") if args.data is not None else None
+    tokens = read_tokens(args.tokens, "--tokens") if args.tokens is not None else None
+    eval_data = read_npz(args.eval_data, "--eval-data") if args.eval_data is not None else None
+    eval_tokens = read_tokens(args.eval_tokens, "--eval-tokens") \
+        if args.eval_tokens is not None else None
     init = read_npz(args.init, "--init") if args.init is not None else None
     takes = set(backend.Options.__dataclass_fields__)
     options: dict[str, Any] = {k: v for k, v in (("threads", args.threads),)
@@ -203,7 +287,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         options["target"] = args.target
     trainer = Trainer(module, data, entry=args.entry, init=init, seed=args.seed,
                       pipeline=args.passes, backend=args.backend, steps=args.steps,
-                      data_name=args.data, init_name=args.init or "--init",
+                      data_name=args.data or "--data", init_name=args.init or "--init",
+                      tokens=tokens, seq=args.seq, batch=args.batch, input_arg=args.input_arg,
+                      target_arg=args.target_arg, tokens_name=args.tokens or "--tokens",
+                      eval_data=eval_data, eval_tokens=eval_tokens,
+                      eval_batches=args.eval_batches, eval_every=args.eval_every,
+                      eval_name=args.eval_data or args.eval_tokens or "--eval-data",
                       optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                       beta1=args.beta1, beta2=args.beta2, eps=args.eps, momentum=args.momentum,
                       lr_schedule=args.lr_schedule, warmup=args.warmup,
@@ -216,8 +305,9 @@ def run(argv: Sequence[str] | None = None) -> int:
                   f"decays over {args.steps} steps", file=sys.stderr)
         trainer.steps = args.steps
     log: IO[str] | None = None
+    kept = _log_lines_upto(args.log, trainer.done) \
+        if args.log is not None and args.resume is not None else []
     if args.log is not None:
-        kept = _log_lines_upto(args.log, trainer.done) if args.resume is not None else []
         log = open(args.log, "w", encoding="utf-8")  # noqa: SIM115 - closed below
         for line in kept:
             log.write(line + "\n")
@@ -241,29 +331,22 @@ def run(argv: Sequence[str] | None = None) -> int:
         trainer.save_checkpoint(args.checkpoint)
     if args.save is not None:
         save_npz_atomic(args.save, trainer.parameters)
+    if args.plot is not None:
+        earlier = [r for line in kept if (r := StepRecord.from_dict(json.loads(line)))]
+        save_loss_plot(earlier + trainer.history, args.plot, f"@{trainer.entry}")
     if last is not None:
+        evaluated = [r for r in trainer.history if r.eval_loss is not None]
+        seen = f" (eval loss {evaluated[-1].eval_loss:.6g} at step {evaluated[-1].step})" \
+            if evaluated else ""
         print(f"@{trainer.entry}: step {last.step}/{args.steps} loss {last.loss:.6g} lr "
-              f"{last.lr:.6g}")
+              f"{last.lr:.6g}{seen}")
     else:
         print(f"@{trainer.entry}: {trainer.done} steps done already (--steps {args.steps})")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        code = run(argv)
-        sys.stdout.flush()
-        return code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return broken_pipe_exit()
-    except BaseException as e:  # noqa: BLE001 - every failure becomes one diagnostic
-        if isinstance(e, SystemExit):
-            return e.code if isinstance(e.code, int) else 0
-        if os.environ.get("LAMINA_TRACEBACK") and not isinstance(e, LaminaError):
-            raise
-        return report(e)
+    return guarded(run, argv)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 
-from lamina.frontends.common import ATTRIBUTE
+from lamina.frontends.common import ATTRIBUTE, reshape
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx
-from lamina.frontends.onnx.ops_shape import Out, onnx_op, reshape
+from lamina.frontends.onnx.ops_shape import Out, onnx_op
 from lamina.ir.core.shapes import TensorInfo, info_of
 from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue

@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from lamina.frontends.common import ATTRIBUTE, DTYPE
+from lamina.frontends.common import ATTRIBUTE, DTYPE, reshape
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx
 from lamina.frontends.onnx.ops_nn import reduce
-from lamina.frontends.onnx.ops_shape import Out, axes_of, onnx_op, reshape, slice_dim
+from lamina.frontends.onnx.ops_shape import Out, axes_of, onnx_op, slice_dim
 from lamina.ir.core.shapes import TensorInfo, info_of
 from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue

@@ -20,25 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from lamina.frontends.common import ATTRIBUTE, DTYPE
+from lamina.frontends.common import ATTRIBUTE, DTYPE, matmul, reshape
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx
-from lamina.frontends.onnx.ops_shape import Out, axes_of, broadcast_to, onnx_op, reshape
+from lamina.frontends.onnx.ops_shape import Out, axes_of, broadcast_to, onnx_op
 from lamina.ir.core.shapes import TensorInfo, info_of
 from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
-
-
-def matmul(ctx: NodeCtx, x: SSAValue, y: SSAValue) -> SSAValue:
-    a, b = info_of(x), info_of(y)
-    xm = reshape(ctx, x, (1, a.shape[0])) if a.rank == 1 else x
-    ym = reshape(ctx, y, (b.shape[0], 1)) if b.rank == 1 else y
-    r = ctx.op(L.MatmulOp, xm, ym)
-    shape = info_of(r).shape
-    if a.rank == 1:
-        shape = shape[:-2] + shape[-1:]
-    if b.rank == 1:
-        shape = shape[:-1]
-    return reshape(ctx, r, shape)
 
 
 @onnx_op("MatMul")

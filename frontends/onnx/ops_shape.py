@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from lamina.frontends.common import ATTRIBUTE, DTYPE
+from lamina.frontends.common import ATTRIBUTE, DTYPE, reshape
 from lamina.frontends.onnx.graph import NodeCtx, Val, const_val
 from lamina.ir.core.shapes import TensorInfo, broadcast_shapes, info_of
 from lamina.ir.ops import lamina as L
@@ -33,13 +33,6 @@ def onnx_op(*names: str) -> Callable[[F], F]:
             TABLE[n] = conv
         return conv
     return register
-
-
-def reshape(ctx: NodeCtx, v: SSAValue, shape: Sequence[int]) -> SSAValue:
-    info = info_of(v)
-    if info.shape == tuple(shape):
-        return v
-    return ctx.op(L.ReshapeOp, v, result=TensorInfo(tuple(shape), info.dtype))
 
 
 def broadcast_to(ctx: NodeCtx, v: SSAValue, shape: Sequence[int]) -> SSAValue:

@@ -25,19 +25,13 @@ import math
 from typing import Any
 
 import torch
-from lamina.frontends.common import ATTRIBUTE, DTYPE
+from lamina.frontends import common
+from lamina.frontends.common import ATTRIBUTE, DTYPE, reshape
 from lamina.frontends.torch.importer import Ctx
 from lamina.frontends.torch.table import aten, float_result, operand
 from lamina.ir.core.shapes import TensorInfo, info_of
 from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
-
-
-def _reshape(ctx: Ctx, v: SSAValue, shape: tuple[int, ...]) -> SSAValue:
-    info = info_of(v)
-    if info.shape == shape:
-        return v
-    return ctx.op(L.ReshapeOp, v, result=TensorInfo(shape, info.dtype))
 
 
 def _transpose(ctx: Ctx, v: SSAValue, perm: list[int]) -> SSAValue:
@@ -47,19 +41,10 @@ def _transpose(ctx: Ctx, v: SSAValue, perm: list[int]) -> SSAValue:
 
 
 def matmul(ctx: Ctx, x: SSAValue, y: SSAValue) -> SSAValue:
-    """torch.matmul: rank-1 operands become a row / column and are dropped again."""
-    a, b = info_of(x), info_of(y)
-    if a.rank == 0 or b.rank == 0:
+    """torch.matmul: numpy's (`common.matmul`), refused for a rank-0 operand as torch does."""
+    if info_of(x).rank == 0 or info_of(y).rank == 0:
         ctx.refuse(ATTRIBUTE, "matmul of a rank-0 tensor")
-    xm = _reshape(ctx, x, (1, a.shape[0])) if a.rank == 1 else x
-    ym = _reshape(ctx, y, (b.shape[0], 1)) if b.rank == 1 else y
-    r = ctx.op(L.MatmulOp, xm, ym)
-    shape = info_of(r).shape
-    if a.rank == 1:
-        shape = shape[:-2] + shape[-1:]
-    if b.rank == 1:
-        shape = shape[:-1]
-    return _reshape(ctx, r, shape)
+    return common.matmul(ctx, x, y)
 
 
 @aten("mm.default", "bmm.default", "matmul.default")
@@ -271,7 +256,7 @@ def _gather(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
             ii.shape[d] != xi.shape[d] for d in range(xi.rank) if d != dim):
         ctx.refuse(ATTRIBUTE, f"index shape {ii.shape} for input {xi.shape}: only one index "
                    "per row along dim is mapped")
-    return _reshape(ctx, pick(ctx, x, idx, dim), ii.shape)
+    return reshape(ctx, pick(ctx, x, idx, dim), ii.shape)
 
 
 def _nll(ctx: Ctx, logp: SSAValue, target: SSAValue, reduction: int, ignore: int
@@ -281,7 +266,7 @@ def _nll(ctx: Ctx, logp: SSAValue, target: SSAValue, reduction: int, ignore: int
     cdim = 1 if li.rank >= 2 else 0
     if ti.dtype not in ("i32", "i64"):
         ctx.refuse(DTYPE, "class-probability targets (only class indices are mapped)")
-    index = _reshape(ctx, target, ti.shape[:cdim] + (1,) + ti.shape[cdim:])
+    index = reshape(ctx, target, ti.shape[:cdim] + (1,) + ti.shape[cdim:])
     picked = pick(ctx, logp, index, cdim)
     kept = ctx.op(L.NeOp, target, ctx.const(ignore, ti.dtype))
     loss = ctx.op(L.SelectOp, kept, ctx.op(L.NegOp, picked), ctx.const(0, li.dtype))

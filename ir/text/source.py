@@ -151,7 +151,8 @@ def parse_text(text: str | bytes, name: str = "<stdin>", ctx: Context | None = N
 
 
 def verify(module: Operation) -> None:
-    """Verify every op, innermost first; the first failure raises `LaminaError` at its op.
+    """Verify every op, innermost first (after each function's signature); the first failure
+    raises `LaminaError` at its op.
 
     Innermost first (an op after the ops of its regions) because a kernel's verifier reads its
     body ops' attributes (`lamina.fused "attention"` reads its softmax's axis): the body ops'
@@ -169,6 +170,11 @@ def verify(module: Operation) -> None:
             index = positions[block] = {o: k for k, o in enumerate(block.ops)}
         return index[op]
 
+    # a function's argument and result types first, as MLIR verifies an op before its regions:
+    # a bad placement is reported where it is first written, the signature
+    for op in module.walk():
+        if isinstance(op, FuncOp):
+            _verify_op(op, _check_func_types)
     funcs: list[FuncOp] = []
     for op in module.walk(region_first=True):
         _verify_op(op, position=position)
@@ -199,10 +205,6 @@ def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,
             _check_symbols(op)
             verify_attributes(op)  # before IRDL's constraints, which name no attribute
             op.verify(verify_nested_ops=False)
-            if isinstance(op, FuncOp):
-                for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
-                    if (problem := placement_problem(t, op)) is not None:
-                        raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
             if isinstance(op, FreeOp) and position is not None and \
                     (problem := free_problem(op, position)) is not None:
                 raise VerifyException(problem)
@@ -213,6 +215,14 @@ def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,
         if not message.startswith(op.name):
             message = f"{op.name}: {message}"
         raise error_at(op, shorten_message(message)) from None
+
+
+def _check_func_types(op: Operation) -> None:
+    """The placements of a function's argument and result types."""
+    assert isinstance(op, FuncOp)
+    for t in (*op.function_type.inputs.data, *op.function_type.outputs.data):
+        if (problem := placement_problem(t, op)) is not None:
+            raise VerifyException(f"func.func @{op.sym_name.data}: {problem}")
 
 
 def _check_symbols(op: Operation) -> None:
