@@ -175,6 +175,10 @@ def verify(module: Operation) -> None:
     for op in module.walk():
         if isinstance(op, FuncOp):
             _verify_op(op, _check_func_types)
+        elif op.parent_op() is module:
+            # a symbol the signatures look up (a mesh): its attributes' kinds first, or the
+            # lookup fails in xDSL's words on a `sym_name` that is no string
+            _verify_op(op, verify_attributes)
     funcs: list[FuncOp] = []
     for op in module.walk(region_first=True):
         _verify_op(op, position=position)
