@@ -289,6 +289,33 @@ def test_too_many_arguments_are_refused_while_parsing() -> None:
     assert err.loc is not None and (err.loc.line, err.loc.col) == (1, col)
 
 
+def test_too_many_arguments_are_refused_before_any_is_parsed() -> None:
+    # argument #1's type is malformed: the count, taken from the text first, is the error
+    args = ", ".join(["%a0: tensor<4xbogus>", *(f"%a{i}: tensor<f32>" for i in range(1, 5000))])
+    text = f"func.func @g({args}) -> tensor<f32> {{\n  func.return %a1 : tensor<f32>\n}}\n"
+    err = error(text)
+    assert err.message.startswith(f"more than {MAX_ARGUMENTS} arguments in one list")
+    assert err.loc is not None and err.loc.col == text.index(f"%a{MAX_ARGUMENTS}:") + 1
+    # a region's arguments are counted the same way
+    region = ", ".join(f"%b{i}: tensor<f32>" for i in range(MAX_ARGUMENTS + 1))
+    generic = ('"func.func"() <{sym_name = "g", function_type = () -> ()}> ({\n'
+               f"^bb0({region}):\n  \"func.return\"() : () -> ()\n}}) : () -> ()\n")
+    err = error(generic)
+    assert err.message.startswith(f"more than {MAX_ARGUMENTS} arguments in one list")
+    assert err.loc is not None and (err.loc.line, err.loc.col) == \
+        (2, generic.splitlines()[1].index(f"%b{MAX_ARGUMENTS}:") + 1)
+
+
+def test_the_argument_count_skips_what_is_not_an_argument() -> None:
+    # `%`, brackets and `->` inside strings, attribute dictionaries, types and locations are no
+    # arguments: a list of exactly the limit, each argument carrying them, parses
+    one = ('%a{i}: tensor<f32> {mytool.note = "%x) ] } > <", mytool.f = (i32) -> i32} '
+           'loc("a(%.mlir":1:2)')
+    args = ", ".join(one.replace("{i}", str(i)) for i in range(MAX_ARGUMENTS))
+    m = module(f"func.func @g({args}) -> tensor<f32> {{\n  func.return %a0 : tensor<f32>\n}}\n")
+    assert len(find_entry(m, None).args) == MAX_ARGUMENTS
+
+
 def test_arguments_up_to_the_limit_parse() -> None:
     args = ", ".join(f"%a{i}: tensor<f32>" for i in range(MAX_ARGUMENTS))
     m = module(f"func.func @g({args}) -> tensor<f32> {{\n  func.return %a0 : tensor<f32>\n}}\n")

@@ -50,8 +50,8 @@ def test_outputs_by_name_and_by_position_without_a_second_key() -> None:
 
 def test_an_empty_or_non_string_name_is_a_diagnostic() -> None:
     bad = NAMED.replace('{lamina.name = "z"}', "{lamina.name = 3 : i64}")
-    with pytest.raises(lamina.LaminaError, match=r"<string>:2:1: error: @f: result 3's "
-                       r"'lamina.name' must be a non-empty string, got 3 : i64"):
+    with pytest.raises(lamina.LaminaError, match=r"<string>:2:1: error: func.func @f: result #3: "
+                       r"attribute 'lamina.name' must be a non-empty string, got 3 : i64"):
         lamina.parse(bad)
 
 

@@ -101,13 +101,16 @@ def test_set_roles_keeps_other_argument_attributes_and_reads_back() -> None:
         set_roles(func, {3: "parameter"})
 
 
-_ONE_OF = ('a role is one of "parameter", "first_moment", "second_moment", "step_count", '
-           '"momentum_buffer", "learning_rate"')
+_ONE_OF = ('must be a role, one of "parameter", "first_moment", "second_moment", '
+           '"step_count", "momentum_buffer", "learning_rate"')
 
 
 @pytest.mark.parametrize("attrs, message", [
-    ('{lamina.role = "variance"}', f'argument #2 (%v) has lamina.role "variance"; {_ONE_OF}'),
-    ("{lamina.role = 2 : i64}", f"argument #2 (%v) has lamina.role 2 : i64; {_ONE_OF}"),
+    ('{lamina.role = "variance"}',
+     f"argument #2 (%v): attribute 'lamina.role' {_ONE_OF}, got \"variance\""),
+    ("{lamina.role = 2 : i64}", f"argument #2 (%v): attribute 'lamina.role' {_ONE_OF}, got 2 : i64"),
+    ("{lamina.role = [\"parameter\"]}",
+     f"argument #2 (%v): attribute 'lamina.role' {_ONE_OF}, got [\"parameter\"]"),
 ])
 def test_the_verifier_refuses_an_unknown_role_at_the_function(attrs: str, message: str) -> None:
     with pytest.raises(LaminaError) as e:

@@ -154,6 +154,7 @@ func.func @s(%x: tensor<4xf32>, %w: tensor<4xf32>, %m: tensor<4xf32, #lamina.pla
 }
 """
 HEAD = "p.mlir:1:1: error: func.func @s: lamina.updates"
+KIND_HEAD = "p.mlir:1:1: error: func.func @s: attribute 'lamina.updates'"
 
 
 @pytest.mark.parametrize("attr, message", [
@@ -168,10 +169,12 @@ HEAD = "p.mlir:1:1: error: func.func @s: lamina.updates"
      "tensor<4xf32>, not the argument's tensor<4xf32, #lamina.place<tier = host>>"),
     ("array<i64: -1, -1, 0>", f"{HEAD}: result #2 updates argument #0 (%x) but has type "
      "tensor<f32>, not the argument's tensor<4xf32>"),
-    ("array<i32: 1, 2, -1>", f"{HEAD} must be an array<i64: ...> with one argument index (or -1) "
-     "per result, got array<i32: 1, 2, -1>"),
-    ('"w"', f'{HEAD} must be an array<i64: ...> with one argument index (or -1) per result, '
+    ("array<i32: 1, 2, -1>", f"{KIND_HEAD} must be an array<i64: ...> with one argument index "
+     "(or -1) per result, got array<i32: 1, 2, -1>"),
+    ('"w"', f'{KIND_HEAD} must be an array<i64: ...> with one argument index (or -1) per result, '
      'got "w"'),
+    ("3 : i64", f"{KIND_HEAD} must be an array<i64: ...> with one argument index (or -1) per "
+     "result, got 3 : i64"),
 ])
 def test_verifier_errors(attr: str, message: str) -> None:
     with pytest.raises(LaminaError) as e:

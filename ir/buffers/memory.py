@@ -25,7 +25,9 @@ A value whose type states no tier is "not yet assigned"; the checked interpreter
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
+from lamina.ir.core.attrs import INTEGER, AttrRule, is_integer, is_string
 from lamina.ir.mesh.placement import COMPUTE_TIERS, TIERS, PlaceAttr, place_of, tier_of
 from xdsl.dialects.builtin import AnyTensorType, IntegerAttr, NoneAttr, StringAttr, TensorType, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
@@ -92,6 +94,11 @@ class MoveOp(IRDLOperation):
     result = result_def(AnyTensorType)
     to = prop_def(StringAttr)
     prefetch = opt_prop_def(IntegerAttr)
+    # checked before IRDL's constraints (`lamina.ir.core.attrs`)
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = (
+        AttrRule("to", "a memory tier name (" + ", ".join(f'"{t}"' for t in TIERS) + ")",
+                 is_string, required=True),
+        AttrRule("prefetch", INTEGER, is_integer))
 
     def __init__(self, source: SSAValue, to: str, prefetch: int | None = None):
         props: dict[str, Attribute] = {"to": StringAttr(to)}
@@ -163,9 +170,9 @@ class MoveOp(IRDLOperation):
         discardable: dict[str, Attribute] = {}
         for k, v in attrs.items():
             if k == "prefetch":
-                if not isinstance(v, IntegerAttr):
-                    parser.raise_error(f"lamina.move: prefetch must be an integer, got {v}",
-                                       at_position=pos)
+                if not is_integer(v):
+                    parser.raise_error(f"lamina.move: attribute 'prefetch' must be {INTEGER}, "
+                                       f"got {v}", at_position=pos)
                 props[k] = v
             elif "." in k:
                 discardable[k] = v
@@ -190,6 +197,7 @@ class FreeOp(IRDLOperation):
 
     name = "lamina.free"
     value = operand_def(AnyTensorType)
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = ()   # none (dialect-prefixed ones aside)
 
     def __init__(self, value: SSAValue):
         super().__init__(operands=[value])

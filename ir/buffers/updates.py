@@ -96,8 +96,8 @@ def updates_problem(func: FuncOp) -> str | None:
     attr = func.attributes[UPDATES_ATTR]
     entries = _entries(func)
     if entries is None or not isinstance(attr, DenseArrayBase) or attr.elt_type != i64:
-        return f"{head} must be an array<i64: ...> with one argument index (or -1) per result, " \
-            f"got {attr}"
+        return f"func.func @{func.sym_name.data}: attribute '{UPDATES_ATTR}' must be an " \
+            f"array<i64: ...> with one argument index (or -1) per result, got {attr}"
     ins, outs = func.function_type.inputs.data, func.function_type.outputs.data
     if len(entries) != len(outs):
         return _count_mismatch(head, len(entries), len(outs), "result")
@@ -197,8 +197,8 @@ def roles_problem(func: FuncOp) -> str | None:
         if attr is None or isinstance(attr, StringAttr) and attr.data in ROLES:
             continue
         known = ", ".join(f'"{r}"' for r in ROLES)
-        return f"func.func @{func.sym_name.data}: {_arg(func, i)} has {ROLE_ATTR} {attr}; a " \
-            f"role is one of {known}"
+        return f"func.func @{func.sym_name.data}: {_arg(func, i)}: attribute '{ROLE_ATTR}' " \
+            f"must be a role, one of {known}, got {attr}"
     return None
 
 

@@ -40,6 +40,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from lamina.ir.core.attrs import (
+    INTEGER,
+    AttrRule,
+    check_attributes,
+    is_integer,
+    is_string,
+    is_string_list,
+    wrong_kind,
+)
 from lamina.ir.mesh.collective_kinds import (
     ALGORITHM,
     ALGORITHMS,
@@ -111,6 +120,7 @@ class PlacementOp(IRDLOperation):
     traits = traits_def(Pure())
 
     COLLECTIVE: ClassVar[Collective]      # this op's record in the table of collective kinds
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]]   # attribute_rules(COLLECTIVE), per class
 
     # -- facts --
     @property
@@ -219,33 +229,41 @@ def check_operand_count(op: PlacementOp) -> None:
         raise VerifyException(f"{op.name} takes exactly one operand")
 
 
-def check_attribute_names(op: PlacementOp) -> None:
-    """No attribute the kind does not take (a misspelt one would otherwise be ignored)."""
-    for key in op.properties:
-        if key not in op.COLLECTIVE.attrs:
-            raise VerifyException(f"{op.name} has no attribute '{key}'")
+def attribute_rules(c: Collective) -> tuple[AttrRule, ...]:
+    """The attributes kind `c` takes and the kind of each (checked before anything reads them;
+    their values are judged by the checks below)."""
+    common = {
+        AXES: AttrRule(AXES, AXES_WANT, is_string_list, required=c.needs_axes),
+        ALGORITHM: AttrRule(ALGORITHM, ALGORITHM_WANT, is_string),
+        INNER: AttrRule(INNER, "an integer >= 2", is_integer),
+        KIND: AttrRule(KIND, KIND_WANT, is_string),
+    }
+    return tuple(common.get(k) or AttrRule(k, INTEGER, is_integer, required=True) for k in c.attrs)
 
 
-def check_integer_attributes(op: PlacementOp) -> None:
-    """Every dimension attribute of the kind is present, as an integer."""
-    for key in op.COLLECTIVE.int_attrs:
-        if not isinstance(op.properties.get(key), IntegerAttr):
-            raise VerifyException(f"{op.name}: missing integer attribute '{key}'")
+AXES_WANT = 'a non-empty list of mesh axis names, like ["model"]'
+ALGORITHM_WANT = "one of " + ", ".join(f'"{a}"' for a in ALGORITHMS)
+KIND_WANT = " or ".join(f'"{k}"' for k in REDUCE_KINDS)
+
+
+def check_attribute_kinds(op: PlacementOp) -> None:
+    """No attribute the kind does not take (a misspelt one would otherwise be ignored), every
+    one it needs present, each of its kind (`attribute_rules`)."""
+    check_attributes(op, op.ATTRIBUTES)
 
 
 def check_reduce_kind(op: PlacementOp) -> None:
     """`kind`, when given, is a reduce kind of the table."""
     kind = op.properties.get(KIND)
     if kind is not None and not (isinstance(kind, StringAttr) and kind.data in REDUCE_KINDS):
-        raise VerifyException(f"{op.name}: 'kind' must be \"sum\" or \"max\", got {kind}")
+        raise wrong_kind(op.name, KIND, KIND_WANT, kind)
 
 
 def check_algorithm(op: PlacementOp) -> None:
     """`algorithm`, when given, is one the cost model knows."""
     alg = op.properties.get(ALGORITHM)
     if alg is not None and not (isinstance(alg, StringAttr) and alg.data in ALGORITHMS):
-        raise VerifyException(f"{op.name}: 'algorithm' must be one of "
-                              f"{', '.join(ALGORITHMS)}, got {alg}")
+        raise wrong_kind(op.name, ALGORITHM, ALGORITHM_WANT, alg)
 
 
 def check_inner_group(op: PlacementOp) -> None:
@@ -260,8 +278,8 @@ def check_inner_group(op: PlacementOp) -> None:
         return
     if not hierarchical:
         raise VerifyException(f"{op.name}: 'inner' goes only with algorithm \"hierarchical\"")
-    if not (isinstance(inner, IntegerAttr) and inner.value.data >= 2):
-        raise VerifyException(f"{op.name}: 'inner' must be an integer >= 2, got {inner}")
+    if not (is_integer(inner) and isinstance(inner, IntegerAttr) and inner.value.data >= 2):
+        raise wrong_kind(op.name, INNER, "an integer >= 2", inner)
 
 
 def check_axes_attribute(op: PlacementOp) -> None:
@@ -269,8 +287,7 @@ def check_axes_attribute(op: PlacementOp) -> None:
     a = op.properties.get(AXES)
     if op.COLLECTIVE.needs_axes and not (isinstance(a, ArrayAttr) and a.data and
                                          all(isinstance(x, StringAttr) for x in a.data)):
-        raise VerifyException(f"{op.name}: 'axes' must be a non-empty list of mesh axis "
-                              f"names, like [\"model\"]")
+        raise wrong_kind(op.name, AXES, AXES_WANT, a if a is not None else "none")
 
 
 def _mesh_of(op: PlacementOp) -> MeshOp:
@@ -330,7 +347,7 @@ def check_results(op: PlacementOp) -> None:
 
 
 VERIFY_CHECKS: tuple[Callable[[PlacementOp], None], ...] = (
-    check_operand_count, check_attribute_names, check_integer_attributes, check_reduce_kind,
+    check_operand_count, check_attribute_kinds, check_reduce_kind,
     check_algorithm, check_inner_group, check_axes_attribute, check_axes_on_mesh, check_results)
 
 
@@ -372,6 +389,7 @@ def _drop_partial(name: str, src: Spec, axes: tuple[str, ...], kind: str) -> tup
 class AllReduceOp(PlacementOp):
     name = ALL_REDUCE.op_name
     COLLECTIVE: ClassVar[Collective] = ALL_REDUCE
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = attribute_rules(ALL_REDUCE)
     kind = opt_prop_def(AnyAttr())
 
     def produce(self, src: Spec, rank: int) -> Spec:
@@ -383,6 +401,7 @@ class AllReduceOp(PlacementOp):
 class AllGatherOp(PlacementOp):
     name = ALL_GATHER.op_name
     COLLECTIVE: ClassVar[Collective] = ALL_GATHER
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = attribute_rules(ALL_GATHER)
     dim = opt_prop_def(AnyAttr())
 
     def produce(self, src: Spec, rank: int) -> Spec:
@@ -394,6 +413,7 @@ class AllGatherOp(PlacementOp):
 class ReduceScatterOp(PlacementOp):
     name = REDUCE_SCATTER.op_name
     COLLECTIVE: ClassVar[Collective] = REDUCE_SCATTER
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = attribute_rules(REDUCE_SCATTER)
     dim = opt_prop_def(AnyAttr())
     kind = opt_prop_def(AnyAttr())
 
@@ -408,6 +428,7 @@ class ReduceScatterOp(PlacementOp):
 class AllToAllOp(PlacementOp):
     name = ALL_TO_ALL.op_name
     COLLECTIVE: ClassVar[Collective] = ALL_TO_ALL
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = attribute_rules(ALL_TO_ALL)
     split_dim = opt_prop_def(AnyAttr())
     concat_dim = opt_prop_def(AnyAttr())
 
@@ -425,6 +446,7 @@ class AllToAllOp(PlacementOp):
 class AllSliceOp(PlacementOp):
     name = ALL_SLICE.op_name
     COLLECTIVE: ClassVar[Collective] = ALL_SLICE
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = attribute_rules(ALL_SLICE)
     dim = opt_prop_def(AnyAttr())
 
     def produce(self, src: Spec, rank: int) -> Spec:
@@ -436,6 +458,7 @@ class AllSliceOp(PlacementOp):
 class ReshardOp(PlacementOp):
     name = RESHARD.op_name
     COLLECTIVE: ClassVar[Collective] = RESHARD
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = attribute_rules(RESHARD)
 
     def produce(self, src: Spec, rank: int) -> Spec:
         r = self.outputs[0].type

@@ -27,8 +27,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import ClassVar, cast
 
+from lamina.ir.core.attrs import (
+    INTEGER_ARRAY,
+    STRING_LIST,
+    AttrRule,
+    is_integer_array,
+    is_string,
+    is_string_list,
+)
 from lamina.ir.mesh.collective_kinds import REDUCE_KINDS
 from lamina.ir.mesh.sharding import OpInfo, ShardingError, Spec, infer
 from xdsl.dialects.builtin import (
@@ -117,6 +125,11 @@ class MeshOp(IRDLOperation):
     shape = prop_def(DenseArrayBase)
 
     traits = traits_def(SymbolOpInterface())
+    # checked before IRDL's constraints (`lamina.ir.core.attrs`)
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = (
+        AttrRule("sym_name", "a symbol name string", is_string, required=True),
+        AttrRule("axes", STRING_LIST, is_string_list, required=True),
+        AttrRule("shape", INTEGER_ARRAY, is_integer_array, required=True))
 
     def __init__(self, name: str, axes: Sequence[tuple[str, int]]):
         super().__init__(properties={

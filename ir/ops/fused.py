@@ -32,8 +32,10 @@ body check looks rows up by op name here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from lamina.ir.buffers.memory import FreeOp
+from lamina.ir.core.attrs import AttrRule, is_string
 from lamina.ir.ops.attention import NotAttention, attention_parts
 from lamina.ir.ops.optable import Fusion, lookup
 from xdsl.dialects.builtin import AnyTensorType, StringAttr
@@ -79,6 +81,12 @@ class FusedOp(IRDLOperation):
     kind = prop_def(StringAttr)
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), Pure())
+    # checked before IRDL's constraints (`lamina.ir.core.attrs`); an unknown discardable
+    # attribute is refused by `verify_`, which names the kind
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = (
+        AttrRule("kind", "a fusion kind string (" + ", ".join(f'"{k}"' for k in FUSION_KINDS)
+                 + ")", is_string, required=True),)
+    CLOSED_ATTRIBUTES: ClassVar[bool] = False
 
     def __init__(self, kind: str, inputs: Sequence[SSAValue], result_types: Sequence[Attribute],
                  body: Region):
@@ -218,6 +226,7 @@ class YieldOp(IRDLOperation):
     name = "lamina.yield"
     values = var_operand_def(AnyTensorType)
     traits = traits_def(IsTerminator(), HasParent(FusedOp), Pure())
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = ()   # none (dialect-prefixed ones aside)
 
     def __init__(self, values: Sequence[SSAValue]):
         super().__init__(operands=[list(values)])

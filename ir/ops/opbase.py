@@ -262,13 +262,23 @@ class LaminaOp(IRDLOperation):
         return [None if v is None else tensor_info(v.type) for v in self.operand_slots()]
 
     # -- verification --
-    def verify_(self) -> None:
-        name = self.name
+    def verify_attributes(self) -> None:
+        """Every attribute is one the table lists (or dialect-prefixed), every required one is
+        present, each of its kind. `lamina.ir.text.source.verify` runs this before IRDL's own
+        checks, which would report an unknown property in xDSL's words, naming no choices; a
+        bad operand or result type is left to `verify_`, which reports it first."""
+        if self._type_problem() is None:
+            self._check_attributes()
+
+    def _type_problem(self) -> str | None:
+        """Why an operand or result type is one Lamina cannot compute with, or None."""
         for v in (*self.operands, *self.results):
             if (problem := type_problem(v.type) or placement_problem(v.type, self)) is not None:
-                raise VerifyException(f"{name}: {problem}")
-        if (problem := _memory.tier_problem(self)) is not None:
-            raise VerifyException(problem)
+                return f"{self.name}: {problem}"
+        return _memory.tier_problem(self)
+
+    def _check_attributes(self) -> None:
+        name = self.name
         known = {a.name for a in self.info.attrs}
         for key in (*self.properties, *self.attributes):
             if key not in known and key != SEGMENTS and "." not in key:
@@ -283,6 +293,12 @@ class LaminaOp(IRDLOperation):
                 continue
             if (problem := _check_attr(spec, attr)) is not None:
                 raise VerifyException(f"{name}: {problem}")
+
+    def verify_(self) -> None:
+        name = self.name
+        if (problem := self._type_problem()) is not None:
+            raise VerifyException(problem)
+        self._check_attributes()
         declared = tensor_info(self.results[0].type)
         slots = self.operand_slots()
         infos = [None if v is None else tensor_info(v.type) for v in slots]

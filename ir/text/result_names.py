@@ -58,8 +58,8 @@ def verify_result_names(func: FuncOp) -> None:
             continue
         a = attrs.data[RESULT_NAME]
         if not (isinstance(a, StringAttr) and a.data):
-            raise error_at(func, f"@{func.sym_name.data}: result {i}'s '{RESULT_NAME}' must be a "
-                                 f"non-empty string, got {a}")
+            raise error_at(func, f"func.func @{func.sym_name.data}: result #{i}: attribute "
+                                 f"'{RESULT_NAME}' must be a non-empty string, got {a}")
 
 
 def _result_attrs(func: FuncOp) -> tuple[DictionaryAttr, ...]:

@@ -15,9 +15,12 @@
   a shape of more than `MAX_PARSED_RANK` dimensions (xDSL lexes `1x1x...` as one identifier and
   re-lexes its rest after each `x`, quadratic: a rank-50,000 type took 12 s to parse and refuse)
   and a list of more than `MAX_ARGUMENTS` arguments (a function or region; xDSL reads about
-  5,000 arguments a second on a loaded 2-core machine, so 100,000 took more than 40 s). Each is
-  refused at the dimension or argument past the limit, so the refusal costs at most the time to
-  read the limit: 0.14 s and 1.0 s on that machine at a load of 7, a quarter of that unloaded.
+  5,000 arguments a second on a loaded 2-core machine, so 100,000 took more than 40 s, and a
+  block's, which xDSL inserts one by one, 100 s). Each is refused at the dimension or argument
+  past the limit. A shape costs the time to read the limit (0.14 s on that machine at a load of
+  7); an argument list is counted in the raw text before any of it is parsed (a regex pass over
+  its brackets, strings and names, `_prescan_arguments`), so refusing 100,000 arguments takes
+  about 6 ms instead of the 0.4-1 s of parsing the first 4,096.
   The verifier's own limit on rank (`MAX_RANK`, 64, NumPy's) is lower; the parser's is only the
   point past which a text is not worth reading on.
 """
@@ -40,7 +43,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     RankedStructure,
 )
-from xdsl.ir import Attribute, Region, TypeAttribute
+from xdsl.ir import Attribute, Block, Region, TypeAttribute
 from xdsl.parser import Parser
 from xdsl.parser.generic_parser import ParserState
 from xdsl.utils.exceptions import ParseError
@@ -56,6 +59,13 @@ MAX_PARSED_RANK = 256
 MAX_ARGUMENTS = 4096
 
 _T = TypeVar("_T")
+
+# What `RobustParser._prescan_arguments` looks at in an argument list: strings and comments
+# (skipped whole: a bracket or `%` in them is text), `->` (not a closing `>`), brackets and the
+# `%` that starts an argument's name.
+_ARGUMENT_SCAN = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|->|[<>()\[\]{}%]')
+_OPENERS = frozenset("<([{")
+_CLOSERS = frozenset(">)]}")
 
 # xDSL's messages for a token that is not there ("Expected '>' after ...", "'>' expected in
 # dense array", "type expected"), as opposed to one that is there and wrong
@@ -159,10 +169,49 @@ class RobustParser(Parser):
             Parser.Argument | None:
         if self._list_arguments and self._current_token.kind == MLIRTokenKind.PERCENT_IDENT:
             self._list_arguments[-1] += 1
+            if self._list_arguments[-1] == 1:
+                self._prescan_arguments(self._current_token.span.start)
             if self._list_arguments[-1] > MAX_ARGUMENTS:
-                self.raise_error(f"more than {MAX_ARGUMENTS} arguments in one list (a function's "
-                                 "or a region's)")
+                self._too_many_arguments(self._current_token.span)
         return super().parse_optional_argument(expect_type)
+
+    def _parse_optional_block_arg_list(self, block: Block) -> Block | None:
+        # a block's arguments (`^bb0(%a: T, ...)`) are read by xDSL without
+        # `parse_optional_argument`: count them here, from the token after the `(`
+        if self._current_token.kind == MLIRTokenKind.L_PAREN:
+            self._prescan_arguments(self._current_token.span.end)
+        return super()._parse_optional_block_arg_list(block)
+
+    def _prescan_arguments(self, start: int) -> None:
+        """Refuse an argument list of more than `MAX_ARGUMENTS` before parsing any of it.
+
+        Counting while parsing (above) costs the time to parse the first `MAX_ARGUMENTS`
+        arguments, types and all (about 0.4 s); counting the `%` that start an argument at the
+        list's own bracket level in the raw text costs a regex match per bracket, name and
+        string, a few milliseconds. The scan stops at the list's closing bracket or at the
+        argument past the limit, so a list within it costs a scan of itself, once."""
+        content = self.lexer.input.content
+        if not isinstance(content, str):
+            return
+        depth, count = 0, 0
+        for m in _ARGUMENT_SCAN.finditer(content, start):
+            token = m.group()
+            if token == "%":
+                if depth == 0:
+                    count += 1
+                    if count > MAX_ARGUMENTS:
+                        self._too_many_arguments(Span(m.start(), m.start() + 1,
+                                                      self.lexer.input))
+            elif token in _OPENERS:
+                depth += 1
+            elif token in _CLOSERS:
+                depth -= 1
+                if depth < 0:
+                    return  # the end of the list
+
+    def _too_many_arguments(self, at: Span[str]) -> NoReturn:
+        self.raise_error(f"more than {MAX_ARGUMENTS} arguments in one list (a function's or a "
+                         "region's)", at)
 
     def parse_optional_region(self, arguments: Iterable[Parser.Argument] | None = None) -> Region | None:
         if self._region_depth >= MAX_REGION_DEPTH:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from lamina.ir.buffers.memory import FreeOp, free_problem
 from lamina.ir.buffers.updates import verify_roles, verify_updates
+from lamina.ir.core.attrs import verify_attributes
 from lamina.ir.core.diagnostics import LaminaError, error_at, from_parse_error, note_at, record_source
 from lamina.ir.mesh.placement import placement_problem
 from lamina.ir.ops.lamina import Lamina
@@ -174,6 +175,10 @@ def verify(module: Operation) -> None:
     for op in module.walk():
         if isinstance(op, FuncOp):
             _verify_op(op, _check_func_types)
+        elif op.parent_op() is module:
+            # a symbol the signatures look up (a mesh): its attributes' kinds first, or the
+            # lookup fails in xDSL's words on a `sym_name` that is no string
+            _verify_op(op, verify_attributes)
     funcs: list[FuncOp] = []
     for op in module.walk(region_first=True):
         _verify_op(op, position=position)
@@ -202,6 +207,7 @@ def _verify_op(op: Operation, check: Callable[[Operation], None] | None = None,
             check(op)
         else:
             _check_symbols(op)
+            verify_attributes(op)  # before IRDL's constraints, which name no attribute
             op.verify(verify_nested_ops=False)
             if isinstance(op, FreeOp) and position is not None and \
                     (problem := free_problem(op, position)) is not None:

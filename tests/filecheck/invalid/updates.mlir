@@ -33,7 +33,14 @@ func.func @s(%x: tensor<4xf32>, %m: tensor<4xf32, #lamina.place<tier = host>>) -
 
 // -----
 
-// expected-error @+1:1 {{func.func @s: lamina.updates must be an array<i64: ...> with one argument index (or -1) per result, got "w"}}
+// expected-error @+1:1 {{func.func @s: attribute 'lamina.updates' must be an array<i64: ...> with one argument index (or -1) per result, got "w"}}
 func.func @s(%x: tensor<4xf32>, %w: tensor<4xf32>) -> tensor<4xf32> attributes {lamina.updates = "w"} {
+  func.return %w : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1:1 {{func.func @s: attribute 'lamina.updates' must be an array<i64: ...> with one argument index (or -1) per result, got 0 : i64}}
+func.func @s(%w: tensor<4xf32>) -> tensor<4xf32> attributes {lamina.updates = 0 : i64} {
   func.return %w : tensor<4xf32>
 }
