@@ -22,6 +22,13 @@ Aliasing: a view op (a layout row that launches no kernel, such as a reshape) re
 bytes, and an op that is not an op-table kernel may return (a view of) an operand, so their
 results keep every buffer they may alias alive until their own last use; a returned value that
 may alias a buffer keeps that buffer out of the arena (the caller receives those bytes).
+Some op-table kernels return a NumPy view of their operand too (`may_view`: a transpose is
+`np.permute_dims`, a slice basic indexing, a broadcast `np.broadcast_to`). Placed in the arena
+such a result is copied into its own slot and aliases nothing; left out of it (it escapes, or
+a value that escapes may alias it, as any `lamina.fused` result that reads it does) its step
+hands out the view itself, so it aliases its operand's buffers like a view op's result. Which
+of them are left out depends on what escapes, which depends on what they alias: `_lifetimes`
+finds the fixed point.
 """
 
 from __future__ import annotations
@@ -51,6 +58,13 @@ ALIGNMENT = 64
 
 def _is_view(op: LaminaOp) -> bool:
     return op.info.fusion is Fusion.LAYOUT and not op.info.launches_kernel
+
+
+def may_view(op: LaminaOp) -> bool:
+    """Whether `op`'s kernel may return a view of an operand's memory rather than an array of
+    its own: the rows that move elements without arithmetic (layout and broadcast rows, whose
+    formulas are NumPy's view-making calls where they can be)."""
+    return op.info.fusion in (Fusion.LAYOUT, Fusion.BROADCAST) and not op.info.arith
 
 
 def native_type(op: LaminaOp) -> str | None:
@@ -123,6 +137,9 @@ class _Lifetimes:
 
     ops: Sequence[Operation]
     returned: Sequence[SSAValue]
+    # results of `may_view` kernels whose steps hand out their kernel's array (not placed in
+    # the arena): they alias their operands' buffers besides their own
+    viewing: frozenset[SSAValue] = frozenset()
     roots: dict[SSAValue, frozenset[SSAValue]] = field(default_factory=dict)
     first: dict[SSAValue, int] = field(default_factory=dict)
     last: dict[SSAValue, int] = field(default_factory=dict)
@@ -137,7 +154,7 @@ class _Lifetimes:
             if isinstance(op, LaminaOp) and not _is_view(op) and \
                     math.prod(tensor_info(op.results[0].type).shape) > 0:
                 r = op.results[0]
-                self.roots[r] = frozenset({r})
+                self.roots[r] = frozenset({r}) | (aliases if r in self.viewing else frozenset())
                 self.first[r] = self.last[r] = i
             else:   # a view, or a runner that may hand back what it was given
                 for r in op.results:
@@ -146,11 +163,26 @@ class _Lifetimes:
             self.escaping |= self.roots.get(v, frozenset())
 
 
+def _lifetimes(ops: Sequence[Operation], returned: Sequence[SSAValue]) -> _Lifetimes:
+    """The lifetimes of `ops` where every `may_view` result left out of the arena (one that
+    escapes) aliases its operands' buffers. Starting from none, each round marks the `may_view`
+    results found escaping as viewing; a viewing result only adds aliases, so what escapes only
+    grows and the rounds stop (at most once per such result)."""
+    candidates = {op.results[0] for op in ops if isinstance(op, LaminaOp) and may_view(op)
+                  and op.operands}
+    life = _Lifetimes(ops, returned)
+    while True:
+        viewing = frozenset(candidates & life.escaping) | life.viewing
+        if viewing == life.viewing:
+            return life
+        life = _Lifetimes(ops, returned, viewing)
+
+
 def plan_steps(func: FuncOp, ops: Sequence[Operation], returned: Sequence[SSAValue],
                steps: Sequence[Any]) -> Arena:
     """Place the intermediates of `ops` (a block's ops, aligned with `steps`) in arenas and
     rewrite their steps to write into their slots; the plan's report."""
-    life = _Lifetimes(ops, returned)
+    life = _lifetimes(ops, returned)
     names = Namer(func)
     out = Arena()
     for v in precompute(ops, steps, life):
@@ -188,7 +220,7 @@ def precompute(ops: Sequence[Operation], steps: Sequence[Any], life: _Lifetimes 
                returned: Sequence[SSAValue] = ()) -> list[SSAValue]:
     """Make every step whose result depends on attributes alone (a constant, an iota) and never
     reaches the block's results hand out one array computed now; the values so computed."""
-    life = life or _Lifetimes(ops, returned)
+    life = life or _lifetimes(ops, returned)
     done: list[SSAValue] = []
     for i, op in enumerate(ops):
         if isinstance(op, LaminaOp) and not op.operands and op.results[0] in life.first \
