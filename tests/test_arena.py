@@ -306,3 +306,93 @@ def test_one_arena_per_tier() -> None:
     assert {"hbm", "host"} <= set(p.arena_bytes)
     for tier, size in p.arena_bytes.items():
         assert size <= GOAL * p.peak_live_bytes[tier]
+
+
+# ---- prepared calls: kernels that return views of an arena slot -----------------------------------
+
+# `%t` is a transpose kernel's result: NumPy's `permute_dims`, a view of `%a`'s bytes. A fused
+# op reads it and is returned, so `%t` escapes (a fused result may alias its operands), stays out
+# of the arena, and its step hands out the view. `%a` dies at the transpose, and `%b`, of its
+# size, is made before the fused op runs: a plan that took `%t` for a buffer of its own gave `%b`
+# `%a`'s offset, and the fused op read `exp(y)` where `exp(x)^T` was (the GPT-2 step under
+# fuse-elementwise: a weight gradient made by a transpose, read by the fused AdamW update).
+VIEW_INTO_FUSED = """
+func.func @f(%x: tensor<8x16xf32>, %y: tensor<16x8xf32>) -> (tensor<16x8xf32>, tensor<16x8xf32>) {
+  %a = lamina.exp %x : tensor<8x16xf32>
+  %t = lamina.transpose %a {permutation = array<i64: 1, 0>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+  %b = lamina.exp %y : tensor<16x8xf32>
+  %c = lamina.neg %b : tensor<16x8xf32>
+  %f = lamina.fused "loop" (%u = %t) : (tensor<16x8xf32>) -> tensor<16x8xf32> {
+    %e = lamina.add %u, %u : tensor<16x8xf32>
+    lamina.yield %e : tensor<16x8xf32>
+  }
+  func.return %c, %f : tensor<16x8xf32>, tensor<16x8xf32>
+}
+"""
+
+
+def _calls_equal_fresh_runs(module: ModuleOp, calls: int = 3) -> None:
+    """`calls` calls of one executable (the first checked, the rest prepared steps on the
+    arena) on different inputs, each equal bit for bit to a fresh `lamina.run` on them."""
+    exe = lamina.compile(module, warmup=False)
+    for seed in range(calls):
+        inputs = lamina.inputs(module, seed=seed)
+        got = exe(inputs).outputs
+        want = lamina.run(module, inputs).outputs
+        assert got.keys() == want.keys()
+        for k in want:
+            assert np.array_equal(got[k], want[k], equal_nan=True), (seed, k)
+
+
+def test_view_kernel_read_by_fused_op_keeps_its_operand_live() -> None:
+    module = lamina.parse(VIEW_INTO_FUSED)
+    _calls_equal_fresh_runs(module)
+    x = lamina.inputs(module, seed=1)
+    f = lamina.compile(module)(x).outputs["f"]
+    np.testing.assert_array_equal(f, 2 * np.exp(x["x"]).T)
+
+
+def _fused_returns(text: str) -> str:
+    """`text` (one generated function) with every float result computed by a one-op
+    `lamina.fused` kernel reading it (`v + v`), so the values results are made from reach the
+    return through a fused op, which may alias its operands; before those kernels, per such
+    result, an elementwise op on a new argument of its type (and one more result), whose value
+    may take the offset of a buffer the result is a view of."""
+    lines = text.rstrip().splitlines()
+    header, ret = lines[0], lines[-2]
+    assert header.startswith("func.func @") and ret.startswith("  func.return ") and \
+        lines[-1] == "}", text
+    name, rest = header.split("(", 1)
+    args = rest.rsplit(") -> ", 1)[0]
+    values_part, types_part = ret.removeprefix("  func.return ").split(" : ", 1)
+    values, types = values_part.split(", "), types_part.split(", ")
+    body: list[str] = []
+    out: list[str] = []
+    new_args: list[str] = []
+    result_types: list[str] = []
+    for k, (v, t) in enumerate(zip(values, types, strict=True)):
+        if not (t.endswith("f32>") or t.endswith("f64>")):
+            out.append(v)
+            result_types.append(t)
+            continue
+        new_args.append(f"%fa{k}: {t}")
+        body.append(f"  %fw{k} = lamina.exp %fa{k} : {t}\n  %fx{k} = lamina.neg %fw{k} : {t}\n")
+        body.append(f'  %fz{k} = lamina.fused "loop" (%fu{k} = {v}) : ({t}) -> {t} {{\n'
+                    f"    %fe{k} = lamina.add %fu{k}, %fu{k} : {t}\n"
+                    f"    lamina.yield %fe{k} : {t}\n  }}\n")
+        out += [f"%fz{k}", f"%fx{k}"]
+        result_types += [t, t]
+    all_args = ", ".join(a for a in (args, *new_args) if a)
+    head = f"{name}({all_args}) -> ({', '.join(result_types)}) {{"
+    return "\n".join([head, *lines[1:-2], "".join(body).rstrip("\n"),
+                      f"  func.return {', '.join(out)} : {', '.join(result_types)}", "}"]) + "\n"
+
+
+# layout and broadcast kernels (whose NumPy results are views) left outside fused kernels that
+# read them, with elementwise ops after them that may take their operands' offsets
+@settings(max_examples=examples(25), deadline=None)
+@given(programs(min_ops=3, max_ops=12, dtypes=("f32", "f64"),
+                families=("layout", "layout_between", "broadcast", "elementwise")))
+def test_prepared_calls_with_fused_readers_equal_fresh_runs(prog) -> None:
+    module = lamina.parse(_fused_returns(prog.text))
+    _calls_equal_fresh_runs(module)
