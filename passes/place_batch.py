@@ -72,9 +72,6 @@ class PlaceBatch(LaminaPass):
         if self.mesh and not _is_identifier(self.mesh):
             raise LaminaError(f"option 'mesh' for {PASS} must be a symbol name, got "
                               f"'{self.mesh}'")
-        if not self.data.strip(", "):
-            raise LaminaError(f"option 'data' for {PASS} names no argument: give the batch "
-                              "arguments, e.g. data=x,y")
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         funcs = [op for op in module.ops if isinstance(op, FuncOp)]
@@ -82,6 +79,8 @@ class PlaceBatch(LaminaPass):
             funcs = [f for f in funcs if f.sym_name.data == self.func]
             if not funcs:
                 raise LaminaError(f"{PASS}: no function @{self.func} in the module")
+        if not funcs:
+            return   # nothing to place: no mesh is declared either
         mesh = self._mesh(module, funcs, log)
         for func in funcs:
             self._place(func, mesh, log)
@@ -129,6 +128,9 @@ class PlaceBatch(LaminaPass):
         mesh_name = mesh.sym_name.data
         size = mesh.axis_sizes[self.axis]
         data = resolve_names(func, self.data, "data", PASS)
+        if not data:
+            raise error_at(func, f"{PASS}: option data names no argument of @{name}: give the "
+                           "batch arguments, e.g. data=x,y")
         names = arg_names(func)
         args = func.body.block.args
         for i, a in enumerate(args):

@@ -39,3 +39,5 @@ func.func @mlp_loss(%x: tensor<16x8xf32>, %y: tensor<16x4xf32>, %w1: tensor<8x32
 // AXIS: error: option 'axis' for place-batch must be a mesh axis name, got '8x'
 // NAME: place_batch.mlir:12:1: error: place-batch: option data names 'z', which is not an argument of @mlp_loss (arguments: x, y, w1, b1, w2, b2)
 // NOMESH: place_batch.mlir:12:1: error: place-batch: the module has no mesh to place on; give size=N to declare one with axis 'data'
+// RUN: not lamina-opt %s -p 'place-batch{size=8}' 2>&1 | filecheck %s --check-prefix=NODATA
+// NODATA: place_batch.mlir:12:1: error: place-batch: option data names no argument of @mlp_loss: give the batch arguments, e.g. data=x,y
