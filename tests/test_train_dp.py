@@ -20,6 +20,7 @@ from pathlib import Path
 import lamina
 import numpy as np
 import pytest
+from lamina.analysis.placed import first_unplaced, placed_mesh
 from lamina.backends.interface import find_entry
 from lamina.cli.train import main as train_main
 from lamina.ir.mesh.collectives import AllReduceOp
@@ -183,3 +184,23 @@ func.func @f(%x: tensor<4x3xf32>, %w: tensor<3x2xf32>) -> tensor<f32> {
         lamina.apply(lamina.parse(lamina.to_text(module)), "place-batch{data=x size=4}")
     with pytest.raises(lamina.LaminaError, match="mesh @m has no axis 'batch'"):
         lamina.apply(module, "place-batch{data=x axis=batch}")
+
+
+def test_token_windows_train_data_parallel() -> None:
+    """A language model fed from a token stream: the input and target windows are the data
+    split over the axis (and the eval forward runs placed too)."""
+    module = lamina.load(str(ROOT / "samples" / "tiny_lm.mlir"))
+    tokens = np.load(ROOT / "samples" / "tiny_lm_tokens.npy", mmap_mode="r")
+    options = {"tokens": tokens, "steps": 3, "lr": 1e-2, "eval_every": 3, "eval_tokens": tokens,
+               "eval_batches": 2}
+    one = lamina.Trainer(module, **options)
+    four = lamina.Trainer(module, mesh="data=4", **options)
+    args = {a.name_hint: a for a in four.step_func.body.block.args}
+    assert str(spec_of(args["idx"].type)) == str(spec_of(args["targets"].type)) == "[[data], []]"
+    forward = find_entry(four.module, "tiny_lm")
+    assert first_unplaced(forward) is None and placed_mesh(forward) is not None
+    got, want = list(four.run()), list(one.run())
+    for g, w in zip(got, want, strict=True):
+        assert abs(g.loss - w.loss) <= RTOL * abs(w.loss)
+    assert got[-1].eval_loss is not None and want[-1].eval_loss is not None
+    assert abs(got[-1].eval_loss - want[-1].eval_loss) <= RTOL * abs(want[-1].eval_loss)
