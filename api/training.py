@@ -52,6 +52,17 @@ current parameters; the mean of its losses is the record's `eval_loss`. The same
 time, so the curve compares like with like. `tokens_per_second` is batch * seq over the step's
 time with tokens, or the elements of a data argument that some gather reads as indices.
 
+Data parallel (`mesh="data=8"`, `lamina-train --mesh data=8`): `place-batch` splits the data
+arguments' batch (dim 0) over that mesh axis and replicates the parameters, on the forward,
+before derive-backward; a forward that is already placed is trained on its own placement (and
+`mesh` is refused for it). Whenever the derived step is placed, `propagate-sharding,
+insert-collectives` (with the backend's `target` when given, else the passes' default) place
+the backward and the update and reduce each gradient once per step (one bucketed all_reduce
+for replicated parameters), before the user's `pipeline`. The NumPy backends then run every
+device of the mesh (the SPMD interpreter), the JAX backend one shard_map over `devices`
+devices; data, parameters, state and checkpoints stay global arrays (cut into blocks by the
+backend), so the loss curve is the single-device one within rounding.
+
 Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name, plus the step,
 the data position (step mod N; with a token stream, the windows drawn so far, which is the
 step), what the data is (N, or the stream's length, batch, seq and arguments: a resume on other
@@ -139,6 +150,31 @@ class Hyper:
             opt.append(f"grad-clip={self.grad_clip!r}")
         return f"derive-backward{{func={entry} data={','.join(data)}}}," \
                f"append-optimizer{{{' '.join(opt)}}}"
+
+
+def parse_mesh(text: str, where: str = "mesh") -> tuple[str, int]:
+    """(axis, size) of a data-parallel mesh written `AXIS=SIZE` (`data=8`), or one error."""
+    axis, eq, size = text.partition("=")
+    axis, size = axis.strip(), size.strip()
+    ok = bool(eq) and bool(axis) and (axis[0].isalpha() or axis[0] == "_") and \
+        all(c.isalnum() or c == "_" for c in axis) and size.isdigit()
+    if not ok:
+        raise LaminaError(f"{where} '{text}': expected AXIS=SIZE, a mesh axis name and its "
+                          "number of devices (e.g. data=8)")
+    if int(size) < 1:
+        raise LaminaError(f"{where} '{text}': the axis size must be at least 1, got {size}")
+    return axis, int(size)
+
+
+def placement_pipeline(target: Any = None) -> str:
+    """propagate-sharding and insert-collectives for a placed step, with the run's target (a
+    name or a .toml path, or a loaded `Target`), else the passes' default target."""
+    if target is None:
+        return "propagate-sharding,insert-collectives"
+    spec = target if isinstance(target, str) else \
+        (target.source if not target.source.startswith("<builtin") else target.name)
+    quoted = '"' + spec.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return f"propagate-sharding{{target={quoted}}},insert-collectives{{target={quoted}}}"
 
 
 def lr_at(hyper: Hyper, step: int, steps: int) -> float:
@@ -390,7 +426,8 @@ class Trainer:
                  target_arg: str | None = None, tokens_name: str = "tokens",
                  eval_data: Mapping[str, np.ndarray] | None = None,
                  eval_tokens: np.ndarray | None = None, eval_batches: int = 8,
-                 eval_every: int = 0, eval_name: str = "eval data", **options: Any) -> None:
+                 eval_every: int = 0, eval_name: str = "eval data", mesh: str | None = None,
+                 **options: Any) -> None:
         """`options`: the `Hyper` fields (optimizer, lr, weight_decay, beta1, beta2, eps,
         momentum, lr_schedule, warmup, grad_clip), then the backend's (`lamina.compile`).
         `steps` is the run's length, which the cosine schedule decays over (default: the
@@ -398,8 +435,10 @@ class Trainer:
         `batch`, `input_arg`, `target_arg`) is the training data, `eval_data` or `eval_tokens`
         (`eval_batches` windows) what `evaluate` and every `eval_every`-th step measure (module
         docstring). `data_name` / `init_name` / `tokens_name` / `eval_name` name the sources in
-        messages."""
+        messages. `mesh` ("AXIS=SIZE", e.g. "data=8") trains data-parallel: the data
+        arguments' batch split over that mesh axis (module docstring, "Data parallel")."""
         import lamina
+        from lamina.analysis.placed import placed_mesh
         from lamina.backends.inputs import index_rows
         from lamina.backends.interface import arg_names, find_entry
         from lamina.ir.buffers.updates import roles_of, updates_of
@@ -471,8 +510,21 @@ class Trainer:
         self._draw_eval_tokens()
         if eval_every and not self._eval:
             raise LaminaError(f"eval_every={eval_every} needs eval_data or eval_tokens")
-        lamina.apply(own, self.hyper.pipeline(self.entry,
-                                              [n for n in names if n in self.data_names]))
+        data_args = [n for n in names if n in self.data_names]
+        if mesh is not None:
+            axis, size = parse_mesh(mesh)
+            if (already := placed_mesh(forward)) is not None:
+                raise error_at(forward, f"mesh={mesh}: @{self.entry} is already placed on mesh "
+                               f"@{already.sym_name.data}; a placed program trains on its own "
+                               "placement, so give no mesh")
+            if not data_args:
+                raise LaminaError(f"mesh={mesh}: @{self.entry} has no data argument whose batch "
+                                  "could be split")
+            lamina.apply(own, f"place-batch{{func={self.entry} data={','.join(data_args)} "
+                         f"axis={axis} size={size}}}")
+        lamina.apply(own, self.hyper.pipeline(self.entry, data_args))
+        if placed_mesh(find_entry(own, f"{self.entry}_step")) is not None:
+            lamina.apply(own, placement_pipeline(backend_options.get("target")))
         if pipeline:
             lamina.apply(own, pipeline)
         self.module = own

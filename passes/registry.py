@@ -22,6 +22,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "insert-collectives": ("lamina.passes.insert_collectives", "InsertCollectives"),
     "annotate-lifetimes": ("lamina.passes.annotate_lifetimes", "AnnotateLifetimes"),
     "assign-memory-tiers": ("lamina.passes.assign_memory_tiers", "AssignMemoryTiers"),
+    "place-batch": ("lamina.passes.place_batch", "PlaceBatch"),
     "derive-backward": ("lamina.passes.derive_backward", "DeriveBackward"),
     "append-optimizer": ("lamina.passes.append_optimizer", "AppendOptimizer"),
 }

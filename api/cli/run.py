@@ -213,15 +213,16 @@ BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
     "num_processes": ("jax",), "process_id": ("jax",)}
 
 
-def check_backend_flags(args: argparse.Namespace, backend: Backend) -> None:
+def check_backend_flags(args: argparse.Namespace, backend: Backend,
+                        prog: str = "lamina-run") -> None:
     """Refuse, before any work, a backend-specific flag that `backend`'s options do not take:
     ignoring it would run something other than what was asked (the NumPy backends run every
-    device of the program's mesh, whatever `--devices` says)."""
+    device of the program's mesh, whatever `--devices` says). A tool without some of these
+    flags (`lamina-train` has no multi-process ones) is checked on those it has."""
     takes = {f.name for f in fields(backend.Options)}
     for name, backends in BACKEND_FLAGS.items():
-        if getattr(args, name) is not None and name not in takes:
-            raise UsageError("lamina-run", f"{_flag(name)} applies to --backend "
-                             f"{', '.join(backends)}")
+        if getattr(args, name, None) is not None and name not in takes:
+            raise UsageError(prog, f"{_flag(name)} applies to --backend {', '.join(backends)}")
 
 
 def run_options(args: argparse.Namespace, backend: Backend, target: Target | None

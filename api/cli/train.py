@@ -8,6 +8,7 @@
                  [--eval-every K (--eval-data EVAL.npz | --eval-tokens TOKENS.npy)]
                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR]
                  [--entry NAME] [-p PIPELINE] [--backend NAME] [--threads N] [--target T]
+                 [--mesh AXIS=SIZE] [--devices N]
 
 The loop is `lamina.Trainer` (`lamina.training`: which arguments are data, parameters and
 state, the initializer, the schedules, the checkpoint contents); this module is its command
@@ -34,6 +35,10 @@ line: reading the files, the progress bar, the log and the files it writes.
 - `--save FINAL.npz`: the final parameters by name, written when the run ends well.
 - `--checkpoint DIR`: a checkpoint every `--checkpoint-every K` steps and at the end, each written
   atomically (`lamina.checkpoint`); `--resume DIR` continues from one to `--steps` in all.
+- `--mesh data=8`: data parallel, the batch split over that mesh axis and the parameters
+  replicated (`place-batch`, then propagate-sharding and insert-collectives with `--target`
+  after append-optimizer: `lamina.training`); a program already placed trains on its own
+  placement without it. `--devices N` (backend jax, as in lamina-run) is the device count.
 - A progress bar (tqdm, the `train` extra) on stderr when stderr is a terminal; quiet otherwise.
 - A NaN or infinite loss stops the run: a diagnostic naming the step, exit 1, the last
   checkpoint kept and no `--save`.
@@ -59,9 +64,17 @@ from lamina.backends.registry import backend_names, get_backend
 from lamina.cli.entry import guarded
 from lamina.cli.memory_plot import plot_format
 from lamina.cli.outputs import check_destination, save_npz_atomic
+from lamina.cli.run import check_backend_flags
 from lamina.ir.core.diagnostics import LaminaError, UsageError
 from lamina.ir.text.source import load
-from lamina.training import OPTIMIZERS, SCHEDULES, StepRecord, Trainer, save_loss_plot
+from lamina.training import (
+    OPTIMIZERS,
+    SCHEDULES,
+    StepRecord,
+    Trainer,
+    parse_mesh,
+    save_loss_plot,
+)
 
 PROG = "lamina-train"
 
@@ -134,7 +147,13 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads for fused kernels' tile loops (results do not depend on it)")
     p.add_argument("--target", default=None,
-                   help="check memory-tier capacities against this target (name or .toml)")
+                   help="check memory-tier capacities against this target (name or .toml); "
+                        "also the cost model that places a data-parallel step")
+    p.add_argument("--mesh", default=None, metavar="AXIS=SIZE",
+                   help="train data-parallel: split the batch over a mesh axis of SIZE devices "
+                        "(e.g. data=8)")
+    p.add_argument("--devices", type=int, default=None, metavar="N",
+                   help="backend jax: devices to run on (default: the mesh's size)")
     return p
 
 
@@ -143,6 +162,7 @@ def check_args(args: argparse.Namespace) -> None:
     for flag, value, least in (("--steps", args.steps, 0), ("--warmup", args.warmup, 0),
                                ("--checkpoint-every", args.checkpoint_every, 0),
                                ("--threads", args.threads, 1), ("--seed", args.seed, 0),
+                               ("--devices", args.devices, 1),
                                ("--seq", args.seq, 1), ("--batch", args.batch, 1),
                                ("--eval-every", args.eval_every, 0),
                                ("--eval-batches", args.eval_batches, 1)):
@@ -151,6 +171,11 @@ def check_args(args: argparse.Namespace) -> None:
     for dest, value in vars(args).items():
         if value == "" and dest not in ("passes", "file"):
             raise UsageError(PROG, f"argument --{dest.replace('_', '-')}: expected a value, got ''")
+    if args.mesh is not None:
+        try:
+            parse_mesh(args.mesh, "--mesh")
+        except LaminaError as e:
+            raise UsageError(PROG, f"argument {e.message}") from None
     if (args.data is None) == (args.tokens is None):
         raise UsageError(PROG, "give the training data: --data DATA.npz or --tokens TOKENS.npy"
                          if args.data is None else "--data and --tokens: give one of them")
@@ -273,6 +298,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = arg_parser().parse_args(argv)
     check_args(args)
     backend = get_backend(args.backend)
+    check_backend_flags(args, backend, PROG)
     module = load(args.file)
     data = read_npz(args.data, "--data") if args.data is not None else None
     tokens = read_tokens(args.tokens, "--tokens") if args.tokens is not None else None
@@ -281,7 +307,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.eval_tokens is not None else None
     init = read_npz(args.init, "--init") if args.init is not None else None
     takes = set(backend.Options.__dataclass_fields__)
-    options: dict[str, Any] = {k: v for k, v in (("threads", args.threads),)
+    options: dict[str, Any] = {k: v for k, v in (("threads", args.threads),
+                                                  ("devices", args.devices))
                                if v is not None and k in takes}
     if args.target is not None:
         options["target"] = args.target
@@ -296,7 +323,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                       optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                       beta1=args.beta1, beta2=args.beta2, eps=args.eps, momentum=args.momentum,
                       lr_schedule=args.lr_schedule, warmup=args.warmup,
-                      grad_clip=args.grad_clip, **options)
+                      grad_clip=args.grad_clip, mesh=args.mesh, **options)
     if args.resume is not None:
         trainer.load_checkpoint(args.resume)
         was = trainer.checkpoint_steps
