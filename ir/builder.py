@@ -51,6 +51,7 @@ from lamina.ir.ops.lamina import (
     CastOp,
     ConcatOp,
     ConstantOp,
+    CosOp,
     DivOp,
     DropoutOp,
     EqOp,
@@ -69,6 +70,7 @@ from lamina.ir.ops.lamina import (
     ReshapeOp,
     RsqrtOp,
     SelectOp,
+    SinOp,
     SliceOp,
     SqrtOp,
     SubOp,
@@ -236,6 +238,12 @@ class Builder:
 
     def tanh(self, a: SSAValue) -> SSAValue:
         return self.op(TanhOp, a)
+
+    def sin(self, a: SSAValue) -> SSAValue:
+        return self.op(SinOp, a)
+
+    def cos(self, a: SSAValue) -> SSAValue:
+        return self.op(CosOp, a)
 
     def erf(self, a: SSAValue) -> SSAValue:
         return self.op(ErfOp, a)

@@ -176,6 +176,8 @@ UNARY_REF: dict[str, tuple[Callable[[float], float], tuple[float, float]]] = {
     "exp": (math.exp, (-6, 6)),
     "log": (math.log, (0.05, 20)),
     "tanh": (math.tanh, (-5, 5)),
+    "sin": (math.sin, (-10, 10)),
+    "cos": (math.cos, (-10, 10)),
     "sigmoid": (_sigmoid, (-12, 12)),
     "relu": (lambda x: max(x, 0.0), (-5, 5)),
     "gelu": (lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))), (-5, 5)),

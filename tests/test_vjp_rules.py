@@ -29,7 +29,7 @@ def case(name: str, args: list[str], body: list[str], result: str) -> None:
     CASES[name] = (args, body, result)
 
 
-for _op in ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "erf"):
+for _op in ("neg", "abs", "exp", "tanh", "sin", "cos", "sigmoid", "relu", "erf"):
     case(_op, ["x:3x4"], [f"%r = lamina.{_op} %x : tensor<3x4xT>"], "3x4")
 for _op in ("log", "sqrt", "rsqrt", "reciprocal"):
     case(_op, ["px:3x4"], [f"%r = lamina.{_op} %px : tensor<3x4xT>"], "3x4")

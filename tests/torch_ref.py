@@ -31,7 +31,7 @@ DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
 FLOATS = ("f16", "bf16", "f32", "f64")
 
 UNARY = {"neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
-         "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf,
+         "tanh": torch.tanh, "sin": torch.sin, "cos": torch.cos, "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf,
          "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal}
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
           "max": torch.maximum, "min": torch.minimum, "pow": torch.pow,

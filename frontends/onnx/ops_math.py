@@ -26,7 +26,8 @@ from xdsl.ir import SSAValue
 
 BINARY = {"Add": L.AddOp, "Sub": L.SubOp, "Mul": L.MulOp, "Div": L.DivOp}
 UNARY = {"Neg": L.NegOp, "Abs": L.AbsOp, "Exp": L.ExpOp, "Log": L.LogOp, "Tanh": L.TanhOp,
-         "Sigmoid": L.SigmoidOp, "Relu": L.ReluOp, "Erf": L.ErfOp, "Sqrt": L.SqrtOp,
+         "Sin": L.SinOp, "Cos": L.CosOp, "Sigmoid": L.SigmoidOp, "Relu": L.ReluOp, "Erf": L.ErfOp,
+         "Sqrt": L.SqrtOp,
          "Reciprocal": L.ReciprocalOp}
 COMPARE = {"Equal": L.EqOp, "Less": L.LtOp, "Greater": L.GtOp, "LessOrEqual": L.LeOp,
            "GreaterOrEqual": L.GeOp}

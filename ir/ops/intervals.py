@@ -209,6 +209,8 @@ RELU = IntervalRule(_increasing(lambda x: max(x, 0.0)), exact=True)
 EXP = IntervalRule(_increasing(math.exp), (bounded_above(EXP_MAX),))
 LOG = IntervalRule(_increasing(math.log), (POSITIVE,))
 TANH = IntervalRule(_increasing(math.tanh))
+# sin and cos of any real lie in [-1, 1]; a bound, not the tight image of a short interval
+SIN_COS = IntervalRule(lambda ivs, call: (-1.0, 1.0))
 SIGMOID = IntervalRule(_increasing(_sigmoid))
 ERF = IntervalRule(_increasing(math.erf))
 GELU = IntervalRule(_gelu)

@@ -35,6 +35,8 @@ __all__ = [
     "ExpOp",
     "LogOp",
     "TanhOp",
+    "SinOp",
+    "CosOp",
     "SigmoidOp",
     "ReluOp",
     "GeluOp",
@@ -115,6 +117,22 @@ class TanhOp(UnaryOp):
 
     name = "lamina.tanh"
     INFO: ClassVar[OpInfo] = OPS["tanh"]
+
+
+@irdl_op_definition
+class SinOp(UnaryOp):
+    """`lamina.sin`: sine (radians)."""
+
+    name = "lamina.sin"
+    INFO: ClassVar[OpInfo] = OPS["sin"]
+
+
+@irdl_op_definition
+class CosOp(UnaryOp):
+    """`lamina.cos`: cosine (radians)."""
+
+    name = "lamina.cos"
+    INFO: ClassVar[OpInfo] = OPS["cos"]
 
 
 @irdl_op_definition
@@ -492,6 +510,8 @@ OP_CLASSES: dict[str, type[LaminaOp]] = {
     "exp": ExpOp,
     "log": LogOp,
     "tanh": TanhOp,
+    "sin": SinOp,
+    "cos": CosOp,
     "sigmoid": SigmoidOp,
     "relu": ReluOp,
     "gelu": GeluOp,

@@ -286,6 +286,11 @@ _ROWS: tuple[OpInfo, ...] = (
            vjp=vj.log),
     _unary(name="tanh", summary="hyperbolic tangent", ew=fm.via("tanh"), flops=6,
            interval=iv.TANH, vjp=vj.tanh),
+    # sin / cos: RoPE's tables (`cos(pos * freq)`) are ordinary elementwise math and fuse
+    _unary(name="sin", summary="sine (radians)", ew=fm.via("sin"), flops=8, interval=iv.SIN_COS,
+           vjp=vj.sin),
+    _unary(name="cos", summary="cosine (radians)", ew=fm.via("cos"), flops=8, interval=iv.SIN_COS,
+           vjp=vj.cos),
     _unary(name="sigmoid", summary="logistic sigmoid 1 / (1 + exp(-x))", ew=fm.sigmoid, flops=6,
            interval=iv.SIGMOID, vjp=vj.sigmoid),
     _unary(name="relu", summary="max(x, 0)", ew=fm.relu, flops=1, interval=iv.RELU, vjp=vj.relu),
