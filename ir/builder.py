@@ -52,6 +52,7 @@ from lamina.ir.ops.lamina import (
     ConcatOp,
     ConstantOp,
     CosOp,
+    CumsumOp,
     DivOp,
     DropoutOp,
     EqOp,
@@ -244,6 +245,12 @@ class Builder:
 
     def cos(self, a: SSAValue) -> SSAValue:
         return self.op(CosOp, a)
+
+    def cumsum(self, a: SSAValue, axis: int, exclusive: bool = False,
+               reverse: bool = False) -> SSAValue:
+        """The running sum of `a` along `axis`; the flags at their default (False) stay absent."""
+        return self.op(CumsumOp, a, axis=axis, exclusive=exclusive or None,
+                       reverse=reverse or None)
 
     def erf(self, a: SSAValue) -> SSAValue:
         return self.op(ErfOp, a)

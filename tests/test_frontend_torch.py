@@ -402,8 +402,17 @@ ZOO = {
     "integers": (lambda i, j: (i + j, i - 2 * j, i * j, torch.maximum(i, j), torch.minimum(i, j),
                                torch.min(i, j), torch.max(i, 3 * j), -i, i.abs(),
                                (i > j).any(), (i > 0).all(dim=1), (i < 5).any(0, keepdim=True),
-                               i / 2),
+                               i / 2, torch.cumsum(i, 1), torch.cumsum(i > 0, dim=0),
+                               torch.cumsum(i.to(torch.int32), -1, dtype=torch.int32),
+                               torch.where(i > j, i, j), torch.min(i, 2 * j) == torch.max(j, i),
+                               torch.gather(i, 1, j.abs().clamp(max=3)[:, :3]),
+                               torch.gather(j, 1, i.abs().clamp(max=3)[:2, :2]),
+                               torch.gather(i, 0, j.abs().clamp(max=2)[:1])),
                  ((3, 4), (3, 4))),
+    "scans": (lambda x, y: (torch.cumsum(x, 0), torch.cumsum(x * y, dim=-1), x.cumsum(1).sin(),
+                            torch.gather(x, 1, torch.tensor([[2, 0, 0], [1, 3, 2], [0, 0, 0]])),
+                            torch.gather(x, 0, torch.tensor([[2, 0, 1, 1]]))),
+              ((3, 4), (3, 4))),
 }
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
+from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.ops.optable import OPS
 from lamina.ir.text.source import parse_text, verify
 from strategies import examples
@@ -564,6 +565,49 @@ def check_softmax_family(op: str, shape: tuple[int, ...], dtype: str, seed: int,
         m = max(line)
         ref[idx] = ref_of(float(x[idx]), m, math.fsum(math.exp(v - m) for v in line))
     check(got, ref, dtype)
+
+
+# ---- scans ---------------------------------------------------------------------------------------
+
+covers("cumsum")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS + ("i32", "i64")), seed=SEED,
+       exclusive=st.booleans(), reverse=st.booleans(), data=st.data())
+def test_cumsum(shape, dtype: str, seed: int, exclusive: bool, reverse: bool, data) -> None:
+    """Element i is the exact sum of the elements before it along axis (with itself unless
+    exclusive; from the end when reverse), by an explicit loop; integers exactly."""
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    ax = axis % rank
+    n = shape[ax]
+    x = values(seed, shape, dtype, -5, 5)
+    flags = [f"axis = {axis} : i64"]
+    if exclusive or data.draw(st.booleans()):
+        flags.append(f"exclusive = {str(exclusive).lower()}")
+    flags += ["reverse = true"] if reverse else []
+    got = run_op("cumsum", [(shape, dtype)], (shape, dtype), [x], ", ".join(flags))
+    ref = np.zeros(shape, dtype=np.float64 if dtype in FLOATS else np.int64)
+    for o in np.ndindex(shape):
+        i = o[ax]
+        js = range(i, n) if reverse else range(0, i + 1)
+        js = [j for j in js if not (exclusive and j == i)]
+        terms = [x[o[:ax] + (j,) + o[ax + 1:]] for j in js]
+        ref[o] = math.fsum(float(t) for t in terms) if dtype in FLOATS else \
+            sum(int(t) for t in terms)
+    if dtype in FLOATS:
+        check(got, ref, dtype)
+    else:
+        np.testing.assert_array_equal(got, ref.astype(NP_STORAGE[dtype]))
+
+
+def test_cumsum_refuses_rank_0_i1_and_a_bad_axis() -> None:
+    for t, axis in (("tensor<f32>", 0), ("tensor<3xi1>", 0), ("tensor<3xf32>", 1)):
+        text = (f"func.func @main(%a: {t}) -> {t} {{\n"
+                f"  %r = lamina.cumsum %a {{axis = {axis} : i64}} : {t}\n  func.return %r : {t}\n}}\n")
+        with pytest.raises(LaminaError, match="rank >= 1|numeric element type|out of range"):
+            verify(parse_text(text))
 
 
 # ---- indexing ------------------------------------------------------------------------------------

@@ -102,6 +102,12 @@ case("gather_axis1", ["t:2x5x3"],
       "%r = lamina.gather %t, %i {axis = 1 : i64} : (tensor<2x5x3xT>, tensor<4xi32>) -> tensor<2x4x3xT>"],
      "2x4x3")
 case("softmax_axis0", ["x:3x8"], ["%r = lamina.softmax %x {axis = 0 : i64} : tensor<3x8xT>"], "3x8")
+case("cumsum", ["x:3x5"], ["%r = lamina.cumsum %x {axis = 1 : i64} : tensor<3x5xT>"], "3x5")
+case("cumsum_exclusive_reverse", ["x:4x3"],
+     ["%r = lamina.cumsum %x {axis = 0 : i64, exclusive = true, reverse = true} : tensor<4x3xT>"],
+     "4x3")
+case("cumsum_reverse_negative_axis", ["x:2x3x4"],
+     ["%r = lamina.cumsum %x {axis = -1 : i64, reverse = true} : tensor<2x3x4xT>"], "2x3x4")
 case("matmul", ["a:3x4", "b:4x5"],
      ["%r = lamina.matmul %a, %b : (tensor<3x4xT>, tensor<4x5xT>) -> tensor<3x5xT>"], "3x5")
 case("matmul_batch_rhs2d", ["a:2x3x4", "b:4x5"],

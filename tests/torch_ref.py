@@ -110,6 +110,13 @@ def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: T
         picked = torch.index_select(x, axis, torch.where(inside, idx, 0))
         keep = inside.reshape([1] * axis + [-1] + [1] * (x.dim() - axis - 1))
         return torch.where(keep, picked, torch.zeros((), dtype=x.dtype)).reshape(res.shape)
+    if name == "cumsum":   # exclusive: shifted by one (a zero first); reverse: from the end
+        axis = attrs["axis"] % x.dim()
+        y = x.flip(axis) if attrs["reverse"] else x
+        out = torch.cumsum(y, dim=axis)
+        if attrs["exclusive"]:
+            out = out - y
+        return out.flip(axis) if attrs["reverse"] else out
     if name == "matmul":
         return torch.matmul(x, _present(xs[1]))
     if name == "transpose":

@@ -75,6 +75,8 @@ class Emitter(Protocol):
     def reduce_sum(self, a: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue: ...
     def reduce_mean(self, a: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue: ...
     def matmul(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def cumsum(self, a: SSAValue, axis: int, exclusive: bool = False,
+               reverse: bool = False) -> SSAValue: ...
     def transpose(self, a: SSAValue, perm: Sequence[int]) -> SSAValue: ...
     def reshape(self, a: SSAValue, shape: Sequence[int]) -> SSAValue: ...
     def broadcast_in_dim(self, a: SSAValue, shape: Sequence[int],
@@ -463,6 +465,13 @@ def gather(c: VjpCall) -> Cotangents:
     g3 = b.transpose(b.reshape(g, [p, n, s]), [0, 2, 1])          # [P, S, N]
     dt = b.transpose(b.matmul(g3, onehot), [0, 2, 1])              # [P, V, S]
     return [b.reshape(dt, list(table.shape)) if c.wanted[0] else None, None]
+
+
+def cumsum(c: VjpCall) -> Cotangents:
+    """The running sum taken the other way: x[j] feeds every y[i] with i >= j (i > j when
+    exclusive), so dx[j] is the sum of those g[i], a cumsum of g with `reverse` flipped."""
+    a = c.attrs
+    return [c.b.cumsum(c.ct, int(a["axis"]), bool(a["exclusive"]), not a["reverse"])]
 
 
 def matmul(c: VjpCall) -> Cotangents:

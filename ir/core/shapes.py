@@ -237,6 +237,17 @@ def softmax(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     return x
 
 
+def scan(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """A prefix combination along `axis` (cumsum): the operand's type, numeric (torch counts
+    positions with an i64 cumsum of a mask), rank >= 1."""
+    (x,) = _present(ops)
+    _need_number("operand", x)
+    if x.rank == 0:
+        raise ShapeError("operand must have rank >= 1")
+    _axis(attrs["axis"], x.rank)
+    return x
+
+
 # ---- linear algebra and layout -------------------------------------------------------------------
 
 def matmul(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:

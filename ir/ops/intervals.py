@@ -312,6 +312,20 @@ def _matmul(ivs: Sequence[Interval | None], call: Call) -> Interval:
 
 MATMUL = IntervalRule(_matmul)
 
+
+def _cumsum(ivs: Sequence[Interval | None], call: Call) -> Interval:
+    """A running sum holds 1..n operand elements (0..n-1 when exclusive, so 0 is in it)."""
+    lo, hi = _first(ivs)
+    x = call.operands[0]
+    assert x is not None
+    n = x.shape[call.attrs["axis"] % x.rank]
+    few = 0 if call.attrs["exclusive"] else min(1, n)
+    many = n - 1 if call.attrs["exclusive"] else n
+    return hull((few * lo, few * hi), (max(many, 0) * lo, max(many, 0) * hi))
+
+
+CUMSUM = IntervalRule(_cumsum)
+
 # transpose, reshape, slice, concat, broadcast_in_dim: every result element is an operand element
 MOVE = IntervalRule(lambda ivs, call: hull(*_present(ivs)), exact=True)
 

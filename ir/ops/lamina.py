@@ -69,6 +69,7 @@ __all__ = [
     "RmsnormOp",
     "SoftmaxOp",
     "LogSoftmaxOp",
+    "CumsumOp",
     "MatmulOp",
     "TransposeOp",
     "ReshapeOp",
@@ -432,6 +433,20 @@ class LogSoftmaxOp(UnaryOp):
 
 
 @irdl_op_definition
+class CumsumOp(UnaryOp):
+    """`lamina.cumsum`: running sum along axis (exclusive: of the elements before; reverse: from the
+    end), ONNX CumSum.
+    """
+
+    name = "lamina.cumsum"
+    INFO: ClassVar[OpInfo] = OPS["cumsum"]
+
+    axis = opt_prop_def(AnyAttr(), prop_name="axis")
+    exclusive = opt_prop_def(AnyAttr(), prop_name="exclusive")
+    reverse = opt_prop_def(AnyAttr(), prop_name="reverse")
+
+
+@irdl_op_definition
 class MatmulOp(BinaryOp):
     """`lamina.matmul`: batched matrix product, batch dims broadcast."""
 
@@ -544,6 +559,7 @@ OP_CLASSES: dict[str, type[LaminaOp]] = {
     "rmsnorm": RmsnormOp,
     "softmax": SoftmaxOp,
     "log_softmax": LogSoftmaxOp,
+    "cumsum": CumsumOp,
     "matmul": MatmulOp,
     "transpose": TransposeOp,
     "reshape": ReshapeOp,

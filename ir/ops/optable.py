@@ -49,6 +49,9 @@ class Fusion(Enum):
                  reductions: layernorm, rmsnorm, softmax).
     LAYOUT:      moves elements without arithmetic (transpose, reshape, slice, concat).
     OPAQUE:      anything a fused loop nest cannot absorb (matmul).
+    SCAN:        a prefix combination along one axis (cumsum): element i depends on every element
+                 before it on that axis, so it is never fused: a fused loop visits elements in
+                 tile order, not along the scan (`fuse-elementwise` makes it a kernel boundary).
     SOURCE:      produces a value from attributes and its result type alone (constant, iota);
                  free to pull into any group.
     """
@@ -58,6 +61,7 @@ class Fusion(Enum):
     REDUCTION = "reduction"
     LAYOUT = "layout"
     OPAQUE = "opaque"
+    SCAN = "scan"
     SOURCE = "source"
 
 
@@ -378,6 +382,15 @@ _ROWS: tuple[OpInfo, ...] = (
            scalar=fm.log_softmax, interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax,
            fusion=Fusion.REDUCTION, linearity=NONE, sharding=sh.RowReduction(trailing=False),
            flops=per_input(7)),
+    # -- scans --
+    OpInfo(name="cumsum", summary="running sum along axis (exclusive: of the elements before; "
+           "reverse: from the end), ONNX CumSum", operands=X,
+           attrs=(AttrSpec("axis", AttrKind.INT, required=True),
+                  AttrSpec("exclusive", AttrKind.BOOL, False),
+                  AttrSpec("reverse", AttrKind.BOOL, False)),
+           shape=shapes.scan, formula=fm.cumsum, interval=iv.CUMSUM, vjp=vj.cumsum,
+           fusion=Fusion.SCAN, linearity=ADDITIVE, linear_operands=(0,), sharding=sh.Scan(),
+           flops=per_output(1)),
     # -- contraction --
     OpInfo(name="matmul", summary="batched matrix product, batch dims broadcast", operands=XY,
            shape=shapes.matmul, formula=fm.matmul, interval=iv.MATMUL, vjp=vj.matmul,
