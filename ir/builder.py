@@ -65,6 +65,7 @@ from lamina.ir.ops.lamina import (
     MatmulOp,
     MulOp,
     NegOp,
+    PadOp,
     PowOp,
     ReduceMeanOp,
     ReduceSumOp,
@@ -324,6 +325,13 @@ class Builder:
         unit = all(s == 1 for s in step)
         return self.op(SliceOp, a, start=tuple(start), limit=tuple(limit),
                        strides=None if unit else tuple(step))
+
+    def pad(self, a: SSAValue, low: Sequence[int], high: Sequence[int],
+            value: float = 0.0) -> SSAValue:
+        """`a` with `value` around it; no padding at all is `a` itself."""
+        if not any(low) and not any(high):
+            return a
+        return self.op(PadOp, a, low=tuple(low), high=tuple(high), value=float(value))
 
     def concat(self, parts: Sequence[SSAValue], dim: int) -> SSAValue:
         """`parts` joined along `dim`; empty parts are dropped, and a single part is itself."""

@@ -413,6 +413,11 @@ ZOO = {
                             torch.gather(x, 1, torch.tensor([[2, 0, 0], [1, 3, 2], [0, 0, 0]])),
                             torch.gather(x, 0, torch.tensor([[2, 0, 1, 1]]))),
               ((3, 4), (3, 4))),
+    "pads": (lambda x, y: (F.pad(x, (1, 2)), F.pad(x, (0, 0, 2, 1), value=-1.5),
+                           F.pad(x, (-1, 2, 1, -2), value=3.0), torch.constant_pad_nd(y, [0, 1]),
+                           F.pad(x[None], (1, 1, 0, 0, 1, 0)),
+                           F.pad((y > 0).long().cumsum(-1), (0, 1), value=-100)),
+             ((3, 4), (3, 4))),
 }
 
 

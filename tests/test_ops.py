@@ -610,6 +610,34 @@ def test_cumsum_refuses_rank_0_i1_and_a_bad_axis() -> None:
             verify(parse_text(text))
 
 
+covers("pad")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS + ("i32", "i64")), seed=SEED,
+       value=st.sampled_from([0.0, -100.0, 1.5, 0.1]), data=st.data())
+def test_pad(shape, dtype: str, seed: int, value: float, data) -> None:
+    """Each result element is the operand's at its index minus low, or the fill (rounded to the
+    element type) outside, by an explicit loop."""
+    if dtype in ("i32", "i64"):
+        value = float(int(value))
+    rank = len(shape)
+    low = data.draw(st.lists(st.integers(0, 2), min_size=rank, max_size=rank))
+    high = data.draw(st.lists(st.integers(0, 2), min_size=rank, max_size=rank))
+    out = tuple(n + lo + hi for n, lo, hi in zip(shape, low, high, strict=True))
+    x = values(seed, shape, dtype, -50, 50)
+    attrs = f"low = {ints(low)}, high = {ints(high)}"
+    if value != 0.0 or data.draw(st.booleans()):
+        attrs += f", value = {value!r} : f64"
+    got = run_op("pad", [(shape, dtype)], (out, dtype), [x], attrs)
+    fill = store(np.asarray(value), dtype)
+    for o in np.ndindex(out):
+        i = tuple(k - lo for k, lo in zip(o, low, strict=True))
+        inside = all(0 <= k < n for k, n in zip(i, shape, strict=True))
+        want = x[i] if inside else fill
+        assert got[o] == want, (o, got[o], want)
+
+
 # ---- indexing ------------------------------------------------------------------------------------
 
 covers("gather", "iota")

@@ -137,6 +137,9 @@ case("slice_strided", ["x:5x7"],
 case("slice_strided_single", ["x:9"],
      ["%r = lamina.slice %x {start = array<i64: 4>, limit = array<i64: 7>, strides = array<i64: 4>} : (tensor<9xT>) -> tensor<1xT>"],
      "1")
+case("pad", ["x:3x4"],
+     ["%r = lamina.pad %x {low = array<i64: 1, 0>, high = array<i64: 2, 3>, value = 0.5 : f64} : (tensor<3x4xT>) -> tensor<6x7xT>"],
+     "6x7")
 case("concat", ["a:3x2", "b:3x1", "c:3x4"],
      ["%r = lamina.concat %a, %b, %c {dim = 1 : i64} : (tensor<3x2xT>, tensor<3x1xT>, tensor<3x4xT>) -> tensor<3x7xT>"],
      "3x7")

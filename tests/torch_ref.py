@@ -129,6 +129,10 @@ def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: T
         strides = attrs.get("strides") or [1] * x.dim()
         return x[tuple(slice(s, e, st) for s, e, st in
                        zip(attrs["start"], attrs["limit"], strides, strict=True))]
+    if name == "pad":   # F.pad lists (low, high) from the last dim backwards
+        flat = [p for lo, hi in zip(attrs["low"][::-1], attrs["high"][::-1], strict=True)
+                for p in (lo, hi)]
+        return F.pad(x, flat, value=attrs["value"])
     if name == "concat":
         return torch.cat([t for t in xs if t is not None], dim=attrs["dim"])
     raise NotImplementedError(f"torch_ref has no {op.name}")

@@ -561,6 +561,13 @@ def slice_(c: VjpCall) -> Cotangents:
     return [cur]
 
 
+def pad(c: VjpCall) -> Cotangents:
+    """The cotangent's slice at the operand's elements (the fill has no operand)."""
+    low = list(c.attrs["low"])
+    limit = [lo + n for lo, n in zip(low, c.info().shape, strict=True)]
+    return [c.b.slice(c.ct, low, limit)]
+
+
 def concat(c: VjpCall) -> Cotangents:
     """Each operand's cotangent is its slice of the result's."""
     b, g = c.b, c.ct

@@ -329,6 +329,24 @@ def slice_(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     return TensorInfo(tuple(shape), x.dtype)
 
 
+def pad(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """`low[d]` and `high[d]` elements of `value` added before and after each dim: non-negative
+    (a crop is a slice), and an integral value for an integer operand."""
+    (x,) = _present(ops)
+    _need_number("operand", x)
+    low, high = list(attrs["low"]), list(attrs["high"])
+    for name, v in (("low", low), ("high", high)):
+        if len(v) != x.rank:
+            raise ShapeError(f"{name} has {len(v)} entries, operand has rank {x.rank}")
+        if any(p < 0 for p in v):
+            raise ShapeError(f"{name} {v} has a negative entry (a crop is a lamina.slice)")
+    value = float(attrs["value"])
+    if x.dtype in ("i32", "i64") and not value.is_integer():
+        raise ShapeError(f"value {value} is not an integer, the operand is {x.dtype}")
+    return TensorInfo(tuple(n + lo + hi for n, lo, hi in zip(x.shape, low, high, strict=True)),
+                      x.dtype)
+
+
 def concat(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     xs = _present(ops)
     if not xs:

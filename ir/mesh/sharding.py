@@ -24,7 +24,8 @@ The rules:
   major-most result dimension of the group (which must divide evenly).
 - broadcast: operand dimension i's split moves to result dimension broadcast_dimensions[i]; new and
   broadcast (size-1) dimensions are unsplit. slice: sliced dimensions must be unsplit. concat: the
-  concat dimension must be unsplit, and the operands agree elsewhere. constants are replicated.
+  concat dimension must be unsplit, and the operands agree elsewhere. pad: padded dimensions
+  must be unsplit. constants are replicated.
 - scan (cumsum): the scanned dimension must be unsplit, the others keep their splits. Each element
   depends on every element before it along that dimension, so a split scanned dimension would
   need a prefix-sum collective (each device adding the totals of the devices before it); Lamina
@@ -516,6 +517,25 @@ class Slice(ShardingRule):
             if axes:
                 limit[d] = local.shape[d]  # a split dimension is sliced whole
         return {**attrs, "limit": tuple(limit)}
+
+
+class Pad(ShardingRule):
+    """Padded dims must be unsplit (the fill goes at the ends of the whole dim, not of each
+    device's block); the others keep their splits."""
+
+    name = "pad"
+
+    def result(self, info, ops, specs, attrs, result, partial, kind):
+        sx = specs[0]
+        assert sx is not None
+        for d, (lo, hi) in enumerate(zip(attrs["low"], attrs["high"], strict=True)):
+            if sx.splits[d] and (lo or hi):
+                raise ShardingError(f"{info.full_name}: padded dimension {d} must be unsplit, "
+                                    f"got {_fmt(sx.splits[d])}")
+        return Spec(sx.splits, partial, kind)
+
+    def operand_hint(self, i, shape, rshape, h, attrs):
+        return tuple(h[d] if shape[d] == rshape[d] else () for d in range(len(shape)))
 
 
 class Concat(ShardingRule):

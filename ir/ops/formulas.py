@@ -398,6 +398,24 @@ def concat(xp: Namespace, args: Args, call: Call) -> Array:
     return xp.concat(xs, axis=call.attrs["dim"] % len(xs[0].shape))
 
 
+def pad(xp: Namespace, args: Args, call: Call) -> Array:
+    """`value` around the operand, `low[d]` before and `high[d]` after each dim (the fill is
+    converted to the compute type, so the result rounds it to the element type once)."""
+    (x,) = args
+    for d, (lo, hi) in enumerate(zip(call.attrs["low"], call.attrs["high"], strict=True)):
+        if lo == 0 and hi == 0:
+            continue
+        parts = []
+        for n in (lo, None, hi):
+            if n is None:
+                parts.append(x)
+            elif n:
+                shape = tuple(n if k == d else x.shape[k] for k in range(len(x.shape)))
+                parts.append(xp.full(shape, call.attrs["value"], dtype=x.dtype))
+        x = xp.concat(parts, axis=d)
+    return x
+
+
 # ---- indexing and index sources ------------------------------------------------------------------
 
 def gather(xp: Namespace, args: Args, call: Call) -> Array:

@@ -343,6 +343,14 @@ def _log_softmax(ivs: Sequence[Interval | None], call: Call) -> Interval:
 LOG_SOFTMAX = IntervalRule(_log_softmax)
 
 
+def _pad(ivs: Sequence[Interval | None], call: Call) -> Interval:
+    v = float(call.attrs["value"])
+    return hull(_first(ivs), (v, v))
+
+
+PAD = IntervalRule(_pad, exact=True)
+
+
 def _gather(ivs: Sequence[Interval | None], call: Call) -> Interval:
     """An element of the input, or 0 for an index outside it."""
     return hull(_first(ivs), (0.0, 0.0))

@@ -76,6 +76,7 @@ __all__ = [
     "BroadcastInDimOp",
     "SliceOp",
     "ConcatOp",
+    "PadOp",
     "GatherOp",
 ]
 
@@ -508,6 +509,20 @@ class ConcatOp(LaminaOp):
 
 
 @irdl_op_definition
+class PadOp(UnaryOp):
+    """`lamina.pad`: value around the operand: low[d] elements before and high[d] after dim d
+    (constant mode; a crop is a slice).
+    """
+
+    name = "lamina.pad"
+    INFO: ClassVar[OpInfo] = OPS["pad"]
+
+    low = opt_prop_def(AnyAttr(), prop_name="low")
+    high = opt_prop_def(AnyAttr(), prop_name="high")
+    value = opt_prop_def(AnyAttr(), prop_name="value")
+
+
+@irdl_op_definition
 class GatherOp(LaminaOp):
     """`lamina.gather`: input[..., indices, ...] along axis (0 for an index outside [-n, n))."""
 
@@ -566,6 +581,7 @@ OP_CLASSES: dict[str, type[LaminaOp]] = {
     "broadcast_in_dim": BroadcastInDimOp,
     "slice": SliceOp,
     "concat": ConcatOp,
+    "pad": PadOp,
     "gather": GatherOp,
 }
 

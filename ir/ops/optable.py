@@ -426,6 +426,14 @@ _ROWS: tuple[OpInfo, ...] = (
            attrs=(AttrSpec("dim", AttrKind.INT, required=True),), shape=shapes.concat,
            formula=fm.concat, arith=False, interval=iv.MOVE, vjp=vj.concat, fusion=Fusion.LAYOUT,
            view=vr.ConcatView(), linearity=ADDITIVE, sharding=sh.Concat(), flops=per_output(0)),
+    # not linear: a non-zero fill added on every device would be summed with the partials
+    OpInfo(name="pad", summary="value around the operand: low[d] elements before and high[d] "
+           "after dim d (constant mode; a crop is a slice)", operands=X,
+           attrs=(AttrSpec("low", AttrKind.INTS, required=True),
+                  AttrSpec("high", AttrKind.INTS, required=True),
+                  AttrSpec("value", AttrKind.FLOAT, 0.0)),
+           shape=shapes.pad, formula=fm.pad, interval=iv.PAD, vjp=vj.pad, fusion=Fusion.LAYOUT,
+           linearity=NONE, sharding=sh.Pad(), flops=per_output(0)),
     # a lookup: OPAQUE (which element it reads depends on data, so no fused loop absorbs it);
     # linear in the table; position-dependent because on a device's block of a split table it
     # must know which rows the block holds (`Block.operands`)
