@@ -292,4 +292,5 @@ def test_a_pending_sum_flows_through_a_scan() -> None:
     ops = list(find_entry(m, None).body.block.ops)
     names = [op.name for op in ops]
     assert names.index("lamina.cumsum") < names.index("lamina.reshard") < names.index("lamina.exp")
-    assert spec_of(ops[names.index("lamina.cumsum")].results[0].type).partial == ("model",)
+    scanned = spec_of(ops[names.index("lamina.cumsum")].results[0].type)
+    assert scanned is not None and scanned.partial == ("model",)
