@@ -51,6 +51,8 @@ from lamina.ir.ops.lamina import (
     CastOp,
     ConcatOp,
     ConstantOp,
+    CosOp,
+    CumsumOp,
     DivOp,
     DropoutOp,
     EqOp,
@@ -63,12 +65,14 @@ from lamina.ir.ops.lamina import (
     MatmulOp,
     MulOp,
     NegOp,
+    PadOp,
     PowOp,
     ReduceMeanOp,
     ReduceSumOp,
     ReshapeOp,
     RsqrtOp,
     SelectOp,
+    SinOp,
     SliceOp,
     SqrtOp,
     SubOp,
@@ -237,6 +241,18 @@ class Builder:
     def tanh(self, a: SSAValue) -> SSAValue:
         return self.op(TanhOp, a)
 
+    def sin(self, a: SSAValue) -> SSAValue:
+        return self.op(SinOp, a)
+
+    def cos(self, a: SSAValue) -> SSAValue:
+        return self.op(CosOp, a)
+
+    def cumsum(self, a: SSAValue, axis: int, exclusive: bool = False,
+               reverse: bool = False) -> SSAValue:
+        """The running sum of `a` along `axis`; the flags at their default (False) stay absent."""
+        return self.op(CumsumOp, a, axis=axis, exclusive=exclusive or None,
+                       reverse=reverse or None)
+
     def erf(self, a: SSAValue) -> SSAValue:
         return self.op(ErfOp, a)
 
@@ -309,6 +325,13 @@ class Builder:
         unit = all(s == 1 for s in step)
         return self.op(SliceOp, a, start=tuple(start), limit=tuple(limit),
                        strides=None if unit else tuple(step))
+
+    def pad(self, a: SSAValue, low: Sequence[int], high: Sequence[int],
+            value: float = 0.0) -> SSAValue:
+        """`a` with `value` around it; no padding at all is `a` itself."""
+        if not any(low) and not any(high):
+            return a
+        return self.op(PadOp, a, low=tuple(low), high=tuple(high), value=float(value))
 
     def concat(self, parts: Sequence[SSAValue], dim: int) -> SSAValue:
         """`parts` joined along `dim`; empty parts are dropped, and a single part is itself."""

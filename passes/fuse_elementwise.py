@@ -182,6 +182,9 @@ def _classify(op: Operation, reduction_fusion: bool) -> tuple[str, str]:
         return ("fuse", "") if why is None else ("boundary", why)
     if f == Fusion.LAYOUT:
         return ("fuse", "") if op.info.view is not None else ("boundary", "is a layout op")
+    if f == Fusion.SCAN:
+        return "boundary", ("is a scan (each element needs every one before it along the axis, "
+                            "which a fused loop does not visit in order)")
     return "boundary", f"is {f.value}"
 
 

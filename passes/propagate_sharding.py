@@ -39,6 +39,9 @@ Two walks, each linear in the number of ops:
    5. The last resort: the other operands replicated and the main operand's splits dropped from
       its last dimension backwards until the rule holds (replicated operands always do).
    6. Default: a value nothing says anything about is replicated (constants always are).
+   7. Refusals: an op whose rule says a placement cannot be fixed by resharding
+      (`ShardingRule.refusal`) is an error at the op, not a silent gather: a scan (`cumsum`)
+      along a split dimension would need a prefix-sum collective, which Lamina does not have.
    An unplaced function result keeps its value's splits, with any pending sum reduced; one that
    replaces an argument (`lamina.updates`: a training step's new parameter) is placed like it.
 `lamina.fused` ops (from fuse-elementwise) are placed through their bodies by the same rules, as if
@@ -273,6 +276,9 @@ def _place_op(st: _State, op: LaminaOp) -> None:
             specs[i] = _follow(op, i, leader, specs, st, slots) if leader is not None \
                 else st.from_hint(v)
 
+    refused = info.sharding.refusal(info, specs, op.attr_values())
+    if refused is not None:
+        raise error_at(op, f"propagate-sharding: {refused}")
     result = _try(op, specs, st)
     if result is None:
         specs, why = _choose(st, op, specs, slots, present, known)

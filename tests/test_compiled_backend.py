@@ -731,3 +731,30 @@ def test_a_program_call_with_flagged_rows_runs_them_the_full_way(
         assert ran_full == (1 if huge else 0)   # the layout was planned at compile time
         assert got.tobytes() == want.tobytes()
         assert np.isfinite(got).all()
+
+
+ROPE = """
+func.func @f(%x: tensor<4x16x8xT>, %pos: tensor<16x8xT>) -> tensor<4x16x8xT> {
+  %c = lamina.cos %pos : tensor<16x8xT>
+  %s = lamina.sin %pos : tensor<16x8xT>
+  %xc = lamina.mul %x, %c : (tensor<4x16x8xT>, tensor<16x8xT>) -> tensor<4x16x8xT>
+  %xs = lamina.mul %x, %s : (tensor<4x16x8xT>, tensor<16x8xT>) -> tensor<4x16x8xT>
+  %r = lamina.add %xc, %xs : tensor<4x16x8xT>
+  func.return %r : tensor<4x16x8xT>
+}
+"""
+
+
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_rope_sin_cos_fuse_and_compile(t: str) -> None:
+    """RoPE's x cos(p) + x sin(p) is one elementwise group whose kernel calls sin and cos (their
+    rows' scalar forms): it compiles without a fallback and matches the interpreter."""
+    m = fused(ROPE.replace("xT>", f"x{t}>"))
+    assert sum(isinstance(op, FusedOp) for op in find_entry(m, None).walk()) == 1, str(m)
+    gen = np.random.default_rng(5)
+    npdt = np.float32 if t == "f32" else np.float64
+    x = gen.standard_normal((4, 16, 8)).astype(npdt)
+    pos = (gen.standard_normal((16, 8)) * 20).astype(npdt)
+    want, got = run_both(m, [x, pos])
+    assert got.stats["compiled"]["fallbacks"] == [], got.explain
+    assert_close(m, got, want)

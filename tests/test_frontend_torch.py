@@ -220,9 +220,9 @@ def _refusal(m: torch.nn.Module, args: tuple, **kw) -> ImportRefused:
     return e.value
 
 
-class Cumsum(torch.nn.Module):
+class Cumprod(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cumsum(x, dim=0) + 1.0
+        return torch.cumprod(x, dim=0) + 1.0
 
 
 class Branch(torch.nn.Module):
@@ -242,8 +242,8 @@ class Bytes(torch.nn.Module):
 
 def test_refusals_name_the_node_and_what_is_missing() -> None:
     x = torch.randn(4, 3)
-    e = _refusal(Cumsum(), (x,))
-    assert e.kind == "unsupported op" and "node 'cumsum' (aten.cumsum.default)" in str(e)
+    e = _refusal(Cumprod(), (x,))
+    assert e.kind == "unsupported op" and "node 'cumprod' (aten.cumprod.default)" in str(e)
     assert "test_frontend_torch.py:" in str(e).split(":", 1)[0] + ":" + str(e).split(":")[1]
     e = _refusal(Branch(), (x,))
     assert e.kind == "control flow" and "cond" in str(e)
@@ -253,7 +253,7 @@ def test_refusals_name_the_node_and_what_is_missing() -> None:
     e = _refusal(Bytes(), (torch.ones(3, dtype=torch.uint8),))
     assert e.kind == "unsupported dtype" and "torch.uint8" in str(e)
     dim = torch.export.Dim("n", min=2, max=64)
-    e = _refusal(Cumsum(), (x,), dynamic_shapes={"x": {0: dim}})
+    e = _refusal(Cumprod(), (x,), dynamic_shapes={"x": {0: dim}})
     assert e.kind == "dynamic shape" and "symbolic size" in str(e)
 
 
@@ -303,12 +303,12 @@ def test_cli_bad_factories_are_one_diagnostic(tmp_path: Path, args: list[str], m
 
 
 
-CUMSUM_MODEL = """import torch
+CUMPROD_MODEL = """import torch
 
 
 class Model(torch.nn.Module):
     def forward(self, x):
-        return torch.tanh(x) + torch.cumsum(x, 0)
+        return torch.tanh(x) + torch.cumprod(x, 0)
 
 
 def make():
@@ -323,16 +323,16 @@ def test_cli_refusal_points_at_the_model_source(tmp_path: Path,
     caret under the op's name; exit 1, nothing written."""
     from lamina.cli.importer import main
 
-    (tmp_path / "cumsum_model.py").write_text(CUMSUM_MODEL)
+    (tmp_path / "cumprod_model.py").write_text(CUMPROD_MODEL)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "never.mlir"
-    assert main(["torch", "cumsum_model:make", "--args", "4xf32", "-o", str(out)]) == 1
+    assert main(["torch", "cumprod_model:make", "--args", "4xf32", "-o", str(out)]) == 1
     err = capsys.readouterr().err.rstrip("\n").splitlines()
     assert len(err) == 3, err
-    assert err[0].startswith(f"{tmp_path / 'cumsum_model.py'}:6:38: error: node 'cumsum' "
-                             "(aten.cumsum.default): has no Lamina mapping"), err[0]
-    assert err[1] == "        return torch.tanh(x) + torch.cumsum(x, 0)"
+    assert err[0].startswith(f"{tmp_path / 'cumprod_model.py'}:6:38: error: node 'cumprod' "
+                             "(aten.cumprod.default): has no Lamina mapping"), err[0]
+    assert err[1] == "        return torch.tanh(x) + torch.cumprod(x, 0)"
     assert err[2] == " " * 37 + "^"
     assert not out.exists()
 
@@ -366,7 +366,8 @@ ZOO = {
                                   torch.sqrt(x.abs()), torch.rsqrt(x.abs() + 1),
                                   torch.reciprocal(y.abs() + 1), F.silu(x), F.gelu(x),
                                   x.clamp(-0.5, 0.5), x.clamp(min=0.1), torch.maximum(x, y),
-                                  torch.minimum(x, y)),
+                                  torch.minimum(x, y), torch.sin(x), torch.cos(3 * y),
+                                  torch.min(x, y), torch.max(x, y)),
                     ((3, 4), (3, 4))),
     "compare": (lambda x, y: (x == y, x != 0, x < y, x <= 0.5, x > y, x >= y,
                               torch.where(x > 0, x, y), torch.where(x > 0, x, 0.0),
@@ -398,10 +399,25 @@ ZOO = {
     "triangles": (lambda x: (torch.tril(x), torch.triu(x, 1), torch.tril(torch.ones(4, 4), -1)),
                   ((4, 4),)),
     "attention": (_attention, ((2, 3, 4, 8), (2, 3, 6, 8), (2, 3, 6, 8), (4, 6))),
-    "integers": (lambda i, j: (i + j, i - 2 * j, i * j, torch.maximum(i, j), -i, i.abs(),
+    "integers": (lambda i, j: (i + j, i - 2 * j, i * j, torch.maximum(i, j), torch.minimum(i, j),
+                               torch.min(i, j), torch.max(i, 3 * j), -i, i.abs(),
                                (i > j).any(), (i > 0).all(dim=1), (i < 5).any(0, keepdim=True),
-                               i / 2),
+                               i / 2, torch.cumsum(i, 1), torch.cumsum(i > 0, dim=0),
+                               torch.cumsum(i.to(torch.int32), -1, dtype=torch.int32),
+                               torch.where(i > j, i, j), torch.min(i, 2 * j) == torch.max(j, i),
+                               torch.gather(i, 1, j.abs().clamp(max=3)[:, :3]),
+                               torch.gather(j, 1, i.abs().clamp(max=3)[:2, :2]),
+                               torch.gather(i, 0, j.abs().clamp(max=2)[:1])),
                  ((3, 4), (3, 4))),
+    "scans": (lambda x, y: (torch.cumsum(x, 0), torch.cumsum(x * y, dim=-1), x.cumsum(1).sin(),
+                            torch.gather(x, 1, torch.tensor([[2, 0, 0], [1, 3, 2], [0, 0, 0]])),
+                            torch.gather(x, 0, torch.tensor([[2, 0, 1, 1]]))),
+              ((3, 4), (3, 4))),
+    "pads": (lambda x, y: (F.pad(x, (1, 2)), F.pad(x, (0, 0, 2, 1), value=-1.5),
+                           F.pad(x, (-1, 2, 1, -2), value=3.0), torch.constant_pad_nd(y, [0, 1]),
+                           F.pad(x[None], (1, 1, 0, 0, 1, 0)),
+                           F.pad((y > 0).long().cumsum(-1), (0, 1), value=-100)),
+             ((3, 4), (3, 4))),
 }
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
+from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.ops.optable import OPS
 from lamina.ir.text.source import parse_text, verify
 from strategies import examples
@@ -176,6 +177,8 @@ UNARY_REF: dict[str, tuple[Callable[[float], float], tuple[float, float]]] = {
     "exp": (math.exp, (-6, 6)),
     "log": (math.log, (0.05, 20)),
     "tanh": (math.tanh, (-5, 5)),
+    "sin": (math.sin, (-10, 10)),
+    "cos": (math.cos, (-10, 10)),
     "sigmoid": (_sigmoid, (-12, 12)),
     "relu": (lambda x: max(x, 0.0), (-5, 5)),
     "gelu": (lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))), (-5, 5)),
@@ -562,6 +565,77 @@ def check_softmax_family(op: str, shape: tuple[int, ...], dtype: str, seed: int,
         m = max(line)
         ref[idx] = ref_of(float(x[idx]), m, math.fsum(math.exp(v - m) for v in line))
     check(got, ref, dtype)
+
+
+# ---- scans ---------------------------------------------------------------------------------------
+
+covers("cumsum")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS + ("i32", "i64")), seed=SEED,
+       exclusive=st.booleans(), reverse=st.booleans(), data=st.data())
+def test_cumsum(shape, dtype: str, seed: int, exclusive: bool, reverse: bool, data) -> None:
+    """Element i is the exact sum of the elements before it along axis (with itself unless
+    exclusive; from the end when reverse), by an explicit loop; integers exactly."""
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    ax = axis % rank
+    n = shape[ax]
+    x = values(seed, shape, dtype, -5, 5)
+    flags = [f"axis = {axis} : i64"]
+    if exclusive or data.draw(st.booleans()):
+        flags.append(f"exclusive = {str(exclusive).lower()}")
+    flags += ["reverse = true"] if reverse else []
+    got = run_op("cumsum", [(shape, dtype)], (shape, dtype), [x], ", ".join(flags))
+    ref = np.zeros(shape, dtype=np.float64 if dtype in FLOATS else np.int64)
+    for o in np.ndindex(shape):
+        i = o[ax]
+        js = range(i, n) if reverse else range(0, i + 1)
+        js = [j for j in js if not (exclusive and j == i)]
+        terms = [x[o[:ax] + (j,) + o[ax + 1:]] for j in js]
+        ref[o] = math.fsum(float(t) for t in terms) if dtype in FLOATS else \
+            sum(int(t) for t in terms)
+    if dtype in FLOATS:
+        check(got, ref, dtype)
+    else:
+        np.testing.assert_array_equal(got, ref.astype(NP_STORAGE[dtype]))
+
+
+def test_cumsum_refuses_rank_0_i1_and_a_bad_axis() -> None:
+    for t, axis in (("tensor<f32>", 0), ("tensor<3xi1>", 0), ("tensor<3xf32>", 1)):
+        text = (f"func.func @main(%a: {t}) -> {t} {{\n"
+                f"  %r = lamina.cumsum %a {{axis = {axis} : i64}} : {t}\n  func.return %r : {t}\n}}\n")
+        with pytest.raises(LaminaError, match="rank >= 1|numeric element type|out of range"):
+            verify(parse_text(text))
+
+
+covers("pad")
+
+
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS + ("i32", "i64")), seed=SEED,
+       value=st.sampled_from([0.0, -100.0, 1.5, 0.1]), data=st.data())
+def test_pad(shape, dtype: str, seed: int, value: float, data) -> None:
+    """Each result element is the operand's at its index minus low, or the fill (rounded to the
+    element type) outside, by an explicit loop."""
+    if dtype in ("i32", "i64"):
+        value = float(int(value))
+    rank = len(shape)
+    low = data.draw(st.lists(st.integers(0, 2), min_size=rank, max_size=rank))
+    high = data.draw(st.lists(st.integers(0, 2), min_size=rank, max_size=rank))
+    out = tuple(n + lo + hi for n, lo, hi in zip(shape, low, high, strict=True))
+    x = values(seed, shape, dtype, -50, 50)
+    attrs = f"low = {ints(low)}, high = {ints(high)}"
+    if value != 0.0 or data.draw(st.booleans()):
+        attrs += f", value = {value!r} : f64"
+    got = run_op("pad", [(shape, dtype)], (out, dtype), [x], attrs)
+    fill = store(np.asarray(value), dtype)
+    for o in np.ndindex(out):
+        i = tuple(k - lo for k, lo in zip(o, low, strict=True))
+        inside = all(0 <= k < n for k, n in zip(i, shape, strict=True))
+        want = x[i] if inside else fill
+        assert got[o] == want, (o, got[o], want)
 
 
 # ---- indexing ------------------------------------------------------------------------------------

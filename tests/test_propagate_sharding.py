@@ -241,3 +241,56 @@ def test_property_conflicting_placements_keep_agreed_splits_and_compute_the_same
     if agreed is not None:
         # kept, perhaps split further (a pending sum reduced onto it by reduce_scatter)
         assert out.splits[0][: len(agreed.splits[0])] == agreed.splits[0], (text, str(out))
+
+
+def _scan_program(axis: int) -> str:
+    return (MESH + f"func.func @f(%x: {XS}) -> tensor<8x16xf32> {{\n"
+            f"  %c = lamina.cumsum %x {{axis = {axis} : i64}} : ({XS}) -> tensor<8x16xf32>\n"
+            "  %e = lamina.exp %c : tensor<8x16xf32>\n"
+            "  func.return %e : tensor<8x16xf32>\n}\n")
+
+
+def test_a_scan_along_an_unsplit_dimension_keeps_the_other_splits() -> None:
+    """cumsum along dim 1 of a row-split value runs on each device's rows: no communication,
+    and the SPMD run is the unplaced one's."""
+    import lamina
+    import numpy as np
+
+    m, _ = propagate(_scan_program(1))
+    f = find_entry(m, None)
+    assert [op.name for op in f.body.block.ops] == ["lamina.cumsum", "lamina.exp", "func.return"]
+    assert str(spec_of(f.function_type.outputs.data[0])) == "[[data], []]"
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    got = lamina.run(m, {"x": x}).outputs["out0"]
+    np.testing.assert_allclose(got, np.exp(np.cumsum(x, axis=1)), rtol=1e-5)
+
+
+def test_a_scan_along_a_split_dimension_is_refused() -> None:
+    """No prefix-sum collective exists, and gathering the scanned dim silently would hide it:
+    propagate-sharding stops with one located diagnostic."""
+    import pytest
+    from lamina.ir.core.diagnostics import LaminaError
+
+    with pytest.raises(LaminaError) as e:
+        propagate(_scan_program(0))
+    msg = str(e.value)
+    assert msg.startswith("p.mlir:3:3: error: propagate-sharding: lamina.cumsum scans dimension "
+                          "0, which is split over [data]"), msg
+    assert "prefix-sum collective" in msg
+
+
+def test_a_pending_sum_flows_through_a_scan() -> None:
+    """cumsum is linear: a partial matmul result passes through it and is reduced after."""
+    w = "tensor<16x4xf32, #lamina.place<@m, [[model], []]>>"
+    xs = "tensor<8x16xf32, #lamina.place<@m, [[], [model]]>>"
+    text = (MESH + f"func.func @f(%x: {xs}, %w: {w}) -> tensor<8x4xf32> {{\n"
+            f"  %y = lamina.matmul %x, %w : ({xs}, {w}) -> tensor<8x4xf32>\n"
+            "  %c = lamina.cumsum %y {axis = 1 : i64} : tensor<8x4xf32>\n"
+            "  %e = lamina.exp %c : tensor<8x4xf32>\n"
+            "  func.return %e : tensor<8x4xf32>\n}\n")
+    m, _ = propagate(text)
+    ops = list(find_entry(m, None).body.block.ops)
+    names = [op.name for op in ops]
+    assert names.index("lamina.cumsum") < names.index("lamina.reshard") < names.index("lamina.exp")
+    scanned = spec_of(ops[names.index("lamina.cumsum")].results[0].type)
+    assert scanned is not None and scanned.partial == ("model",)

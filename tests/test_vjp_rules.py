@@ -29,7 +29,7 @@ def case(name: str, args: list[str], body: list[str], result: str) -> None:
     CASES[name] = (args, body, result)
 
 
-for _op in ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "erf"):
+for _op in ("neg", "abs", "exp", "tanh", "sin", "cos", "sigmoid", "relu", "erf"):
     case(_op, ["x:3x4"], [f"%r = lamina.{_op} %x : tensor<3x4xT>"], "3x4")
 for _op in ("log", "sqrt", "rsqrt", "reciprocal"):
     case(_op, ["px:3x4"], [f"%r = lamina.{_op} %px : tensor<3x4xT>"], "3x4")
@@ -102,6 +102,12 @@ case("gather_axis1", ["t:2x5x3"],
       "%r = lamina.gather %t, %i {axis = 1 : i64} : (tensor<2x5x3xT>, tensor<4xi32>) -> tensor<2x4x3xT>"],
      "2x4x3")
 case("softmax_axis0", ["x:3x8"], ["%r = lamina.softmax %x {axis = 0 : i64} : tensor<3x8xT>"], "3x8")
+case("cumsum", ["x:3x5"], ["%r = lamina.cumsum %x {axis = 1 : i64} : tensor<3x5xT>"], "3x5")
+case("cumsum_exclusive_reverse", ["x:4x3"],
+     ["%r = lamina.cumsum %x {axis = 0 : i64, exclusive = true, reverse = true} : tensor<4x3xT>"],
+     "4x3")
+case("cumsum_reverse_negative_axis", ["x:2x3x4"],
+     ["%r = lamina.cumsum %x {axis = -1 : i64, reverse = true} : tensor<2x3x4xT>"], "2x3x4")
 case("matmul", ["a:3x4", "b:4x5"],
      ["%r = lamina.matmul %a, %b : (tensor<3x4xT>, tensor<4x5xT>) -> tensor<3x5xT>"], "3x5")
 case("matmul_batch_rhs2d", ["a:2x3x4", "b:4x5"],
@@ -131,6 +137,9 @@ case("slice_strided", ["x:5x7"],
 case("slice_strided_single", ["x:9"],
      ["%r = lamina.slice %x {start = array<i64: 4>, limit = array<i64: 7>, strides = array<i64: 4>} : (tensor<9xT>) -> tensor<1xT>"],
      "1")
+case("pad", ["x:3x4"],
+     ["%r = lamina.pad %x {low = array<i64: 1, 0>, high = array<i64: 2, 3>, value = 0.5 : f64} : (tensor<3x4xT>) -> tensor<6x7xT>"],
+     "6x7")
 case("concat", ["a:3x2", "b:3x1", "c:3x4"],
      ["%r = lamina.concat %a, %b, %c {dim = 1 : i64} : (tensor<3x2xT>, tensor<3x1xT>, tensor<3x4xT>) -> tensor<3x7xT>"],
      "3x7")

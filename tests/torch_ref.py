@@ -31,7 +31,7 @@ DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32,
 FLOATS = ("f16", "bf16", "f32", "f64")
 
 UNARY = {"neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log,
-         "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf,
+         "tanh": torch.tanh, "sin": torch.sin, "cos": torch.cos, "sigmoid": torch.sigmoid, "relu": torch.relu, "erf": torch.erf,
          "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal}
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
           "max": torch.maximum, "min": torch.minimum, "pow": torch.pow,
@@ -110,6 +110,13 @@ def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: T
         picked = torch.index_select(x, axis, torch.where(inside, idx, 0))
         keep = inside.reshape([1] * axis + [-1] + [1] * (x.dim() - axis - 1))
         return torch.where(keep, picked, torch.zeros((), dtype=x.dtype)).reshape(res.shape)
+    if name == "cumsum":   # exclusive: shifted by one (a zero first); reverse: from the end
+        axis = attrs["axis"] % x.dim()
+        y = x.flip(axis) if attrs["reverse"] else x
+        out = torch.cumsum(y, dim=axis)
+        if attrs["exclusive"]:
+            out = out - y
+        return out.flip(axis) if attrs["reverse"] else out
     if name == "matmul":
         return torch.matmul(x, _present(xs[1]))
     if name == "transpose":
@@ -122,6 +129,10 @@ def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: T
         strides = attrs.get("strides") or [1] * x.dim()
         return x[tuple(slice(s, e, st) for s, e, st in
                        zip(attrs["start"], attrs["limit"], strides, strict=True))]
+    if name == "pad":   # F.pad lists (low, high) from the last dim backwards
+        flat = [p for lo, hi in zip(attrs["low"][::-1], attrs["high"][::-1], strict=True)
+                for p in (lo, hi)]
+        return F.pad(x, flat, value=attrs["value"])
     if name == "concat":
         return torch.cat([t for t in xs if t is not None], dim=attrs["dim"])
     raise NotImplementedError(f"torch_ref has no {op.name}")

@@ -80,7 +80,8 @@ _F64_CALLS: dict[object, str] = {np.exp: "math.exp", np.log: "math.log", np.tanh
 _CALLS: dict[object, str] = {
     np.sqrt: "np.sqrt", np.floor: "np.floor", np.trunc: "np.trunc", np.isfinite: "np.isfinite",
     np.log2: "np.log2", np.maximum: "maximum", np.minimum: "minimum", np.pow: "math.pow",
-    np.abs: "np.abs", "round_f16": "round_f16", "round_bf16": "round_bf16"}
+    np.abs: "np.abs", np.sin: "np.sin", np.cos: "np.cos", "round_f16": "round_f16",
+    "round_bf16": "round_bf16"}
 _COMPARE = frozenset((np.equal, np.not_equal, np.less, np.less_equal, np.greater,
                       np.greater_equal))
 

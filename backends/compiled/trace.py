@@ -104,7 +104,8 @@ class Sym:
 # its ufunc
 _FUNCS: frozenset[np.ufunc] = frozenset((
     np.add, np.subtract, np.multiply, np.divide, np.pow, np.maximum, np.minimum, np.negative,
-    np.abs, np.exp, np.log, np.tanh, np.sqrt, np.log2, np.floor, np.trunc, np.isfinite, np.equal,
+    np.abs, np.exp, np.log, np.tanh, np.sin, np.cos, np.sqrt, np.log2, np.floor, np.trunc,
+    np.isfinite, np.equal,
     np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal, np.logical_and,
     np.logical_or, np.logical_not, np.bitwise_and, np.bitwise_or, np.bitwise_xor,
     np.bitwise_right_shift, np.bitwise_left_shift))

@@ -289,6 +289,7 @@ def layernorm_tile(call: Call, dtype: np.dtype, scratch: Scratch) -> TileRun | N
 for _cls, _ufunc in (
         (ops.NegOp, np.negative), (ops.AbsOp, np.absolute), (ops.ExpOp, np.exp),
         (ops.LogOp, np.log), (ops.TanhOp, np.tanh), (ops.SqrtOp, np.sqrt),
+        (ops.SinOp, np.sin), (ops.CosOp, np.cos),
         (ops.AddOp, np.add), (ops.SubOp, np.subtract), (ops.MulOp, np.multiply),
         (ops.DivOp, np.divide), (ops.MaxOp, np.maximum), (ops.MinOp, np.minimum),
         (ops.PowOp, np.power),

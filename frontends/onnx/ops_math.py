@@ -26,7 +26,8 @@ from xdsl.ir import SSAValue
 
 BINARY = {"Add": L.AddOp, "Sub": L.SubOp, "Mul": L.MulOp, "Div": L.DivOp}
 UNARY = {"Neg": L.NegOp, "Abs": L.AbsOp, "Exp": L.ExpOp, "Log": L.LogOp, "Tanh": L.TanhOp,
-         "Sigmoid": L.SigmoidOp, "Relu": L.ReluOp, "Erf": L.ErfOp, "Sqrt": L.SqrtOp,
+         "Sin": L.SinOp, "Cos": L.CosOp, "Sigmoid": L.SigmoidOp, "Relu": L.ReluOp, "Erf": L.ErfOp,
+         "Sqrt": L.SqrtOp,
          "Reciprocal": L.ReciprocalOp}
 COMPARE = {"Equal": L.EqOp, "Less": L.LtOp, "Greater": L.GtOp, "LessOrEqual": L.LeOp,
            "GreaterOrEqual": L.GeOp}
@@ -281,10 +282,22 @@ def _dropout(ctx: NodeCtx) -> Out:
     return outs
 
 
+@onnx_op("CumSum")
+def _cumsum(ctx: NodeCtx) -> Out:
+    """`cumsum` along the axis input (known while importing), with CumSum's `exclusive` and
+    `reverse`; on floats, i32 and i64 (what the row takes)."""
+    axis = ctx.ints(1, "the axis")
+    if axis is None or len(axis) != 1:
+        ctx.refuse(ATTRIBUTE, "needs one axis")
+    x = ctx.value(0)
+    return [ctx.op(L.CumsumOp, x, axis=axis[0], exclusive=bool(ctx.attr("exclusive", 0)) or None,
+                   reverse=bool(ctx.attr("reverse", 0)) or None)]
+
+
 # ops Lamina has no row for, met in shape computations (Mod in Attention's function body, the
 # product of a shape, ...): `graph.fold` evaluates them when every input is a known integer; a
 # run-time use reaches this converter and is refused
-FOLD_ONLY = ("Mod", "ReduceProd", "CumSum", "CumProd", "ArgMax", "ArgMin", "Sign", "Floor",
+FOLD_ONLY = ("Mod", "ReduceProd", "CumProd", "ArgMax", "ArgMin", "Sign", "Floor",
              "Ceil", "Round", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
              "NonZero")
 

@@ -30,6 +30,7 @@ from xdsl.ir import SSAValue
 BINARY = {"add": L.AddOp, "sub": L.SubOp, "mul": L.MulOp, "div": L.DivOp, "pow": L.PowOp,
           "maximum": L.MaxOp, "minimum": L.MinOp}
 UNARY = {"neg": L.NegOp, "abs": L.AbsOp, "exp": L.ExpOp, "log": L.LogOp, "tanh": L.TanhOp,
+         "sin": L.SinOp, "cos": L.CosOp,
          "sigmoid": L.SigmoidOp, "relu": L.ReluOp, "erf": L.ErfOp, "sqrt": L.SqrtOp,
          "rsqrt": L.RsqrtOp, "reciprocal": L.ReciprocalOp}
 COMPARE = {"eq": L.EqOp, "ne": L.NeOp, "lt": L.LtOp, "le": L.LeOp, "gt": L.GtOp, "ge": L.GeOp}
@@ -51,7 +52,9 @@ for _name, _cls in BINARY.items():
     _overloads = [f"{_name}.Tensor", f"{_name}.Scalar"] if _name != "pow" else \
         ["pow.Tensor_Tensor", "pow.Tensor_Scalar"]
     if _name in ("maximum", "minimum"):
-        _overloads = [f"{_name}.default"]
+        # min.other / max.other are torch.min(a, b): elementwise, as torch.minimum (T5's
+        # relative-position buckets take it on i64)
+        _overloads = [f"{_name}.default", f"{_name[:3]}.other"]
     aten(*_overloads)(_binary(_cls))
 
 

@@ -3,8 +3,9 @@
 Every view (view, reshape, squeeze, unsqueeze, flatten) is a `reshape` to the node's output shape;
 permute / transpose / t are `transpose`; expand is `broadcast_in_dim` onto the trailing dims;
 slice / select / split / chunk / unbind are `slice`s (select and unbind drop the dim with a
-reshape); cat and stack are `concat`. Lamina's values are immutable, so ATen's aliasing of views
-needs nothing: no in-place op survives torch.export's functionalization.
+reshape); cat and stack are `concat`; constant_pad_nd / pad (constant mode) are `pad`, after a
+`slice` for negative (cropping) entries. Lamina's values are immutable, so ATen's aliasing of
+views needs nothing: no in-place op survives torch.export's functionalization.
 """
 
 from __future__ import annotations
@@ -166,3 +167,35 @@ def _stack(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
         parts.append(ctx.op(L.ReshapeOp, v, result=type(out)(shape[:dim] + (1,) + shape[dim:],
                                                                   out.dtype)))
     return parts[0] if len(parts) == 1 else ctx.op(L.ConcatOp, parts, dim=dim)
+
+
+@aten("constant_pad_nd.default", "pad.default")
+def _pad(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
+    """F.pad in constant mode (HF's label shift pads i64 labels with -100): `pad` lists (before,
+    after) pairs from the last dim backwards; a negative entry crops, which is a `slice` first,
+    then `pad` with the non-negative rest (torch allows both at once on different sides)."""
+    if a.get("mode", "constant") != "constant":
+        ctx.refuse(ATTRIBUTE, f"mode={a['mode']!r} (only constant padding is a Lamina row)")
+    x = ctx.tensor(a["self"])
+    info = info_of(x)
+    pads = list(a["pad"])
+    if len(pads) % 2 or len(pads) // 2 > info.rank:
+        ctx.refuse(ATTRIBUTE, f"pad={pads} for an input of rank {info.rank}")
+    low, high = [0] * info.rank, [0] * info.rank
+    for k in range(len(pads) // 2):
+        d = info.rank - 1 - k
+        low[d], high[d] = int(pads[2 * k]), int(pads[2 * k + 1])
+    start = [max(-lo, 0) for lo in low]
+    limit = [n - max(-hi, 0) for n, hi in zip(info.shape, high, strict=True)]
+    if any(s > e for s, e in zip(start, limit, strict=True)):
+        ctx.refuse(ATTRIBUTE, f"pad={pads} crops more than the input's {info.shape}")
+    if start != [0] * info.rank or tuple(limit) != info.shape:
+        x = ctx.op(L.SliceOp, x, start=start, limit=limit)
+    value = a.get("value")
+    value = 0.0 if value is None else float(value)
+    if info.dtype in ("i32", "i64") and not value.is_integer():
+        ctx.refuse(ATTRIBUTE, f"value={value} for an integer input")
+    low, high = [max(p, 0) for p in low], [max(p, 0) for p in high]
+    if not any(low) and not any(high):
+        return x
+    return ctx.op(L.PadOp, x, low=low, high=high, value=value)

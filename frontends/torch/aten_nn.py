@@ -12,7 +12,10 @@
   `dropout(ones) != 0`, the mask Lamina applies).
 - sum / mean / amax / amin over dims: the reduce rows (a sum of booleans, a count, in f64: exact).
 - embedding / index_select / index.Tensor with one index tensor: `gather`.
-- gather (take-along-dim) and the losses (cross_entropy_loss, nll_loss*): the picked element is
+- gather (take-along-dim): one index per row on floats as below; any other index shape or an
+  integer input as one `gather` of the flattened input at i64 flat positions.
+- cumsum: the `cumsum` row in the output's element type (the input cast to it first).
+- gather with one index per row and the losses (cross_entropy_loss, nll_loss*): the picked element is
   sum over the class dim of select(iota == index, x, 0), exact since one term is non-zero;
   ignore_index masks, and the mean divides by the count of kept targets, as ATen does.
 - scaled_dot_product_attention (and its CPU flash form): the attention it computes, spelled out
@@ -29,6 +32,7 @@ from lamina.frontends import common
 from lamina.frontends.common import ATTRIBUTE, DTYPE, reshape
 from lamina.frontends.torch.importer import Ctx
 from lamina.frontends.torch.table import aten, float_result, operand
+from lamina.ir.core.dtypes import FLOAT_TYPES
 from lamina.ir.core.shapes import TensorInfo, info_of
 from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
@@ -245,18 +249,58 @@ def pick(ctx: Ctx, x: SSAValue, index: SSAValue, dim: int) -> SSAValue:
     return ctx.op(L.ReduceSumOp, picked, axes=[dim], keepdims=False)
 
 
+def _take_along(ctx: Ctx, x: SSAValue, idx: SSAValue, dim: int) -> SSAValue:
+    """out[i..., j, k...] = x[i..., idx[i..., j, k...], k...] as one `gather` of the flattened
+    input: the flat position is sum over dims of coordinate * stride, with idx's value as the
+    coordinate along `dim`, in i64 (exact). An index outside [0, n) (where torch raises) gets
+    the flat position numel, which `gather` reads as 0, so it never picks a neighbour row."""
+    xi, ii = info_of(x), info_of(idx)
+    n, numel = xi.shape[dim], math.prod(xi.shape)
+    i = ctx.cast(idx, "i64")
+    inside = ctx.op(L.SelectOp, ctx.op(L.GeOp, i, ctx.const(0, "i64")),
+                    ctx.op(L.LtOp, i, ctx.const(n, "i64")), ctx.const(False, "i1"))
+    flat: SSAValue | None = None
+    stride = 1
+    for d in reversed(range(xi.rank)):
+        coord = i if d == dim else ctx.op(L.IotaOp, result=TensorInfo(ii.shape, "i64"), dim=d)
+        term = coord if stride == 1 else ctx.op(L.MulOp, coord, ctx.const(stride, "i64"))
+        flat = term if flat is None else ctx.op(L.AddOp, flat, term)
+        stride *= xi.shape[d]
+    assert flat is not None
+    flat = ctx.op(L.SelectOp, inside, flat, ctx.const(numel, "i64"))
+    return ctx.op(L.GatherOp, reshape(ctx, x, (numel,)), flat, axis=0)
+
+
 @aten("gather.default")
 def _gather(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
-    """torch.gather (take along dim) for an index of size 1 along dim, the other dims whole."""
-    x = operand(ctx, a["self"], float_result(ctx))
+    """torch.gather (take along dim). One index per row on floats is `pick` (a sum of one
+    non-zero term, which fuses); any other index shape, and integer inputs (BERT's
+    token_type_ids buffer), one `gather` of the flattened input (`_take_along`)."""
+    out = ctx.out()
+    x = operand(ctx, a["self"], out.dtype)
     idx = ctx.tensor(a["index"])
     xi, ii = info_of(x), info_of(idx)
+    if xi.rank == 0 or ii.rank != xi.rank:
+        ctx.refuse(ATTRIBUTE, f"index of rank {ii.rank} for an input of rank {xi.rank}")
     dim = a["dim"] % xi.rank
-    if ii.rank != xi.rank or ii.shape[dim] != 1 or any(
-            ii.shape[d] != xi.shape[d] for d in range(xi.rank) if d != dim):
-        ctx.refuse(ATTRIBUTE, f"index shape {ii.shape} for input {xi.shape}: only one index "
-                   "per row along dim is mapped")
-    return reshape(ctx, pick(ctx, x, idx, dim), ii.shape)
+    if any(ii.shape[d] > xi.shape[d] for d in range(xi.rank) if d != dim):
+        ctx.refuse(ATTRIBUTE, f"index shape {ii.shape} exceeds the input's {xi.shape} outside dim")
+    one_per_row = ii.shape[dim] == 1 and all(
+        ii.shape[d] == xi.shape[d] for d in range(xi.rank) if d != dim)
+    if one_per_row and out.dtype in FLOAT_TYPES:
+        return reshape(ctx, pick(ctx, x, idx, dim), ii.shape)
+    return _take_along(ctx, x, idx, dim)
+
+
+@aten("cumsum.default")
+def _cumsum(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
+    """`cumsum` in the output's element type (torch sums booleans and integers in i64, or in
+    `dtype=`): the input cast to it first, as ATen does."""
+    x = ctx.cast(ctx.tensor(a["self"]), ctx.out().dtype)
+    rank = info_of(x).rank
+    if rank == 0:
+        return x
+    return ctx.op(L.CumsumOp, x, axis=a["dim"] % rank)
 
 
 def _nll(ctx: Ctx, logp: SSAValue, target: SSAValue, reduction: int, ignore: int

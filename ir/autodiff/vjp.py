@@ -61,6 +61,8 @@ class Emitter(Protocol):
     def exp(self, a: SSAValue) -> SSAValue: ...
     def log(self, a: SSAValue) -> SSAValue: ...
     def tanh(self, a: SSAValue) -> SSAValue: ...
+    def sin(self, a: SSAValue) -> SSAValue: ...
+    def cos(self, a: SSAValue) -> SSAValue: ...
     def erf(self, a: SSAValue) -> SSAValue: ...
     def rsqrt(self, a: SSAValue) -> SSAValue: ...
     def gt(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
@@ -73,6 +75,8 @@ class Emitter(Protocol):
     def reduce_sum(self, a: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue: ...
     def reduce_mean(self, a: SSAValue, axes: Sequence[int], keepdims: bool = False) -> SSAValue: ...
     def matmul(self, a: SSAValue, b: SSAValue) -> SSAValue: ...
+    def cumsum(self, a: SSAValue, axis: int, exclusive: bool = False,
+               reverse: bool = False) -> SSAValue: ...
     def transpose(self, a: SSAValue, perm: Sequence[int]) -> SSAValue: ...
     def reshape(self, a: SSAValue, shape: Sequence[int]) -> SSAValue: ...
     def broadcast_in_dim(self, a: SSAValue, shape: Sequence[int],
@@ -181,6 +185,16 @@ def log(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any])
 @_unary
 def tanh(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
     return b.mul(g, b.sub(b.like(1.0, y), b.mul(y, y)))
+
+
+@_unary
+def sin(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+    return b.mul(g, b.cos(x))
+
+
+@_unary
+def cos(b: Emitter, x: SSAValue, y: SSAValue, g: SSAValue, a: Mapping[str, Any]) -> SSAValue:
+    return b.neg(b.mul(g, b.sin(x)))
 
 
 @_unary
@@ -453,6 +467,13 @@ def gather(c: VjpCall) -> Cotangents:
     return [b.reshape(dt, list(table.shape)) if c.wanted[0] else None, None]
 
 
+def cumsum(c: VjpCall) -> Cotangents:
+    """The running sum taken the other way: x[j] feeds every y[i] with i >= j (i > j when
+    exclusive), so dx[j] is the sum of those g[i], a cumsum of g with `reverse` flipped."""
+    a = c.attrs
+    return [c.b.cumsum(c.ct, int(a["axis"]), bool(a["exclusive"]), not a["reverse"])]
+
+
 def matmul(c: VjpCall) -> Cotangents:
     """dA = G B^T, dB = A^T G (last two dims), each summed over the batch dims it was broadcast
     along."""
@@ -538,6 +559,13 @@ def slice_(c: VjpCall) -> Cotangents:
         span = (n - 1) * stride + 1
         cur = _pad(b, cur, d, start[d], x.shape[d] - start[d] - span)
     return [cur]
+
+
+def pad(c: VjpCall) -> Cotangents:
+    """The cotangent's slice at the operand's elements (the fill has no operand)."""
+    low = list(c.attrs["low"])
+    limit = [lo + n for lo, n in zip(low, c.info().shape, strict=True)]
+    return [c.b.slice(c.ct, low, limit)]
 
 
 def concat(c: VjpCall) -> Cotangents:

@@ -237,6 +237,17 @@ def softmax(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
     return x
 
 
+def scan(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """A prefix combination along `axis` (cumsum): the operand's type, numeric (torch counts
+    positions with an i64 cumsum of a mask), rank >= 1."""
+    (x,) = _present(ops)
+    _need_number("operand", x)
+    if x.rank == 0:
+        raise ShapeError("operand must have rank >= 1")
+    _axis(attrs["axis"], x.rank)
+    return x
+
+
 # ---- linear algebra and layout -------------------------------------------------------------------
 
 def matmul(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
@@ -316,6 +327,24 @@ def slice_(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
             )
         shape.append((e - s + st - 1) // st)
     return TensorInfo(tuple(shape), x.dtype)
+
+
+def pad(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:
+    """`low[d]` and `high[d]` elements of `value` added before and after each dim: non-negative
+    (a crop is a slice), and an integral value for an integer operand."""
+    (x,) = _present(ops)
+    _need_number("operand", x)
+    low, high = list(attrs["low"]), list(attrs["high"])
+    for name, v in (("low", low), ("high", high)):
+        if len(v) != x.rank:
+            raise ShapeError(f"{name} has {len(v)} entries, operand has rank {x.rank}")
+        if any(p < 0 for p in v):
+            raise ShapeError(f"{name} {v} has a negative entry (a crop is a lamina.slice)")
+    value = float(attrs["value"])
+    if x.dtype in ("i32", "i64") and not value.is_integer():
+        raise ShapeError(f"value {value} is not an integer, the operand is {x.dtype}")
+    return TensorInfo(tuple(n + lo + hi for n, lo, hi in zip(x.shape, low, high, strict=True)),
+                      x.dtype)
 
 
 def concat(ops: Operands, attrs: Attrs, declared: TensorInfo) -> TensorInfo:

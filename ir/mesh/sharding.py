@@ -24,7 +24,13 @@ The rules:
   major-most result dimension of the group (which must divide evenly).
 - broadcast: operand dimension i's split moves to result dimension broadcast_dimensions[i]; new and
   broadcast (size-1) dimensions are unsplit. slice: sliced dimensions must be unsplit. concat: the
-  concat dimension must be unsplit, and the operands agree elsewhere. constants are replicated.
+  concat dimension must be unsplit, and the operands agree elsewhere. pad: padded dimensions
+  must be unsplit. constants are replicated.
+- scan (cumsum): the scanned dimension must be unsplit, the others keep their splits. Each element
+  depends on every element before it along that dimension, so a split scanned dimension would
+  need a prefix-sum collective (each device adding the totals of the devices before it); Lamina
+  has none, and `propagate-sharding` refuses such a program with a diagnostic (`refusal`) instead
+  of gathering the dimension behind the user's back.
 - partial values (linearity): ADDITIVE ops take all operands partial over the same axes or none;
   ONE_SIDED ops take at most one partial operand among their linear operands and none elsewhere;
   any other op rejects a partial operand ("reduce it first"). Only `sum` partials flow through ops;
@@ -215,6 +221,12 @@ class ShardingRule:
         """The attributes one device runs the op with on its shard."""
         return attrs
 
+    def refusal(self, info: OpInfo, specs: Sequence[Spec | None],
+                attrs: dict[str, Any]) -> str | None:
+        """Why `propagate-sharding` must refuse these operand placements rather than reshard
+        them to ones the rule accepts (None: resharding is fine, the default)."""
+        return None
+
     def __repr__(self) -> str:
         return f"<sharding rule {self.name}>"
 
@@ -326,6 +338,44 @@ class RowReduction(ShardingRule):
             return None
         first = attrs["axis"] % len(shape)
         return tuple(() if d >= first else h[d] for d in range(len(shape)))
+
+
+class Scan(ShardingRule):
+    """A prefix combination along `axis` (cumsum): that dim must be unsplit, the others keep
+    their splits. A split scanned dim is refused outright (`refusal`): it would need a prefix-sum
+    collective, which Lamina does not have, and gathering the whole dim silently would hide a
+    program that does not scale."""
+
+    name = "scan"
+
+    def _split_axis(self, specs: Sequence[Spec | None], attrs: dict[str, Any]) -> tuple[int, Axes]:
+        sx = specs[0]
+        assert sx is not None
+        d = attrs["axis"] % len(sx.splits)
+        return d, sx.splits[d]
+
+    def result(self, info, ops, specs, attrs, result, partial, kind):
+        d, split = self._split_axis(specs, attrs)
+        if split:
+            raise ShardingError(f"{info.full_name}: the scanned dimension {d} must be unsplit, "
+                                f"got {_fmt(split)}")
+        sx = specs[0]
+        assert sx is not None
+        return Spec(sx.splits, partial, kind)
+
+    def operand_hint(self, i, shape, rshape, h, attrs):
+        d = attrs["axis"] % len(shape)
+        return tuple(() if k == d else h[k] for k in range(len(shape)))
+
+    def refusal(self, info, specs, attrs):
+        if specs[0] is None:
+            return None
+        d, split = self._split_axis(specs, attrs)
+        if not split:
+            return None
+        return (f"{info.full_name} scans dimension {d}, which is split over {_fmt(split)}: a scan "
+                "along a split dimension needs a prefix-sum collective, which Lamina does not "
+                "have; place the scanned dimension unsplit (or reshard it before the scan)")
 
 
 class Matmul(ShardingRule):
@@ -467,6 +517,25 @@ class Slice(ShardingRule):
             if axes:
                 limit[d] = local.shape[d]  # a split dimension is sliced whole
         return {**attrs, "limit": tuple(limit)}
+
+
+class Pad(ShardingRule):
+    """Padded dims must be unsplit (the fill goes at the ends of the whole dim, not of each
+    device's block); the others keep their splits."""
+
+    name = "pad"
+
+    def result(self, info, ops, specs, attrs, result, partial, kind):
+        sx = specs[0]
+        assert sx is not None
+        for d, (lo, hi) in enumerate(zip(attrs["low"], attrs["high"], strict=True)):
+            if sx.splits[d] and (lo or hi):
+                raise ShardingError(f"{info.full_name}: padded dimension {d} must be unsplit, "
+                                    f"got {_fmt(sx.splits[d])}")
+        return Spec(sx.splits, partial, kind)
+
+    def operand_hint(self, i, shape, rshape, h, attrs):
+        return tuple(h[d] if shape[d] == rshape[d] else () for d in range(len(shape)))
 
 
 class Concat(ShardingRule):

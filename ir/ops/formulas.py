@@ -33,6 +33,10 @@ Conventions (PyTorch's unless said otherwise):
   (where PyTorch and ONNX raise). That zero is what makes a table split over devices along `axis`
   exact: each device looks up the rows its block holds, gives 0 for the others, and the sum over
   devices is the lookup (its sharding rule makes the result a pending sum).
+- `cumsum` along `axis` is element i = x[0] + ... + x[i] (`exclusive`: x[0] + ... + x[i-1], so
+  the first is 0; `reverse`: summed from the end instead), ONNX CumSum's attributes; the sum is
+  in the operand's compute type, left to right (the NumPy interpreter's order; XLA's scan may
+  associate differently, within rounding), integers wrap as every integer sum does.
 - `iota` counts 0, 1, ... along `dim` of its result type, converted to the element type.
 """
 
@@ -340,6 +344,20 @@ def log_softmax(xp: Namespace, args: Args, call: Call) -> Array:
     return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axis, keepdims=True))
 
 
+def cumsum(xp: Namespace, args: Args, call: Call) -> Array:
+    """The running sum along `axis` (see the module docstring for `exclusive` and `reverse`)."""
+    (x,) = args
+    axis = call.attrs["axis"] % len(x.shape)
+    if call.attrs["reverse"]:
+        x = xp.flip(x, axis=axis)
+    n = x.shape[axis]
+    # the operand's own dtype: NumPy would widen an i32 sum to the platform integer
+    out = xp.cumulative_sum(x, axis=axis, dtype=x.dtype, include_initial=bool(call.attrs["exclusive"]))
+    if call.attrs["exclusive"]:
+        out = out[tuple(slice(0, n) if d == axis else slice(None) for d in range(len(x.shape)))]
+    return xp.flip(out, axis=axis) if call.attrs["reverse"] else out
+
+
 def matmul(xp: Namespace, args: Args, call: Call) -> Array:
     a, b = args
     return xp.matmul(a, b)
@@ -378,6 +396,24 @@ def slice_(xp: Namespace, args: Args, call: Call) -> Array:
 def concat(xp: Namespace, args: Args, call: Call) -> Array:
     xs = [a for a in args if a is not None]
     return xp.concat(xs, axis=call.attrs["dim"] % len(xs[0].shape))
+
+
+def pad(xp: Namespace, args: Args, call: Call) -> Array:
+    """`value` around the operand, `low[d]` before and `high[d]` after each dim (the fill is
+    converted to the compute type, so the result rounds it to the element type once)."""
+    (x,) = args
+    for d, (lo, hi) in enumerate(zip(call.attrs["low"], call.attrs["high"], strict=True)):
+        if lo == 0 and hi == 0:
+            continue
+        parts = []
+        for n in (lo, None, hi):
+            if n is None:
+                parts.append(x)
+            elif n:
+                shape = tuple(n if k == d else x.shape[k] for k in range(len(x.shape)))
+                parts.append(xp.full(shape, call.attrs["value"], dtype=x.dtype))
+        x = xp.concat(parts, axis=d)
+    return x
 
 
 # ---- indexing and index sources ------------------------------------------------------------------

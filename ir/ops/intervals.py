@@ -209,6 +209,8 @@ RELU = IntervalRule(_increasing(lambda x: max(x, 0.0)), exact=True)
 EXP = IntervalRule(_increasing(math.exp), (bounded_above(EXP_MAX),))
 LOG = IntervalRule(_increasing(math.log), (POSITIVE,))
 TANH = IntervalRule(_increasing(math.tanh))
+# sin and cos of any real lie in [-1, 1]; a bound, not the tight image of a short interval
+SIN_COS = IntervalRule(lambda ivs, call: (-1.0, 1.0))
 SIGMOID = IntervalRule(_increasing(_sigmoid))
 ERF = IntervalRule(_increasing(math.erf))
 GELU = IntervalRule(_gelu)
@@ -310,6 +312,20 @@ def _matmul(ivs: Sequence[Interval | None], call: Call) -> Interval:
 
 MATMUL = IntervalRule(_matmul)
 
+
+def _cumsum(ivs: Sequence[Interval | None], call: Call) -> Interval:
+    """A running sum holds 1..n operand elements (0..n-1 when exclusive, so 0 is in it)."""
+    lo, hi = _first(ivs)
+    x = call.operands[0]
+    assert x is not None
+    n = x.shape[call.attrs["axis"] % x.rank]
+    few = 0 if call.attrs["exclusive"] else min(1, n)
+    many = n - 1 if call.attrs["exclusive"] else n
+    return hull((few * lo, few * hi), (max(many, 0) * lo, max(many, 0) * hi))
+
+
+CUMSUM = IntervalRule(_cumsum)
+
 # transpose, reshape, slice, concat, broadcast_in_dim: every result element is an operand element
 MOVE = IntervalRule(lambda ivs, call: hull(*_present(ivs)), exact=True)
 
@@ -325,6 +341,14 @@ def _log_softmax(ivs: Sequence[Interval | None], call: Call) -> Interval:
 
 
 LOG_SOFTMAX = IntervalRule(_log_softmax)
+
+
+def _pad(ivs: Sequence[Interval | None], call: Call) -> Interval:
+    v = float(call.attrs["value"])
+    return hull(_first(ivs), (v, v))
+
+
+PAD = IntervalRule(_pad, exact=True)
 
 
 def _gather(ivs: Sequence[Interval | None], call: Call) -> Interval:

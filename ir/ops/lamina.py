@@ -35,6 +35,8 @@ __all__ = [
     "ExpOp",
     "LogOp",
     "TanhOp",
+    "SinOp",
+    "CosOp",
     "SigmoidOp",
     "ReluOp",
     "GeluOp",
@@ -67,12 +69,14 @@ __all__ = [
     "RmsnormOp",
     "SoftmaxOp",
     "LogSoftmaxOp",
+    "CumsumOp",
     "MatmulOp",
     "TransposeOp",
     "ReshapeOp",
     "BroadcastInDimOp",
     "SliceOp",
     "ConcatOp",
+    "PadOp",
     "GatherOp",
 ]
 
@@ -115,6 +119,22 @@ class TanhOp(UnaryOp):
 
     name = "lamina.tanh"
     INFO: ClassVar[OpInfo] = OPS["tanh"]
+
+
+@irdl_op_definition
+class SinOp(UnaryOp):
+    """`lamina.sin`: sine (radians)."""
+
+    name = "lamina.sin"
+    INFO: ClassVar[OpInfo] = OPS["sin"]
+
+
+@irdl_op_definition
+class CosOp(UnaryOp):
+    """`lamina.cos`: cosine (radians)."""
+
+    name = "lamina.cos"
+    INFO: ClassVar[OpInfo] = OPS["cos"]
 
 
 @irdl_op_definition
@@ -414,6 +434,20 @@ class LogSoftmaxOp(UnaryOp):
 
 
 @irdl_op_definition
+class CumsumOp(UnaryOp):
+    """`lamina.cumsum`: running sum along axis (exclusive: of the elements before; reverse: from the
+    end), ONNX CumSum.
+    """
+
+    name = "lamina.cumsum"
+    INFO: ClassVar[OpInfo] = OPS["cumsum"]
+
+    axis = opt_prop_def(AnyAttr(), prop_name="axis")
+    exclusive = opt_prop_def(AnyAttr(), prop_name="exclusive")
+    reverse = opt_prop_def(AnyAttr(), prop_name="reverse")
+
+
+@irdl_op_definition
 class MatmulOp(BinaryOp):
     """`lamina.matmul`: batched matrix product, batch dims broadcast."""
 
@@ -475,6 +509,20 @@ class ConcatOp(LaminaOp):
 
 
 @irdl_op_definition
+class PadOp(UnaryOp):
+    """`lamina.pad`: value around the operand: low[d] elements before and high[d] after dim d
+    (constant mode; a crop is a slice).
+    """
+
+    name = "lamina.pad"
+    INFO: ClassVar[OpInfo] = OPS["pad"]
+
+    low = opt_prop_def(AnyAttr(), prop_name="low")
+    high = opt_prop_def(AnyAttr(), prop_name="high")
+    value = opt_prop_def(AnyAttr(), prop_name="value")
+
+
+@irdl_op_definition
 class GatherOp(LaminaOp):
     """`lamina.gather`: input[..., indices, ...] along axis (0 for an index outside [-n, n))."""
 
@@ -492,6 +540,8 @@ OP_CLASSES: dict[str, type[LaminaOp]] = {
     "exp": ExpOp,
     "log": LogOp,
     "tanh": TanhOp,
+    "sin": SinOp,
+    "cos": CosOp,
     "sigmoid": SigmoidOp,
     "relu": ReluOp,
     "gelu": GeluOp,
@@ -524,12 +574,14 @@ OP_CLASSES: dict[str, type[LaminaOp]] = {
     "rmsnorm": RmsnormOp,
     "softmax": SoftmaxOp,
     "log_softmax": LogSoftmaxOp,
+    "cumsum": CumsumOp,
     "matmul": MatmulOp,
     "transpose": TransposeOp,
     "reshape": ReshapeOp,
     "broadcast_in_dim": BroadcastInDimOp,
     "slice": SliceOp,
     "concat": ConcatOp,
+    "pad": PadOp,
     "gather": GatherOp,
 }
 

@@ -49,6 +49,9 @@ class Fusion(Enum):
                  reductions: layernorm, rmsnorm, softmax).
     LAYOUT:      moves elements without arithmetic (transpose, reshape, slice, concat).
     OPAQUE:      anything a fused loop nest cannot absorb (matmul).
+    SCAN:        a prefix combination along one axis (cumsum): element i depends on every element
+                 before it on that axis, so it is never fused: a fused loop visits elements in
+                 tile order, not along the scan (`fuse-elementwise` makes it a kernel boundary).
     SOURCE:      produces a value from attributes and its result type alone (constant, iota);
                  free to pull into any group.
     """
@@ -58,6 +61,7 @@ class Fusion(Enum):
     REDUCTION = "reduction"
     LAYOUT = "layout"
     OPAQUE = "opaque"
+    SCAN = "scan"
     SOURCE = "source"
 
 
@@ -286,6 +290,11 @@ _ROWS: tuple[OpInfo, ...] = (
            vjp=vj.log),
     _unary(name="tanh", summary="hyperbolic tangent", ew=fm.via("tanh"), flops=6,
            interval=iv.TANH, vjp=vj.tanh),
+    # sin / cos: RoPE's tables (`cos(pos * freq)`) are ordinary elementwise math and fuse
+    _unary(name="sin", summary="sine (radians)", ew=fm.via("sin"), flops=8, interval=iv.SIN_COS,
+           vjp=vj.sin),
+    _unary(name="cos", summary="cosine (radians)", ew=fm.via("cos"), flops=8, interval=iv.SIN_COS,
+           vjp=vj.cos),
     _unary(name="sigmoid", summary="logistic sigmoid 1 / (1 + exp(-x))", ew=fm.sigmoid, flops=6,
            interval=iv.SIGMOID, vjp=vj.sigmoid),
     _unary(name="relu", summary="max(x, 0)", ew=fm.relu, flops=1, interval=iv.RELU, vjp=vj.relu),
@@ -373,6 +382,15 @@ _ROWS: tuple[OpInfo, ...] = (
            scalar=fm.log_softmax, interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax,
            fusion=Fusion.REDUCTION, linearity=NONE, sharding=sh.RowReduction(trailing=False),
            flops=per_input(7)),
+    # -- scans --
+    OpInfo(name="cumsum", summary="running sum along axis (exclusive: of the elements before; "
+           "reverse: from the end), ONNX CumSum", operands=X,
+           attrs=(AttrSpec("axis", AttrKind.INT, required=True),
+                  AttrSpec("exclusive", AttrKind.BOOL, False),
+                  AttrSpec("reverse", AttrKind.BOOL, False)),
+           shape=shapes.scan, formula=fm.cumsum, interval=iv.CUMSUM, vjp=vj.cumsum,
+           fusion=Fusion.SCAN, linearity=ADDITIVE, linear_operands=(0,), sharding=sh.Scan(),
+           flops=per_output(1)),
     # -- contraction --
     OpInfo(name="matmul", summary="batched matrix product, batch dims broadcast", operands=XY,
            shape=shapes.matmul, formula=fm.matmul, interval=iv.MATMUL, vjp=vj.matmul,
@@ -408,6 +426,14 @@ _ROWS: tuple[OpInfo, ...] = (
            attrs=(AttrSpec("dim", AttrKind.INT, required=True),), shape=shapes.concat,
            formula=fm.concat, arith=False, interval=iv.MOVE, vjp=vj.concat, fusion=Fusion.LAYOUT,
            view=vr.ConcatView(), linearity=ADDITIVE, sharding=sh.Concat(), flops=per_output(0)),
+    # not linear: a non-zero fill added on every device would be summed with the partials
+    OpInfo(name="pad", summary="value around the operand: low[d] elements before and high[d] "
+           "after dim d (constant mode; a crop is a slice)", operands=X,
+           attrs=(AttrSpec("low", AttrKind.INTS, required=True),
+                  AttrSpec("high", AttrKind.INTS, required=True),
+                  AttrSpec("value", AttrKind.FLOAT, 0.0)),
+           shape=shapes.pad, formula=fm.pad, interval=iv.PAD, vjp=vj.pad, fusion=Fusion.LAYOUT,
+           linearity=NONE, sharding=sh.Pad(), flops=per_output(0)),
     # a lookup: OPAQUE (which element it reads depends on data, so no fused loop absorbs it);
     # linear in the table; position-dependent because on a device's block of a split table it
     # must know which rows the block holds (`Block.operands`)

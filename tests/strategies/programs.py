@@ -39,12 +39,13 @@ What the programs look like
                  element-type conversion round trips (float -> any type -> back)
     broadcast    binary rows on operands of different but broadcastable shapes (rank-0, size-1
                  dims, lower rank, outer-product style) and the broadcasting layout row
-    reduction    rows with a `Reduction` sharding rule, keepdims true and false, negative axes
+    reduction    rows with a `Reduction` sharding rule, keepdims true and false, negative axes,
+                 and now and then a row with a `Scan` rule (cumsum, exclusive / reverse drawn)
     composite    rows with a `RowReduction` rule (normalizations, softmax), each optional operand
                  (scale, bias) present or not, attributes given or left to their defaults
     matmul       the contraction row, batched, with broadcast batch dims
     layout       rows with a Transpose / Reshape / Slice (with and without strides) / Concat /
-                 Broadcast rule
+                 Broadcast / Pad rule
     dropout      the position-dependent row, with a seed attribute or a seed operand (constant or
                  i64 argument)
     constant     splat and dense constants (the source row) used by a binary row without domain
@@ -191,7 +192,8 @@ MATMUL = _only(_rows(lambda i: isinstance(i.sharding, sh.Matmul)), "contraction"
 REDUCTIONS = _rows(lambda i: isinstance(i.sharding, sh.Reduction))
 COMPOSITES = _rows(lambda i: isinstance(i.sharding, sh.RowReduction))
 LAYOUTS = _rows(lambda i: isinstance(i.sharding, (sh.Transpose, sh.Reshape, sh.Slice, sh.Concat,
-                                                  sh.Broadcast)))
+                                                  sh.Broadcast, sh.Pad)))
+SCANS = _rows(lambda i: isinstance(i.sharding, sh.Scan))
 BROADCAST = _only(_rows(lambda i: isinstance(i.sharding, sh.Broadcast)), "broadcasting")
 
 
@@ -627,14 +629,23 @@ class _Gen:
             self.new_arg(self.rand_shape(1) or (2,), self.ch.choice(self.fdtypes))
         if not x.shape:
             raise _Reject
-        info = self.ch.choice(REDUCTIONS)
         rank = len(x.shape)
+        if SCANS and self.ch.coin(0.2):
+            # a running sum along one axis, exclusive / reverse drawn
+            info = self.ch.choice(SCANS)
+            given: dict[str, object] = {"axis": self.ch.randint(-rank, rank - 1)}
+            for flag in ("exclusive", "reverse"):
+                if self.ch.coin(0.4):
+                    given[flag] = self.ch.coin(0.5)
+            self.emit(info, [x], x.shape, x.dtype, given)
+            return
+        info = self.ch.choice(REDUCTIONS)
         k = self.ch.randint(1, rank)
         axes_pool = list(range(rank))
         axes = [axes_pool.pop(self.ch.randint(0, len(axes_pool) - 1)) for _ in range(k)]
         keep = self.ch.coin(0.5)
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes)
-        given: dict[str, object] = {"axes": [a - rank if self.ch.coin(0.25) else a for a in axes]}
+        given = {"axes": [a - rank if self.ch.coin(0.25) else a for a in axes]}
         if keep or self.ch.coin(0.5):
             given["keepdims"] = keep
         self.emit(info, [x], shape, x.dtype, given)
@@ -692,6 +703,8 @@ class _Gen:
             return
         pool = self.floats if not self.others or self.ch.coin(0.85) else self.others
         x = self.pick(pool) if pool else self.pick_float()
+        if isinstance(info.sharding, sh.Pad) and x.dtype == "i1":
+            x = self.pick_float()           # the fill is a number: pad takes no i1
         match info.sharding:
             case sh.Transpose():
                 perm = list(range(len(x.shape)))
@@ -706,6 +719,8 @@ class _Gen:
                 self.build_slice(info, x)
             case sh.Concat():
                 self.build_concat(info, x)
+            case sh.Pad():
+                self.build_pad(info, x)
             case other:
                 raise AssertionError(f"no builder for layout rule {other!r}")
 
@@ -722,6 +737,19 @@ class _Gen:
         given: dict[str, object] = {"start": start, "limit": limit}
         if any(s != 1 for s in strides) or self.ch.coin(0.3):
             given["strides"] = strides
+        self.emit(info, [x], shape, x.dtype, given)
+
+    def build_pad(self, info: OpInfo, x: _Val) -> None:
+        """0..2 elements of a fill (given or the default 0) before and after each dim."""
+        low = [self.ch.randint(0, 2) for _ in x.shape]
+        high = [self.ch.randint(0, 2) for _ in x.shape]
+        shape = tuple(d + lo + hi for d, lo, hi in zip(x.shape, low, high, strict=True))
+        if any(d > 2 * self.max_dim for d in shape):
+            raise _Reject
+        given: dict[str, object] = {"low": low, "high": high}
+        if self.ch.coin(0.6):
+            fills = (-1.5, 0.5, 2.0) if x.dtype in FLOATS else (-100.0, 0.0, 2.0)
+            given["value"] = self.ch.choice(fills)
         self.emit(info, [x], shape, x.dtype, given)
 
     def build_concat(self, info: OpInfo, x: _Val) -> None:
