@@ -53,6 +53,12 @@ def _is_view(op: LaminaOp) -> bool:
     return op.info.fusion is Fusion.LAYOUT and not op.info.launches_kernel
 
 
+def _may_view(op: LaminaOp) -> bool:
+    """Whether `op`'s kernel may return a view of an operand's bytes (NumPy's permute_dims,
+    basic slicing and broadcast_to do) rather than an array of its own."""
+    return op.info.fusion in (Fusion.LAYOUT, Fusion.BROADCAST)
+
+
 def native_type(op: LaminaOp) -> str | None:
     """The one native float type every operand of `op` has (where its kernel's storage rule
     converts nothing), else None."""
@@ -137,7 +143,11 @@ class _Lifetimes:
             if isinstance(op, LaminaOp) and not _is_view(op) and \
                     math.prod(tensor_info(op.results[0].type).shape) > 0:
                 r = op.results[0]
-                self.roots[r] = frozenset({r})
+                # a layout or broadcast kernel (transpose, slice, broadcast_in_dim) returns a
+                # view of its operand when its step is not given a slot to copy into, which an
+                # escaping result is not: its operand's buffer must then outlive it, and escape
+                # with it, or a later kernel (or the next call) writes over the caller's result
+                self.roots[r] = frozenset({r}) | (aliases if _may_view(op) else frozenset())
                 self.first[r] = self.last[r] = i
             else:   # a view, or a runner that may hand back what it was given
                 for r in op.results:
