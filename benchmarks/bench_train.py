@@ -12,9 +12,8 @@ on the same token batches by every runner:
 Runners:
   lamina numpy / compiled / jax   `lamina.Trainer` on the imported model (torch.export ->
       `lamina.frontends.torch`), which derives the step (derive-backward, append-optimizer with the
-      learning rate an input), applies `--pipeline` (default none: with fuse-elementwise the NumPy and
-      compiled backends' prepared calls compute wrong updates on this step today, which the
-      losses column shows as DIFFERS; the README says more) and compiles it once
+      learning rate an input), applies `--pipeline` (default none: fuse-elementwise gives the
+      same losses but, on the small model, no speed-up today; the README says more), compiles once
       with `lamina.compile(..., donate=True)`; a step is `Trainer.step()` (feed the batch and rate,
       one call, results fed back, the loss read as a float)
   torch eager       the nn.Module with torch.optim.AdamW (its default foreach implementation)

@@ -352,6 +352,39 @@ def test_arena_steps_never_clobber_a_live_value(prog: GeneratedProgram) -> None:
         _same(exe(inputs).outputs, lamina.run(module, inputs).outputs)
 
 
+VIEW_OF_ARENA = """
+func.func @f(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<8x4xf32>,
+                                                          tensor<2x8x8xf32>, tensor<8x8xf32>) {
+  %m = lamina.matmul %a, %b : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %t = lamina.transpose %m {permutation = array<i64: 1, 0>} : tensor<8x8xf32>
+  %n = lamina.matmul %b, %a : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %s = lamina.slice %n {start = array<i64: 0, 2>, limit = array<i64: 8, 6>} : (tensor<8x8xf32>) -> tensor<8x4xf32>
+  %e = lamina.exp %a : tensor<8x8xf32>
+  %c = lamina.broadcast_in_dim %e {broadcast_dimensions = array<i64: 1, 2>} : (tensor<8x8xf32>) -> tensor<2x8x8xf32>
+  %x = lamina.mul %b, %b : tensor<8x8xf32>
+  %z = lamina.mul %x, %a : tensor<8x8xf32>
+  func.return %t, %s, %c, %z : tensor<8x8xf32>, tensor<8x4xf32>, tensor<2x8x8xf32>, tensor<8x8xf32>
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["numpy", "compiled"])
+def test_a_returned_layout_result_keeps_its_operands_bytes(backend: str) -> None:
+    """A transpose, slice or broadcast that is returned is a view of its operand (no arena slot
+    to copy into), so the operand's buffer must stay out of the arena: else a later kernel of
+    the same call writes over the caller's result (the GPT-2 step's fused AdamW read its
+    transposed gradients that way), and the next call over the last call's results."""
+    module = lamina.parse(VIEW_OF_ARENA)
+    exe = lamina.compile(module, backend=backend)
+    rng = np.random.default_rng(0)
+    first = [rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2)]
+    got = exe(first).outputs
+    _same(got, lamina.run(module, first).outputs)
+    kept = {k: v.copy() for k, v in got.items()}
+    exe([rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2)])
+    _same(got, kept)
+
+
 # ---- kernel and tile plans made once -------------------------------------------------------------
 
 def _sample(name: str, pipeline: str) -> ModuleOp:
