@@ -79,6 +79,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ from lamina.ir.core.diagnostics import LaminaError
 
 if TYPE_CHECKING:
     from lamina.executable import Executable
+    from lamina.ir.mesh.target import Target
     from xdsl.dialects.builtin import ModuleOp
     from xdsl.dialects.func import FuncOp
 
@@ -98,12 +100,14 @@ STATE_ROLES = ("parameter", "first_moment", "second_moment", "momentum_buffer", 
 
 
 class NonFiniteLoss(LaminaError):
-    """The loss of a step was NaN or infinite: training stops there."""
+    """The loss of a step (`which="loss"`), or its eval loss (`which="eval loss"`), was NaN or
+    infinite: training stops there, since every later step would compute from it (a NaN
+    parameter) or the model being kept is no longer measured (a NaN eval loss)."""
 
-    def __init__(self, step: int, loss: float):
-        super().__init__(f"step {step}: the loss is {loss}; training stopped (a checkpoint "
+    def __init__(self, step: int, loss: float, which: str = "loss"):
+        super().__init__(f"step {step}: the {which} is {loss}; training stopped (a checkpoint "
                          "written before this step is kept)")
-        self.step, self.loss = step, loss
+        self.step, self.loss, self.which = step, loss, which
 
 
 @dataclass(frozen=True)
@@ -191,7 +195,9 @@ def lr_at(hyper: Hyper, step: int, steps: int) -> float:
 class StepRecord:
     """One step of training: its number (1 for the first update), loss, rate and time; tokens
     per second where the data says how many tokens a step reads, the eval loss on the steps that
-    evaluate."""
+    evaluate; with a target, the most bytes per device the step held in each of the target's
+    tiers (`peak_bytes`, the backend's checked-execution accounting: `lamina-run --target`'s
+    `peak_bytes` statistic)."""
 
     step: int
     loss: float
@@ -199,6 +205,7 @@ class StepRecord:
     step_seconds: float
     tokens_per_second: float | None = None
     eval_loss: float | None = None
+    peak_bytes: dict[str, int] | None = None   # per tier of the target, with a target
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object of a `--log` line: the fields that are known (None ones left out)."""
@@ -450,6 +457,11 @@ class Trainer:
         self.hyper = Hyper(**{k: v for k, v in options.items() if k in hyper_keys})
         self.hyper.check()
         backend_options = {k: v for k, v in options.items() if k not in hyper_keys}
+        if isinstance(backend_options.get("target"), str):   # read once, for both compiles
+            from lamina.ir.mesh.target import load_target
+
+            backend_options["target"] = load_target(backend_options["target"])
+        self.target: Target | None = backend_options.get("target")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise LaminaError(f"seed must be a non-negative integer, got {seed!r}")
         self.seed, self.steps = seed, steps
@@ -559,14 +571,40 @@ class Trainer:
                               " (neither data, a parameter nor optimizer state)")
         self.done = 0   # steps done
         self.checkpoint_steps: int | None = None   # the steps of the run a checkpoint came from
-        self.executable: Executable = lamina.compile(own, step.sym_name.data, backend,
-                                                     donate=True, **backend_options)
+        # the NumPy backends make their checked call (capacities included) inside compile, on
+        # zeros: the bytes a call holds do not depend on its data, so an overflow there is
+        # step 1's, reported as such
+        with self._overflow(1, f"the training step @{step.sym_name.data}"):
+            self.executable: Executable = lamina.compile(own, step.sym_name.data, backend,
+                                                         donate=True, **backend_options)
         self.backend = backend
         self.history: list[StepRecord] = []   # every record this trainer's steps made
         self.forward_executable: Executable | None = None
         if self._eval:   # the forward function, compiled once beside the step
-            self.forward_executable = lamina.compile(own, self.entry, backend, **backend_options)
+            with self._overflow(eval_every, f"the eval forward @{self.entry}"):
+                self.forward_executable = lamina.compile(own, self.entry, backend,
+                                                         **backend_options)
             self._forward_names = arg_names(find_entry(own, self.entry))
+
+    @contextmanager
+    def _overflow(self, step: int, what: str) -> Iterator[None]:
+        """A tier overflow of checked execution inside the block, said as the training step's:
+        `step N: <what> does not fit target T: <the overflow>`, with a note on the plan that
+        makes it fit (the same position, so the tools still point at the op)."""
+        from lamina.backends.interface import TierOverflow
+
+        try:
+            yield
+        except TierOverflow as e:
+            spec = e.target
+            if self.target is not None and not self.target.source.startswith("<builtin"):
+                spec = self.target.source   # a .toml file: the pass reads it by its path
+            raise TierOverflow(
+                f"step {step}: {what} does not fit tier '{e.tier}' of target '{e.target}': "
+                f"{e.message}", e.loc, e.tier, e.live, e.capacity, e.target,
+                [f"a step holds the same bytes whatever its data; a plan of its tiers makes it "
+                 f"fit: pipeline (lamina-train -p) 'annotate-lifetimes,assign-memory-tiers"
+                 f"{{target={spec}}}'"]) from None
 
     def _eval_from_data(self, forward: FuncOp, eval_data: Mapping[str, np.ndarray], where: str
                         ) -> list[dict[str, np.ndarray]]:
@@ -669,7 +707,8 @@ class Trainer:
         for k, name in self._data_index.items():
             args[k] = batch[name]
         start = time.perf_counter()
-        run = self.executable(args)
+        with self._overflow(i + 1, f"the training step @{self.step_func.sym_name.data}"):
+            run = self.executable(args)
         outputs = list(run.outputs.values())
         for r, a in self.updates.items():
             args[a] = outputs[r]
@@ -680,12 +719,28 @@ class Trainer:
             raise NonFiniteLoss(self.done, loss)
         per_second = self.tokens_per_step / seconds if self.tokens_per_step and seconds > 0 \
             else None
-        evaluated = self.evaluate() if self.eval_every and self.done % self.eval_every == 0 \
-            else None
+        evaluated = None
+        if self.eval_every and self.done % self.eval_every == 0:
+            with self._overflow(self.done, f"the eval forward @{self.entry}"):
+                evaluated = self.evaluate()
+            if not math.isfinite(evaluated):
+                raise NonFiniteLoss(self.done, evaluated, "eval loss")
+        peaks = None
+        if self.target is not None and isinstance(run.stats.get("peak_bytes"), dict):
+            measured = run.stats["peak_bytes"]
+            peaks = {t.name: int(measured.get(t.name, 0)) for t in self.target.tiers}
         record = StepRecord(self.done, loss, float(np.float32(rate)), seconds, per_second,
-                            evaluated)
+                            evaluated, peaks)
         self.history.append(record)
         return record
+
+    def peak_bytes(self) -> dict[str, int] | None:
+        """The most bytes per device held in each of the target's tiers over this trainer's
+        steps (None without a target or before a step)."""
+        peaks = [r.peak_bytes for r in self.history if r.peak_bytes is not None]
+        if not peaks:
+            return None
+        return {t: max(p.get(t, 0) for p in peaks) for t in peaks[0]}
 
     def run(self, steps: int | None = None, on_step: Callable[[StepRecord], None] | None = None
             ) -> Iterator[StepRecord]:

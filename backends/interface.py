@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from lamina.ir.buffers.memory import FreeOp, MoveOp
-from lamina.ir.core.diagnostics import LaminaError, error_at, note_at
+from lamina.ir.core.diagnostics import LaminaError, Note, SourceLoc, error_at, note_at
 from lamina.ir.mesh.collectives import PlacementOp
 from lamina.ir.mesh.placement import place_of
 from lamina.ir.ops.fused import FusedOp
@@ -44,6 +44,18 @@ class Feature(Enum):
     FUSED = "fused kernels (lamina.fused)"
     TIERS = "memory tiers (lamina.move, values outside hbm)"
     LIFETIMES = "explicit lifetimes (lamina.free)"
+
+
+class TierOverflow(LaminaError):
+    """Checked execution found a memory tier over its capacity (`--target`): which tier, the
+    bytes per device live there and the capacity. A class of its own so that a caller running
+    the program for a purpose of its own (`lamina.Trainer`: a training step) can say which step
+    overflowed without reading the message."""
+
+    def __init__(self, message: str, loc: SourceLoc | None, tier: str, live: int,
+                 capacity: int, target: str, notes: Sequence[str | Note] = ()):
+        super().__init__(message, loc, notes)
+        self.tier, self.live, self.capacity, self.target = tier, live, capacity, target
 
 
 @dataclass

@@ -361,6 +361,12 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.plot is not None:
         earlier = [r for line in kept if (r := StepRecord.from_dict(json.loads(line)))]
         save_loss_plot(earlier + trainer.history, args.plot, f"@{trainer.entry}")
+    peaks = trainer.peak_bytes()
+    if peaks is not None and trainer.target is not None:
+        caps = {t.name: int(t.capacity) for t in trainer.target.tiers}
+        listed = ", ".join(f"{t} {n} of {caps[t]}" for t, n in peaks.items())
+        print(f"{PROG}: peak bytes per device on target '{trainer.target.name}': {listed}",
+              file=sys.stderr)
     if last is not None:
         evaluated = [r for r in trainer.history if r.eval_loss is not None]
         seen = f" (eval loss {evaluated[-1].eval_loss:.6g} at step {evaluated[-1].step})" \

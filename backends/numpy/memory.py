@@ -42,10 +42,10 @@ import numpy as np
 from lamina.analysis.fusion import sram_bytes
 from lamina.analysis.naming import Namer
 from lamina.analysis.sizes import fmt_bytes, local_bytes
-from lamina.backends.interface import MemoryTrace
+from lamina.backends.interface import MemoryTrace, TierOverflow
 from lamina.backends.numpy.runner import ExecutionObserver, RunContext, register_op_runner
 from lamina.ir.buffers.memory import FreeOp, MoveOp, effective_tier
-from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.diagnostics import error_at, op_loc
 from lamina.ir.core.dtypes import nbytes as type_bytes
 from lamina.ir.mesh.placement import COMPUTE_TIERS, TIERS
 from lamina.ir.mesh.target import Target
@@ -130,10 +130,11 @@ class MemoryChecker(ExecutionObserver):
             more = f" and {len(vals) - self.top_live} more" if len(vals) > self.top_live else ""
             extra = f"; fused intermediates {fmt_bytes(self.transient)}" if tier == "sram" and \
                 self.transient else ""
-            raise error_at(where, f"checked execution: capacity overflow in tier '{tier}' at "
-                           f"{self._where(where)}: {cur} bytes per device live, capacity "
-                           f"{int(cap)} (target '{self.target.name}'); live: {listed or 'none'}"
-                           f"{more}{extra}")
+            raise TierOverflow(f"checked execution: capacity overflow in tier '{tier}' at "
+                               f"{self._where(where)}: {cur} bytes per device live, capacity "
+                               f"{int(cap)} (target '{self.target.name}'); live: "
+                               f"{listed or 'none'}{more}{extra}", op_loc(where), tier, cur,
+                               int(cap), self.target.name)
 
     def _where(self, op: Operation) -> str:
         if isinstance(op, FuncOp):
