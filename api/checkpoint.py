@@ -1,18 +1,20 @@
 """Training checkpoints: a folder holding the state arrays (`.npz`) and what they are (`.json`).
 
     DIR/checkpoint.json          {"format": "lamina-train-checkpoint", "version": 1, "step": 10,
-                                  "state": "state-00000010.npz", "sha256": "...", ...}
-    DIR/state-00000010.npz       every argument the step updates, by argument name
+                                  "state": "state-00000010-3f2a9c1e.npz", "sha256": "...", ...}
+    DIR/state-00000010-3f2a9c1e.npz   every argument the step updates, by argument name
 
 Why two files and this order: a checkpoint must survive a crash (or a signal) in the middle of
 writing the next one. Each file is written completely under a temporary name in DIR, flushed to
-disk and renamed into place with `os.replace`, which is atomic: the new state file first (under
-a name of its own, so the previous one is untouched), then `checkpoint.json`, whose rename is
-the moment the new checkpoint takes over. Interrupted before that rename, DIR still holds the
-previous `checkpoint.json` and the state file it names; only after it are older state files
-removed. The JSON records the state file's SHA-256, so a state file damaged later is one
-diagnostic ("corrupt checkpoint"), never a silently different run. Nothing is ever pickled:
-arrays are read with `np.load(allow_pickle=False)`, the metadata with `json`.
+disk and renamed into place with `os.replace`, which is atomic: the new state file first (under a
+name of its own: the step and the first digits of its SHA-256, so the previous one is untouched
+even when a second run writes the same step into the same folder), then `checkpoint.json`, whose
+rename is the moment the new checkpoint takes over. Interrupted before that rename, DIR still holds
+the previous `checkpoint.json` and the state file it names; only after it are older state files
+removed, with any `.lamina-*` temporaries a killed writer left behind. The JSON records the state
+file's SHA-256, so a state file damaged later is one diagnostic ("corrupt checkpoint"), never a
+silently different run. Nothing is ever pickled: arrays are read with
+`np.load(allow_pickle=False)`, the metadata with `json`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from lamina.ir.core.diagnostics import LaminaError
 FORMAT = "lamina-train-checkpoint"
 VERSION = 1
 META = "checkpoint.json"
+OWN_KEYS = ("format", "version", "step", "state", "sha256")
 
 
 def _fsync_dir(path: str) -> None:
@@ -78,16 +81,23 @@ def write_checkpoint(folder: str, step: int, arrays: Mapping[str, np.ndarray],
                      meta: Mapping[str, Any]) -> None:
     """Write the checkpoint of `step` into `folder` (created if missing), atomically (module
     docstring): `arrays` by argument name, `meta` (JSON values) beside the format's own keys."""
+    clash = sorted(set(meta) & set(OWN_KEYS))
+    if clash:
+        raise LaminaError(f"checkpoint metadata may not set {', '.join(clash)}: the format's own "
+                          "keys")
     try:
         os.makedirs(folder, exist_ok=True)
-        state = f"state-{step:08d}.npz"
         data = _npz_bytes(arrays)
+        digest = hashlib.sha256(data).hexdigest()
+        state = f"state-{step:08d}-{digest[:8]}.npz"
         _write_atomic(folder, state, data)
-        record = {"format": FORMAT, "version": VERSION, "step": step, "state": state,
-                  "sha256": hashlib.sha256(data).hexdigest(), **meta}
+        own = {"format": FORMAT, "version": VERSION, "step": step, "state": state,
+               "sha256": digest}
+        record = {**own, **meta}
         _write_atomic(folder, META, (json.dumps(record, indent=2) + "\n").encode())
         for old in os.listdir(folder):
-            if old.startswith("state-") and old.endswith(".npz") and old != state:
+            stale_state = old.startswith("state-") and old.endswith(".npz") and old != state
+            if stale_state or old.startswith(".lamina-"):
                 os.unlink(os.path.join(folder, old))
     except OSError as e:
         raise LaminaError(f"cannot write checkpoint '{folder}': {e.strerror or e}") from None
