@@ -83,3 +83,20 @@ def test_the_cli_names_summary_check_npz_and_stats_by_result(tmp_path: Path) -> 
         assert sorted(got.files) == sorted(["out0", "x", "x_1", "z", "y"])
     stats = json.loads((tmp_path / "s.json").read_text())
     assert [o["name"] for o in stats["outputs"]] == ["out0", "x", "x_1", "z", "y"]
+
+
+def test_result_attributes_shorter_than_the_results_are_refused() -> None:
+    """The text form writes one dictionary per result; a pass that builds a shorter list (so a
+    later result's name or update entry would be read from nowhere) is caught by the verifier."""
+    from lamina.ir.core.diagnostics import LaminaError
+    from lamina.ir.text.source import verify
+    from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, StringAttr
+
+    module = lamina.parse(
+        'func.func @f(%x: tensor<4xf32>) -> (tensor<4xf32> {lamina.name = "a"}, tensor<4xf32>) {\n'
+        "  func.return %x, %x : tensor<4xf32>, tensor<4xf32>\n}\n")
+    verify(module)
+    func = find_entry(module, "f")
+    func.res_attrs = ArrayAttr([DictionaryAttr({"lamina.name": StringAttr("a")})])
+    with pytest.raises(LaminaError, match=r"@f: 1 result attribute dictionary for 2 results"):
+        verify(module)

@@ -52,7 +52,14 @@ def positional_name(i: int) -> str:
 
 
 def verify_result_names(func: FuncOp) -> None:
-    """A `lamina.name` result attribute must be a non-empty string."""
+    """A function's result attributes are one dictionary per result (MLIR's rule: a shorter
+    list would leave the later results' attributes to whoever reads them), and a `lamina.name`
+    among them must be a non-empty string."""
+    given, results = len(_result_attrs(func)), len(func.function_type.outputs.data)
+    if func.res_attrs is not None and given != results:
+        raise error_at(func, f"func.func @{func.sym_name.data}: {given} result attribute "
+                             f"dictionar{'y' if given == 1 else 'ies'} for {results} result"
+                             f"{'' if results == 1 else 's'}")
     for i, attrs in enumerate(_result_attrs(func)):
         if RESULT_NAME not in attrs.data:
             continue
