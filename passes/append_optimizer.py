@@ -56,14 +56,20 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.ir.buffers.memory import MoveOp, with_tier
-from lamina.ir.buffers.updates import ROLE_ATTR, UPDATES_ATTR, set_roles, set_updates, updates_problem
+from lamina.ir.buffers.updates import (
+    GRADIENTS_ATTR,
+    ROLE_ATTR,
+    UPDATES_ATTR,
+    set_roles,
+    set_updates,
+    updates_problem,
+)
 from lamina.ir.builder import Builder
 from lamina.ir.core.diagnostics import LaminaError, error_at
 from lamina.ir.core.shapes import info_of
 from lamina.ir.ops.lamina import MinOp
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
-    GRADIENTS_ATTR,
     arg_names,
     gradient_args,
     info_type,

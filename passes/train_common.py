@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lamina.ir.buffers.updates import GRADIENTS_ATTR
 from lamina.ir.builder import Builder, retype
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.shapes import info_of
@@ -29,8 +30,6 @@ from lamina.ir.ops.opbase import LaminaOp
 from xdsl.dialects.builtin import DenseArrayBase, FunctionType, IntegerType, TensorType, i64
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, OpResult, Region, SSAValue
-
-GRADIENTS_ATTR = "lamina.gradients"
 
 
 def arg_names(func: FuncOp) -> list[str]:

@@ -123,6 +123,43 @@ def verify_updates(func: FuncOp) -> None:
         raise error_at(func, problem)
 
 
+# ---- gradients: which argument each gradient result differentiates -------------------------
+
+GRADIENTS_ATTR = "lamina.gradients"
+
+
+def gradients_problem(func: FuncOp) -> str | None:
+    """What is wrong with `func`'s `lamina.gradients`, or None. derive-backward writes it on
+    `@NAME_grad`: one distinct argument index per gradient result (results 1.., after the loss),
+    which append-optimizer reads to pair each parameter with its gradient; checked at load so a
+    hand-edited one is a diagnostic there, not an index error in a later pass."""
+    attr = func.attributes.get(GRADIENTS_ATTR)
+    if attr is None:
+        return None
+    head = f"func.func @{func.sym_name.data}: attribute '{GRADIENTS_ATTR}'"
+    if not isinstance(attr, DenseArrayBase) or attr.elt_type != i64:
+        return f"{head} must be an array<i64: ...> of argument indices, got {attr}"
+    entries = [int(i) for i in attr.get_values()]
+    ins, outs = func.function_type.inputs.data, func.function_type.outputs.data
+    if len(entries) != len(outs) - 1:
+        return f"{head} has {len(entries)} entries for {len(outs) - 1} gradient results (the " \
+            "results after the loss)"
+    for r, a in enumerate(entries, start=1):
+        if not 0 <= a < len(ins):
+            return f"{head}: result #{r} names argument #{a}, which does not exist " \
+                f"({len(ins)} arguments)"
+        if entries.index(a) != r - 1:
+            return f"{head}: results #{entries.index(a) + 1} and #{r} are both the gradient of " \
+                f"{_arg(func, a)}"
+    return None
+
+
+def verify_gradients(func: FuncOp) -> None:
+    """Raise the diagnostic of `gradients_problem` at `func`, if any."""
+    if (problem := gradients_problem(func)) is not None:
+        raise error_at(func, problem)
+
+
 # ---- roles: what an argument holds ----------------------------------------------------------
 
 ROLE_ATTR = "lamina.role"

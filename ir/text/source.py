@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 
 from lamina.ir.buffers.memory import FreeOp, free_problem
-from lamina.ir.buffers.updates import verify_roles, verify_updates
+from lamina.ir.buffers.updates import verify_gradients, verify_roles, verify_updates
 from lamina.ir.core.attrs import verify_attributes
 from lamina.ir.core.diagnostics import LaminaError, error_at, from_parse_error, note_at, record_source
 from lamina.ir.mesh.placement import placement_problem
@@ -194,6 +194,7 @@ def verify(module: Operation) -> None:
     for func in funcs:
         _verify_op(func, _check_signature)
         verify_updates(func)  # which result replaces which argument (`lamina.ir.buffers.updates`)
+        verify_gradients(func)  # which argument each gradient result differentiates
         verify_roles(func)    # what each argument holds (`lamina.role`, the same module)
         verify_result_names(func)  # what results are called (`lamina.ir.text.result_names`)
 
