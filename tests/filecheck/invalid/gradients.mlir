@@ -34,10 +34,3 @@ func.func @g(%x: tensor<4xf32>, %w: tensor<4xf32>) -> (tensor<f32>, tensor<4xf32
   func.return %l, %w : tensor<f32>, tensor<4xf32>
 }
 
-// -----
-
-// A well-formed one loads, and append-optimizer reads it.
-func.func @g(%x: tensor<4xf32>, %w: tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>) attributes {lamina.gradients = array<i64: 1>} {
-  %l = lamina.reduce_sum %x {axes = array<i64: 0>} : (tensor<4xf32>) -> tensor<f32>
-  func.return %l, %w : tensor<f32>, tensor<4xf32>
-}
