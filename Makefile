@@ -20,6 +20,7 @@ EXTRAS += onnx
 EXTRAS += jax
 EXTRAS += compiled
 EXTRAS += train
+EXTRAS += hf
 comma := ,
 empty :=
 space := $(empty) $(empty)
