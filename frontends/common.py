@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from lamina.ir.builder import Builder
-from lamina.ir.core.diagnostics import LaminaError, SourceLoc
+from lamina.ir.core.diagnostics import LaminaError, Note, SourceLoc
 from lamina.ir.core.dtypes import tensor_type
 from lamina.ir.core.shapes import TensorInfo, info_of
 from lamina.ir.ops.lamina import MatmulOp, ReshapeOp
@@ -47,8 +47,8 @@ class ImportRefused(LaminaError):
     op type or ATen target when a node is to blame."""
 
     def __init__(self, message: str, kind: str, loc: SourceLoc | None = None,
-                 op: str | None = None) -> None:
-        super().__init__(message, loc)
+                 op: str | None = None, notes: Sequence[str | Note] = ()) -> None:
+        super().__init__(message, loc, notes)
         self.kind = kind
         self.op = op
 

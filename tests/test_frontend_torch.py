@@ -488,3 +488,122 @@ def test_cli_stderr_carries_no_third_party_noise(tmp_path: Path) -> None:
              if "Warning" in line or line.startswith("[Gloo]") or "torchvision" in line]
     assert noise == [], r.stderr
     assert r.stderr == "", r.stderr
+
+
+# ---- what is not math: device moves, in-place ops, no-grad regions, the coverage summary -----
+
+INDEXING = (lambda x, i, j: (x[i, j], x[:, i, j], x[i, :, j], x[i[:1], j], x[-1 - i, j],
+                             x[i[:, None], i[None, :]], x[..., i, j[0]], x[i, i, j]),
+            ((4, 5, 6), (2, 3), (2, 3)))
+
+
+def test_advanced_indexing_with_several_index_tensors_equals_eager() -> None:
+    """NumPy's rule: the index tensors broadcast to one grid, in the indexed dims' place when
+    they are adjacent, else first; negative indices count from the end."""
+    fn, (xs, i_shape, _) = INDEXING
+    g = torch.Generator().manual_seed(5)
+    args = (torch.randn(xs, generator=g), torch.randint(0, 4, i_shape, generator=g),
+            torch.randint(-5, 5, i_shape, generator=g))
+    for decompose in (False, True):
+        ep = torch.export.export(Zoo(fn), args)
+        module, _ = import_exported(ep.run_decompositions() if decompose else ep)
+        got = lamina.run(module, [a.numpy() for a in args]).outputs
+        for k, w in enumerate(fn(*args)):
+            np.testing.assert_array_equal(got[f"out{k}"], w.numpy(), err_msg=f"output {k}")
+
+
+class InPlace(torch.nn.Module):
+    """In-place updates of fresh tensors (T5's position buckets are written this way)."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = x.clone()
+        a.add_(y)
+        b = (x * 2).mul_(y).sub_(1.0)
+        c = torch.zeros_like(x)
+        c += a * b
+        return a, b, c, a + c
+
+
+def test_in_place_ops_are_functionalized() -> None:
+    args = (torch.randn(3, 4), torch.randn(3, 4))
+    ep = torch.export.export(InPlace(), args)
+    targets = {str(n.target) for n in ep.graph.nodes}
+    assert {"aten.add_.Tensor", "aten.mul_.Tensor"} <= targets   # the graph keeps them
+    module, _ = import_exported(ep)
+    got = lamina.run(module, [a.numpy() for a in args]).outputs
+    for k, w in enumerate(InPlace()(*args)):
+        np.testing.assert_allclose(got[f"out{k}"], w.numpy(), rtol=1e-6, err_msg=f"output {k}")
+
+
+class WriteThroughView(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x.clone()
+        z[0].add_(1.0)
+        return z
+
+
+class WriteUnderView(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = x.clone()
+        v = z.view(-1)
+        z.mul_(2.0)
+        return v + 1.0
+
+
+@pytest.mark.parametrize("module", [WriteThroughView(), WriteUnderView()],
+                         ids=["through-a-view", "into-a-viewed-tensor"])
+def test_in_place_writes_that_alias_are_refused(module: torch.nn.Module) -> None:
+    e = _refusal(module, (torch.randn(3, 4),))
+    assert e.kind == "unsupported op" and "shares storage with another value" in str(e)
+
+
+class Rotary(torch.nn.Module):
+    """HF's rotary tables: computed under `torch.no_grad()`, on a device move."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8.0))
+
+    @torch.no_grad()
+    def tables(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = pos[:, None].float() * self.inv_freq.to(pos.device)[None, :]
+        return f.cos(), f.sin()
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.tables(pos)
+        return x * cos.to(x.device) + x.tanh() * sin
+
+
+def test_no_grad_regions_are_inlined_and_device_moves_are_no_ops() -> None:
+    args = (torch.randn(5, 4), torch.arange(5))
+    ep = torch.export.export(Rotary().eval(), args)
+    targets = {str(n.target) for n in ep.graph.nodes}
+    assert "wrap_with_set_grad_enabled" in targets
+    module, weights = import_exported(ep)
+    got = lamina.run(module, [*(a.numpy() for a in args), *weights.values()]).outputs
+    np.testing.assert_allclose(got["out0"], Rotary()(*args).numpy(), rtol=1e-6, atol=1e-6)
+
+
+class Gaps(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.cumprod(x, 0)
+        b = torch.cumprod(a, 1)
+        return torch.atan2(a, b) + torch.logcumsumexp(b, 0)
+
+
+def test_a_refusal_summarizes_every_unmapped_op() -> None:
+    """Every unmapped ATen op is named with its count in the one error, and each gets a note at
+    its first source line, so the whole gap shows at once."""
+    e = _refusal(Gaps(), (torch.randn(3, 4),))
+    assert e.kind == "unsupported op"
+    assert "node 'cumprod' (aten.cumprod.default): has no Lamina mapping" in e.message
+    assert "in all, 3 ATen ops (4 nodes) have none: aten.cumprod.default (2), " \
+        "aten.atan2.default (1), aten.logcumsumexp.default (1)" in e.message
+    lines = {n.message.split(":")[0]: n.loc for n in e.notes}
+    assert list(lines) == ["aten.cumprod.default", "aten.atan2.default",
+                           "aten.logcumsumexp.default"]
+    here = Path(__file__).name
+    assert all(loc is not None and Path(loc.file).name == here for loc in lines.values())
+    first = lines["aten.cumprod.default"]
+    assert first is not None and first.line == Gaps.forward.__code__.co_firstlineno + 1
+    assert "aten.cumprod.default: 2 nodes, the first 'cumprod' here" in str(e)

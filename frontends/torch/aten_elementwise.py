@@ -184,7 +184,7 @@ def _masked_fill(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
 
 @aten("clone.default", "contiguous.default", "alias.default", "detach.default", "detach_.default",
       "lift_fresh_copy.default", "_to_copy.default", "to.dtype", "to.dtype_layout",
-      "_to_dim_order_copy.default", "type_as.default")
+      "to.device", "to.other", "_to_dim_order_copy.default", "type_as.default")
 def _copy(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
     """A copy, possibly to another element type (the output's): a cast or the value itself."""
     x = a["self"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 from lamina.frontends import common
 from lamina.frontends.common import ATTRIBUTE, DTYPE, reshape
@@ -229,14 +230,61 @@ def _index_select(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
 
 @aten("index.Tensor")
 def _index(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
+    """x[i0, i1, ...] with index tensors at some dims (None at the others): one index tensor is
+    one `gather` along its dim; several broadcast together to a grid B and index the flattened
+    product of their dims, as NumPy's (and torch's) advanced indexing does: B takes the indexed
+    dims' place when they are adjacent, else it goes first."""
     present = [i for i, t in enumerate(a["indices"]) if t is not None]
-    if len(present) != 1:
-        ctx.refuse(ATTRIBUTE, "advanced indexing with more than one index tensor")
-    (k,) = present
-    idx = ctx.tensor(a["indices"][k])
-    if info_of(idx).dtype not in ("i32", "i64"):
-        ctx.refuse(DTYPE, "boolean-mask indexing (its result shape depends on the data)")
-    return ctx.op(L.GatherOp, ctx.tensor(a["self"]), idx, axis=k)
+    for i in present:
+        if info_of(ctx.tensor(a["indices"][i])).dtype not in ("i32", "i64"):
+            ctx.refuse(DTYPE, "boolean-mask indexing (its result shape depends on the data)")
+    x = ctx.tensor(a["self"])
+    if len(present) == 1:
+        return ctx.op(L.GatherOp, x, ctx.tensor(a["indices"][present[0]]), axis=present[0])
+    return _index_grid(ctx, x, present, [ctx.tensor(a["indices"][i]) for i in present])
+
+
+def _index_grid(ctx: Ctx, x: SSAValue, dims: list[int], indices: list[SSAValue]) -> SSAValue:
+    """x indexed at `dims` by `indices` (broadcast together): the dims moved together (in
+    place when adjacent, else to the front), merged into one, and gathered at the flat position
+    sum(index_k * stride_k), in i64. A negative index counts from the end, as in torch; one
+    outside [-n, n) (where torch raises) gets the position past the end, which reads 0."""
+    xi = info_of(x)
+    grid = tuple(np.broadcast_shapes(*(info_of(i).shape for i in indices)))
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    at = dims[0] if adjacent else 0
+    rest = [d for d in range(xi.rank) if d not in dims]
+    perm = rest[:at] + dims + rest[at:]
+    moved = _transpose(ctx, x, perm) if perm != list(range(xi.rank)) else x
+    sizes = [xi.shape[d] for d in dims]
+    merged = math.prod(sizes)
+    shape = [xi.shape[d] for d in perm]
+    flat_x = reshape(ctx, moved, (*shape[:at], merged, *shape[at + len(dims):]))
+    flat: SSAValue | None = None
+    inside: SSAValue | None = None
+    stride = merged
+    for idx, n in zip(indices, sizes, strict=True):
+        stride //= n
+        i = _broadcast_to(ctx, ctx.cast(idx, "i64"), grid)
+        i = ctx.op(L.SelectOp, ctx.op(L.LtOp, i, ctx.const(0, "i64")),
+                   ctx.op(L.AddOp, i, ctx.const(n, "i64")), i)
+        ok = ctx.op(L.SelectOp, ctx.op(L.GeOp, i, ctx.const(0, "i64")),
+                    ctx.op(L.LtOp, i, ctx.const(n, "i64")), ctx.const(False, "i1"))
+        inside = ok if inside is None else ctx.op(L.SelectOp, inside, ok, ctx.const(False, "i1"))
+        term = i if stride == 1 else ctx.op(L.MulOp, i, ctx.const(stride, "i64"))
+        flat = term if flat is None else ctx.op(L.AddOp, flat, term)
+    assert flat is not None and inside is not None
+    flat = ctx.op(L.SelectOp, inside, flat, ctx.const(merged, "i64"))
+    return ctx.op(L.GatherOp, flat_x, flat, axis=at)
+
+
+def _broadcast_to(ctx: Ctx, v: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+    """`v` broadcast to `shape` (NumPy's rule: trailing dims aligned, size-1 dims repeated)."""
+    vi = info_of(v)
+    if vi.shape == shape:
+        return v
+    return ctx.op(L.BroadcastInDimOp, v, result=TensorInfo(shape, vi.dtype),
+                  broadcast_dimensions=list(range(len(shape) - vi.rank, len(shape))))
 
 
 def pick(ctx: Ctx, x: SSAValue, index: SSAValue, dim: int) -> SSAValue:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import linecache
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -32,7 +32,13 @@ from lamina.frontends.common import (
     ImportRefused,
 )
 from lamina.ir.builder import Builder
-from lamina.ir.core.diagnostics import SourceLoc, record_source, source_line, with_article
+from lamina.ir.core.diagnostics import (
+    Note,
+    SourceLoc,
+    record_source,
+    source_line,
+    with_article,
+)
 from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
 from lamina.ir.ops.lamina import CastOp
 from torch import fx
@@ -242,21 +248,72 @@ def convert_graph(ep: ExportedProgram, table: dict[str, Converter], seed: int,
     fb = FunctionBuilder(name)
     values: dict[fx.Node, Value] = {}
     weights: dict[str, np.ndarray] = {}
-    _placeholders(ep, fb, values, weights)
+    _placeholders(ep, fb, values, weights)     # first: a symbolic input shape is refused as such
+    check_coverage(ep.graph_module, table)
     ctx = Ctx(fb.builder, values, next(iter(ep.graph.nodes)), seed)
-    results: list[SSAValue] = []
-    for node in ep.graph.nodes:
+    output = _walk(ctx, ep.graph_module, table)
+    ctx.node = output
+    return Imported(fb.finish(_outputs(ep, ctx, output)), weights)
+
+
+def _walk(ctx: Ctx, module: fx.GraphModule, table: dict[str, Converter]) -> fx.Node:
+    """Convert the nodes of `module`'s graph (its placeholders already in `ctx.values`), in
+    order; the graph's output node, for the caller to read."""
+    for node in module.graph.nodes:
         ctx.node = node
         loc = node_loc(node)
-        fb.builder.location = None if loc is None else FileLineColLoc(
+        ctx.builder.location = None if loc is None else FileLineColLoc(
             StringAttr(loc.file), IntAttr(loc.line), IntAttr(loc.col))
         if node.op == "call_function":
-            values[node] = _convert(ctx, table)
-        elif node.op == "output":
-            results = _outputs(ep, ctx, node)
+            ctx.values[node] = _inline(ctx, module, table) if _is_inlined(node) else \
+                _convert(ctx, table)
         elif node.op == "get_attr":
-            values[node] = ()     # a higher-order op's body: refused at the op that runs it
-    return Imported(fb.finish(results), weights)
+            ctx.values[node] = ()     # a higher-order op's body: read by the op that runs it
+        elif node.op == "output":
+            return node
+    raise AssertionError("an FX graph ends with its output node")
+
+
+def _is_inlined(node: fx.Node) -> bool:
+    """`wrap_with_set_grad_enabled(enabled, body, *args)`: torch.export's form of a
+    `torch.no_grad()` (or `enable_grad`) region, such as HF's rotary-embedding tables. Its body
+    is straight-line code, so it is inlined: gradient mode is no part of a forward program's
+    meaning. (Autocast regions, `wrap_with_autocast`, change dtypes inside: not inlined.)"""
+    return node.target is torch.ops.higher_order.wrap_with_set_grad_enabled
+
+
+def _inline(ctx: Ctx, module: fx.GraphModule, table: dict[str, Converter]) -> Value:
+    """The body of the region node `ctx.node` converted in place, its placeholders bound to the
+    node's operands; its outputs as the node's (tuple) value."""
+    node = ctx.node
+    body = _body(module, node)
+    operands = node.args[2:]
+    params = [n for n in body.graph.nodes if n.op == "placeholder"]
+    if len(params) != len(operands):
+        ctx.refuse(CONTROL_FLOW, f"its body takes {len(params)} operands, the call passes "
+                   f"{len(operands)}")
+    for param, arg in zip(params, operands, strict=True):
+        ctx.values[param] = ctx.tensor(arg)
+    output = _walk(ctx, body, table)
+    ctx.node = node
+    outs = output.args[0]
+    result: list[SSAValue | None] = []
+    for out in outs if isinstance(outs, (tuple, list)) else (outs,):
+        v = ctx.values.get(out) if isinstance(out, fx.Node) else None
+        if not isinstance(v, SSAValue):
+            ctx.refuse(OP, f"its body returns {out!r}, which is not a tensor")
+        result.append(v)
+    return tuple(result)
+
+
+def _body(module: fx.GraphModule, node: fx.Node) -> fx.GraphModule:
+    """The subgraph module a region node runs (its second argument, a `get_attr`)."""
+    ref = node.args[1]
+    sub = getattr(module, str(ref.target), None) if isinstance(ref, fx.Node) else None
+    if not isinstance(sub, fx.GraphModule):
+        raise ImportRefused(f"node '{node.name}' ({node.target}): its body {ref!r} is not a "
+                            "graph", CONTROL_FLOW, node_loc(node), str(node.target))
+    return sub
 
 
 def _convert(ctx: Ctx, table: dict[str, Converter]) -> Value:
@@ -273,11 +330,105 @@ def _convert(ctx: Ctx, table: dict[str, Converter]) -> Value:
         kind = CONTROL_FLOW if isinstance(node.target, torch._ops.HigherOrderOperator) else OP
         ctx.refuse(kind, "control flow is not modeled" if kind == CONTROL_FLOW else
                    "is not an ATen op (a Python call), which Lamina does not map")
+    if is_in_place(node.target):
+        return _functionalized(ctx, table)
     conv = table.get(target)
     if conv is None:
         ctx.refuse(OP, "has no Lamina mapping (see the README for the ATen ops the torch "
                    "importer maps)")
     return conv(ctx, bind(node))
+
+
+def is_in_place(target: object) -> bool:
+    """Whether `target` is an in-place ATen overload (`add_.Tensor`: named with a trailing
+    underscore, it writes its `self`; an `out=` overload writes a separate buffer instead)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    info = schema.arguments[0].alias_info if schema.arguments else None
+    return schema.name.endswith("_") and info is not None and info.is_write
+
+
+def functional_name(target: object) -> str:
+    """`aten.add.Tensor` for `aten.add_.Tensor`: the overload that returns what the in-place
+    one writes."""
+    namespace, op, overload = str(target).split(".", 2)
+    return f"{namespace}.{op.rstrip('_')}.{overload}"
+
+
+def _functionalized(ctx: Ctx, table: dict[str, Converter]) -> Value:
+    """An in-place op as its functional twin, whose result then stands for `self` in every
+    later use: exact when `self` shares storage with no other value (the op writes only
+    itself), which is checked; a write through a view of another tensor, or into a tensor that
+    other values view, would change those too, and is refused."""
+    node = ctx.node
+    conv = table.get(functional_name(node.target))
+    if conv is None:
+        ctx.refuse(OP, f"is in place and its functional form {functional_name(node.target)} "
+                   "has no Lamina mapping (see the README for the ATen ops the torch importer "
+                   "maps)")
+    a = bind(node)
+    written = a["self"]
+    if not isinstance(written, fx.Node):
+        ctx.refuse(OP, "writes into a value that is not a tensor node")
+    if _aliases(written) or any(_aliases(u) for u in written.users):
+        ctx.refuse(OP, f"writes into '{written.name}', which shares storage with another value "
+                   "(a view): in-place writes through views are not modeled")
+    value = conv(ctx, a)
+    ctx.values[written] = value
+    return value
+
+
+def _aliases(node: fx.Node) -> bool:
+    """Whether `node`'s result may share storage with an operand: a view op (`view`, `slice`,
+    `transpose`, ...), whose schema's return carries an alias annotation."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or is_in_place(target):
+        return False
+    return any(r.alias_info is not None for r in target._schema.returns)
+
+
+def check_coverage(module: fx.GraphModule, table: dict[str, Converter]) -> None:
+    """Refuse, before converting anything, when some ATen op of the graph (or of a region it
+    inlines) has no mapping: one error naming every such op with its count, at the first one's
+    source line, and a note at the first source line of each, so the whole gap shows at once."""
+    missing: dict[str, list[fx.Node]] = {}
+    for node in _call_nodes(module):
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload):
+            continue
+        name = functional_name(target) if is_in_place(target) else str(target)
+        if name not in table:
+            missing.setdefault(str(target), []).append(node)
+    if not missing:
+        return
+    first = next(iter(missing.values()))[0]
+    message = f"node '{first.name}' ({first.target}): has no Lamina mapping (see the README " \
+        "for the ATen ops the torch importer maps)"
+    total = sum(len(nodes) for nodes in missing.values())
+    if total == 1:
+        raise ImportRefused(message, OP, node_loc(first), str(first.target))
+    counts = ", ".join(f"{op} ({len(nodes)})" for op, nodes in missing.items())
+    notes = [Note(f"{op}: {_count(len(nodes), 'node')}, the first '{nodes[0].name}' here",
+                  node_loc(nodes[0])) for op, nodes in missing.items()]
+    raise ImportRefused(f"{message}; in all, {_count(len(missing), 'ATen op')} "
+                        f"({_count(total, 'node')}) have none: {counts}", OP, node_loc(first),
+                        str(first.target), notes)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _call_nodes(module: fx.GraphModule) -> Iterator[fx.Node]:
+    """The `call_function` nodes of `module`, with those of the regions it inlines in place."""
+    for node in module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if _is_inlined(node):
+            yield from _call_nodes(_body(module, node))
+            continue
+        yield node
 
 
 def _outputs(ep: ExportedProgram, ctx: Ctx, node: fx.Node) -> list[SSAValue]:
