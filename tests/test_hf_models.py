@@ -1,0 +1,80 @@
+"""Stock Hugging Face models import as they are (issue 25): the 19 call paths of
+`tests/hf_models.py` (GPT-2 eager and sdpa, Llama, Mistral, Qwen2, Phi, BERT with and without an
+attention mask; T5 encoder-decoder with and without one; ViT; GPT-2 and Llama with HF's own
+`labels=` loss) each import with `lamina.frontends.torch.import_exported`, run on the numpy,
+compiled and jax backends, and match eager torch on the same weights: f32, max error at most
+1e-5 of the largest output magnitude. The two `labels=` paths also derive their backward pass
+and match torch.autograd for every parameter's gradient (a tied weight, GPT-2's embedding and
+LM head, is one tensor with one gradient, the sum over its uses, under the name the import
+keeps).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import lamina  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from hf_models import PATHS, CallPath, example, exported, model  # noqa: E402
+from lamina.backends.interface import find_entry  # noqa: E402
+from lamina.frontends.torch import import_exported  # noqa: E402
+from xdsl.dialects.builtin import ModuleOp  # noqa: E402
+
+BACKENDS = ("numpy", "compiled", "jax")
+TOLERANCE = 1e-5
+
+
+def _imported(path: CallPath) -> tuple[ModuleOp, dict[str, np.ndarray], list[str]]:
+    """The path's module, its weights, and the names of its user inputs (the first arguments)."""
+    module, weights = import_exported(exported(path))
+    names = [a.name_hint or "" for a in find_entry(module, None).body.block.args]
+    return module, weights, names[:len(path.kwargs)]
+
+
+def _inputs(path: CallPath, names: list[str], weights: dict[str, np.ndarray]
+            ) -> dict[str, np.ndarray]:
+    return {**dict(zip(names, (t.numpy() for t in example(path)), strict=True)), **weights}
+
+
+def _relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1e-30)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.id for p in PATHS])
+def test_call_path_imports_and_matches_torch_on_every_backend(path: CallPath) -> None:
+    module, weights, names = _imported(path)
+    with torch.no_grad():
+        want = model(path)(*example(path)).numpy()
+    inputs = _inputs(path, names, weights)
+    for backend in BACKENDS:
+        (got,) = lamina.run(module, inputs, backend=backend).outputs.values()
+        assert got.shape == want.shape, backend
+        err = _relative(np.asarray(got, dtype=np.float64), want.astype(np.float64))
+        assert err <= TOLERANCE, f"{path.id} on {backend}: {err:.3g}"
+
+
+LOSS_PATHS = [p for p in PATHS if p.has_loss]
+
+
+@pytest.mark.parametrize("path", LOSS_PATHS, ids=[p.id for p in LOSS_PATHS])
+def test_hf_loss_gradients_equal_autograd(path: CallPath) -> None:
+    module, weights, names = _imported(path)
+    net = model(path)
+    params = {n: p for n, p in net.named_parameters(remove_duplicate=False)}
+    trained = [n for n in weights if n in params]
+    forward = find_entry(module, None).sym_name.data
+    lamina.apply(module, f"derive-backward{{wrt={','.join(trained)} loss=0}}")
+    grad_fn = find_entry(module, f"{forward}_grad")
+    got = list(lamina.run(module, _inputs(path, names, weights),
+                          entry=grad_fn.sym_name.data).outputs.values())
+    loss = net(*example(path))
+    loss.backward()
+    np.testing.assert_allclose(got[0], loss.item(), rtol=1e-6)
+    assert len(got) - 1 == len(trained) and trained
+    for name, g in zip(trained, got[1:], strict=True):
+        ref = params[name].grad
+        assert ref is not None, name
+        assert _relative(g, ref.numpy()) <= TOLERANCE, f"{path.id} d/d{name}"
