@@ -17,7 +17,16 @@ from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.options import NumpyOptions
 from strategies import examples, signature_parts
-from test_fuse_attention import NEG_INF, attention_text, fuse, masked_text, parse, run
+from test_fuse_attention import (
+    NEG_INF,
+    attention_text,
+    fuse,
+    masked_text,
+    parse,
+    run,
+    safe,
+    whole_row_masked,
+)
 from xdsl.ir import BlockArgument
 
 pytest.importorskip("numba")
@@ -113,6 +122,23 @@ def test_random_masked_attention_matches_on_any_thread_count(
     ok &= ~np.isnan(want)
     close(got[ok], want[ok])
     assert np.array_equal(one.outputs[0], two.outputs[0], equal_nan=True)
+
+
+@pytest.mark.parametrize("block", [1, 64, 1 << 17])
+def test_a_safe_row_masked_whole_compiles_to_zero(block: int, monkeypatch: pytest.MonkeyPatch
+                                                  ) -> None:
+    """A safe softmax in the compiled middle: row 0, every key masked by -inf, is 0 (the plain
+    softmax's nan), the other rows the interpreter's and the unfused program's values."""
+    text = safe(whole_row_masked(NEG_INF))
+    m = fuse(text)
+    inputs = random_inputs(find_entry(m, None), 5)
+    monkeypatch.setattr(ca, "BLOCK_ELEMENTS", block)
+    got = compiled(m, inputs, threads=1)
+    assert got.stats["compiled"]["fallbacks"] == [], got.explain
+    out = got.outputs[0]
+    assert (out[:, 0] == 0).all() and not np.isnan(out).any()
+    close(out, run(m, inputs).outputs[0])
+    close(out, unfused(text, inputs).outputs[0])
 
 
 def _pv_keys(monkeypatch: pytest.MonkeyPatch) -> list[int]:

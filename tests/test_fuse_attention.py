@@ -430,6 +430,67 @@ def test_a_prob_op_that_makes_zeros_nan_turns_skipping_off() -> None:
     assert_same(got.outputs[0], run(ref, inputs).outputs[0])
 
 
+# ---- a safe softmax: 0 for a query with every key masked ------------------------------------------
+
+def safe(text: str) -> str:
+    """The program with its softmax `safe` (PyTorch's sdpa: 0 on a row of only -inf)."""
+    out = text.replace("{axis = -1 : i64}", "{axis = -1 : i64, safe = true}")
+    assert out.count("safe = true") == 1
+    return out
+
+
+@settings(max_examples=examples(10), deadline=None)
+@given(lead=st.sampled_from([(), (2,), (2, 2)]), tq=st.integers(1, 24), tk=st.integers(1, 24),
+       dh=st.integers(1, 5), dv=st.integers(1, 5), rate=st.sampled_from([None, 0.25]),
+       flip=st.booleans(), tiles=st.sampled_from([16, 64, 256, None]), seed=st.integers(0, 3))
+def test_safe_rows_masked_whole_are_zero_as_unfused(lead, tq, tk, dh, dv, rate, flip, tiles,
+                                                    seed) -> None:
+    """Causal -inf masks (Tq > Tk masks the first Tq - Tk rows whole): with a safe softmax the
+    kernel's rows masked whole are 0, as the unfused program's are (dropout or not, where the
+    plain softmax's nan made them incomparable), skipping or not, and no element is nan."""
+    text = safe(masked_text(lead, tq, tk, dh, dv, rate, NEG_INF, flip))
+    _, ref = parse(text)
+    m = fuse(text)
+    assert len(attention_ops(m)) == 1
+    inputs = random_inputs(find_entry(ref, None), seed)
+    got = run(m, inputs, NumpyOptions(tile_bytes=tiles)).outputs[0]
+    want = run(ref, inputs).outputs[0]
+    assert_same(got, run_unskipped(m, inputs, tiles).outputs[0])
+    assert not np.isnan(got).any() and not np.isnan(want).any()
+    assert_close(got, want)
+    whole = max(0, tq - tk)            # row i keeps the keys j <= i + tk - tq
+    assert (got[..., :whole, :] == 0).all() and (want[..., :whole, :] == 0).all()
+
+
+@pytest.mark.parametrize("tiles", [8, 64, None])
+def test_a_safe_row_masked_whole_is_zero_and_the_rest_still_skip(tiles: int | None) -> None:
+    """Row 0 masks every key: 0 in the kernel at any block size, the others the unfused
+    values, and key blocks of the other query blocks are still skipped."""
+    text = safe(whole_row_masked(NEG_INF))
+    _, ref = parse(text)
+    m = fuse(text)
+    inputs = random_inputs(find_entry(ref, None), 0)
+    got, want = run(m, inputs, NumpyOptions(tile_bytes=tiles)), run(ref, inputs).outputs[0]
+    out = got.outputs[0]
+    assert (out[:, 0] == 0).all() and (want[:, 0] == 0).all()
+    assert not np.isnan(out).any() and (out[:, 1:] != 0).any()
+    assert_close(out, want)
+    if tiles == 64:
+        assert skipped(got) > 0
+
+
+def test_jax_runs_a_safe_body_inline_with_zero_rows() -> None:
+    pytest.importorskip("jax")
+    text = safe(whole_row_masked(NEG_INF))
+    m = fuse(text)
+    assert len(attention_ops(m)) == 1
+    inputs = random_inputs(find_entry(m, None), 0)
+    want = run(m, inputs).outputs[0]
+    got = np.asarray(lamina.run(m, inputs, backend="jax").outputs["out0"])
+    assert (got[:, 0] == 0).all() and not np.isnan(got).any()
+    assert_close(got, want)
+
+
 # ---- refusals, idempotence, round trip -----------------------------------------------------------
 
 @pytest.mark.parametrize("kw, reason", [

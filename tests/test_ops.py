@@ -538,6 +538,34 @@ def test_softmax(shape, dtype: str, seed: int, data) -> None:
                          lambda v, m, total: math.exp(v - m) / total)
 
 
+@settings(max_examples=EXAMPLES)
+@given(shape=ND_SHAPES, dtype=st.sampled_from(FLOATS), seed=SEED, data=st.data())
+def test_safe_softmax(shape, dtype: str, seed: int, data) -> None:
+    """softmax with `safe` on lines with some and with every entry -inf: a line of only -inf is
+    0 (the plain softmax's is nan), -inf entries of other lines 0, and every line that is not
+    only -inf has the plain softmax's bits."""
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    ax = axis % rank
+    r = np.random.default_rng(seed)
+    whole = r.random(shape[:ax] + (1,) + shape[ax + 1:]) < 0.4
+    x = np.where(whole | (r.random(shape) < 0.3), -np.inf, values(seed, shape, dtype, -10, 10))
+    x = x.astype(NP_STORAGE[dtype])
+    got = run_op("softmax", [(shape, dtype)], (shape, dtype), [x],
+                 f"axis = {axis} : i64, safe = true")
+    plain = run_op("softmax", [(shape, dtype)], (shape, dtype), [x], f"axis = {axis} : i64")
+    empty = np.broadcast_to(np.all(np.isneginf(x), axis=ax, keepdims=True), shape)
+    ref = np.zeros(shape, dtype=np.float64)
+    for idx in np.ndindex(shape):
+        line = [float(x[idx[:ax] + (k,) + idx[ax + 1:]]) for k in range(shape[ax])]
+        m = max(line)
+        if m != -math.inf:
+            ref[idx] = math.exp(float(x[idx]) - m) / math.fsum(math.exp(v - m) for v in line)
+    check(got, ref, dtype)
+    assert np.isnan(plain[empty]).all()
+    assert np.array_equal(got[~empty], plain[~empty])
+
+
 covers("log_softmax")
 
 

@@ -89,6 +89,18 @@ case("rmsnorm", ["x:3x8", "g:8"],
 case("rmsnorm_plain", ["x:2x3x4"], ["%r = lamina.rmsnorm %x {axis = 1 : i64} : tensor<2x3x4xT>"],
      "2x3x4")
 case("softmax", ["x:3x8"], ["%r = lamina.softmax %x : tensor<3x8xT>"], "3x8")
+# safe, on a line of only -inf (row 0: its gradient is 0) and lines with some -inf entries
+case("softmax_safe", ["x:3x8", "k:3x8"],
+     ["%i = lamina.iota {dim = 0 : i64} : () -> tensor<3x8xi64>",
+      "%i0 = lamina.constant dense<0> : tensor<i64>",
+      "%row0 = lamina.eq %i, %i0 : (tensor<3x8xi64>, tensor<i64>) -> tensor<3x8xi1>",
+      "%z = lamina.constant dense<0.5> : tensor<T>",
+      "%some = lamina.gt %k, %z : (tensor<3x8xT>, tensor<T>) -> tensor<3x8xi1>",
+      "%ninf = lamina.constant dense<0xFF800000> : tensor<f32>",
+      "%nt = lamina.cast %ninf : (tensor<f32>) -> tensor<T>",
+      "%s = lamina.select %some, %nt, %x : (tensor<3x8xi1>, tensor<T>, tensor<3x8xT>) -> tensor<3x8xT>",
+      "%m = lamina.select %row0, %nt, %s : (tensor<3x8xi1>, tensor<T>, tensor<3x8xT>) -> tensor<3x8xT>",
+      "%r = lamina.softmax %m {axis = -1 : i64, safe = true} : tensor<3x8xT>"], "3x8")
 case("log_softmax", ["x:3x8"], ["%r = lamina.log_softmax %x : tensor<3x8xT>"], "3x8")
 case("log_softmax_axis0", ["x:3x8"], ["%r = lamina.log_softmax %x {axis = 0 : i64} : tensor<3x8xT>"],
      "3x8")

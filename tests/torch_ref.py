@@ -95,7 +95,9 @@ def _structural(op: LaminaOp, xs: list[torch.Tensor | None], attrs: dict, res: T
         if name == "layernorm":
             return F.layer_norm(x, shape, xs[1], xs[2], attrs["eps"])
         return F.rms_norm(x, shape, xs[1], attrs["eps"])
-    if name == "softmax":
+    if name == "softmax":   # safe: torch's own `_safe_softmax`, 0 on a line of only -inf
+        if attrs["safe"]:
+            return torch.ops.aten._safe_softmax(x, attrs["axis"])
         return torch.softmax(x, dim=attrs["axis"])
     if name == "log_softmax":
         return torch.log_softmax(x, dim=attrs["axis"])

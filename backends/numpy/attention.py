@@ -16,6 +16,10 @@ per-row factors c (a, 1 / l): the rescaling may be applied to the accumulator in
 probabilities. In floating point the sums are grouped differently, so results match the unfused
 program within float tolerance, not bit for bit.
 
+A row whose every score is -inf (a query that may attend no key) keeps m = -inf, so its e, l and
+acc stay 0: acc / l is nan, as the plain softmax's -inf - -inf is, and with a `safe` softmax
+(0 on such a row, PyTorch's sdpa) l is taken as 1 there, so the row is 0 as the body's is.
+
 Position-dependent ops (dropout) get the block's place in the global scores (`Call.block`), so
 their masks are the global ones bit for bit, whatever the block sizes. Side values (constants, a
 causal mask) are computed once per kernel on whole arrays and sliced per block.
@@ -133,6 +137,7 @@ class _Kernel:
     bk: int
     out: np.ndarray                      # lead + (Tq, Dv), written block by block
     dtype: str                           # its element type
+    safe: bool                           # the softmax is safe: a row of only -inf scores gives 0
     skip: _Skip | None = None            # how to skip key blocks of only the fill, if any may be
 
     @property
@@ -182,6 +187,7 @@ class AttentionPlan:
     qk_call: Call
     pv_call: Call
     fill: MaskedFill | None
+    safe: bool                          # the softmax's `safe`: 0 for a row whose every score is -inf
 
     @staticmethod
     def of(op: FusedOp, options: NumpyOptions) -> AttentionPlan:
@@ -196,7 +202,7 @@ class AttentionPlan:
                              _chain(parts.scores, parts.qk.results[0]),
                              _chain(parts.probs, parts.softmax.results[0]), shape, res, cdt,
                              bq, bk, make_call(parts.qk), make_call(parts.pv),
-                             masked_fill(parts))
+                             masked_fill(parts), bool(parts.softmax.attr_values()["safe"]))
 
     def env(self, args: Sequence[np.ndarray | None]) -> dict[SSAValue, np.ndarray]:
         """The kernel's block arguments and its side values (computed now, on whole arrays), by
@@ -222,7 +228,7 @@ class AttentionPlan:
         rank = len(shape)
         k = _Kernel(parts, self.qk_call, self.pv_call, _steps(self.scores, env, rank),
                     _steps(self.probs, env, rank), env, shape, q, kt, v, self.cdt, self.bq,
-                    self.bk, out, res.dtype)
+                    self.bk, out, res.dtype, self.safe)
         if skip and self.fill is not None:
             k.skip = _skip_plan(k, self.fill, env[parts.pv.operands[1]])
         return k
@@ -379,6 +385,8 @@ def _query_block(k: _Kernel, idx: tuple[int, ...], i0: int) -> tuple[int, int]:
         m = m_new
         held = max(held, s.nbytes + x.nbytes + xb.nbytes + e.nbytes + pe.nbytes
                    + ctx_part.nbytes + 3 * acc.nbytes + 4 * m.nbytes)
+    if k.safe:   # a row of only -inf never moved m off -inf: its sum and acc are 0, and so is it
+        s_sum = np.where(s_sum == 0, k.cdt.type(1), s_sum)
     # no keys: an empty contraction is 0
     k.out[idx][rows] = to_storage(acc / s_sum, k.dtype) if tk else 0
     return held, skipped

@@ -5,7 +5,8 @@
 - layer_norm / native_layer_norm: `layernorm` over the trailing normalized dims; the mean and
   rstd outputs of native_layer_norm are built only when something reads them.
 - softmax / _softmax / log_softmax / _log_softmax: their rows (a dtype or half_to_float is a cast
-  of the input first, which is how ATen computes them).
+  of the input first, which is how ATen computes them); _safe_softmax (0 on a row of only -inf,
+  in graphs decomposed with its entry left out of the table) is `softmax` with `safe`.
 - dropout / native_dropout: identity in eval, else `dropout` with a seed attribute: Lamina's mask
   is its own counter-based hash of (seed, element index), not torch's RNG stream, so a train-mode
   import computes the same distribution, not the same mask (native_dropout's mask output is
@@ -19,7 +20,8 @@
   sum over the class dim of select(iota == index, x, 0), exact since one term is non-zero;
   ignore_index masks, and the mean divides by the count of kept targets, as ATen does.
 - scaled_dot_product_attention (and its CPU flash form): the attention it computes, spelled out
-  (q k^T * scale, causal or given mask, softmax, @ v).
+  (q k^T * scale, causal or given mask, safe softmax, @ v): the safe softmax is what gives a query
+  with every key masked 0, as torch does, and it keeps the pattern fuse-attention fuses.
 """
 
 from __future__ import annotations
@@ -144,6 +146,13 @@ def _softmax(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
     cls = L.LogSoftmaxOp if "log_softmax" in str(ctx.node.target) else L.SoftmaxOp
     x = operand(ctx, a["self"], float_result(ctx))
     return ctx.op(cls, x, axis=a["dim"])
+
+
+@aten("_safe_softmax.default")
+def _safe_softmax(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
+    """softmax, 0 on a row of only -inf; its dtype is a cast of the input first, as for softmax."""
+    x = operand(ctx, a["self"], float_result(ctx))
+    return ctx.op(L.SoftmaxOp, x, axis=a["dim"], safe=True)
 
 
 @aten("dropout.default", "native_dropout.default")
@@ -420,11 +429,7 @@ def _attention(ctx: Ctx, a: dict[str, Any]) -> SSAValue | tuple[SSAValue | None,
         m = ctx.tensor(mask)
         s = ctx.op(L.SelectOp, m, s, ctx.const(-math.inf, dtype)) if info_of(m).dtype == "i1" \
             else ctx.op(L.AddOp, s, ctx.cast(m, dtype))
-    p = ctx.op(L.SoftmaxOp, s, axis=-1)
-    if a["is_causal"] or mask is not None:   # a row with every key masked is 0, as in torch
-        top = ctx.op(L.ReduceMaxOp, s, axes=[info_of(s).rank - 1], keepdims=True)
-        empty = ctx.op(L.EqOp, top, ctx.const(-math.inf, dtype))
-        p = ctx.op(L.SelectOp, empty, ctx.const(0.0, dtype), p)
+    p = ctx.op(L.SoftmaxOp, s, axis=-1, safe=True)   # torch's math path: `_safe_softmax`
     if a["dropout_p"]:
         p = _dropout_op(ctx, p, float(a["dropout_p"]))
     out = ctx.op(L.MatmulOp, p, v)

@@ -432,6 +432,8 @@ def rmsnorm(c: VjpCall) -> Cotangents:
 
 @in_f32
 def softmax(c: VjpCall) -> Cotangents:
+    """dx = y (g - sum(g y)), safe or not: on a `safe` line of only -inf, y = 0 and so is dx
+    (torch's gradient of `_safe_softmax`)."""
     b, y, g = c.b, c.result, c.ct
     axis = int(c.attrs["axis"]) % c.info().rank
     return [b.mul(y, b.sub(g, b.reduce_sum(b.mul(g, y), [axis], keepdims=True)))]

@@ -2,7 +2,7 @@
 
     %s = lamina.matmul %q, %kt          q [..., Tq, Dh], kt [..., Dh, Tk]: block arguments
     %x = f_n(... f_1(%s, w_1) ..., w_n)  score ops: elementwise, the chain once among operands
-    %p = lamina.softmax %x {axis = -1}   over the keys (the last axis)
+    %p = lamina.softmax %x {axis = -1}   over the keys (the last axis); `safe` or not
     %y = g_m(... g_1(%p, u_1) ..., u_m)  prob ops: elementwise and homogeneous-linear in the chain
     %o = lamina.matmul %y, %v            v [..., Tk, Dv]: a block argument; %o is the one result
 
@@ -18,6 +18,9 @@ Every other op is a side op: it reads only block arguments, constants and other 
 the chain, and broadcasts into the scores' shape [..., Tq, Tk] (the w_i and u_i above: a scale
 constant, a causal mask built from constants). An executor computes side values once per kernel
 and slices them per block.
+
+A `safe` softmax (0 for a query whose every score is -inf: PyTorch's sdpa with a mask) is the
+same row, so it plays the same part; an executor reads the attribute to give such a row 0.
 
 When the last score op is a select between the running scores and a one-element fill, with a
 side value as its condition (a causal mask writing -1e9), `masked_fill` names its parts: an

@@ -27,6 +27,7 @@ Conventions (PyTorch's unless said otherwise):
 - `matmul` is `matmul` on operands of rank >= 2; batch dimensions broadcast.
 - `dropout` is defined in `lamina.ir.ops.rng`; its formula builds the global element index from
   `call.block` (offsets may be traced scalars, e.g. JAX's `lax.axis_index` arithmetic).
+- `softmax` with `safe` is 0 on a line whose every entry is -inf (PyTorch's `_safe_softmax`).
 - `log_softmax` is x - max - log(sum(exp(x - max))) along axis (PyTorch's and ONNX's form).
 - `gather` takes input[..., i, ...] along `axis` for every index i (ONNX Gather, numpy.take,
   torch.embedding); a negative index counts from the end, and an index outside [-n, n) gives 0
@@ -331,10 +332,20 @@ def rmsnorm(xp: Namespace, args: Args, call: Call) -> Array:
 
 
 def softmax(xp: Namespace, args: Args, call: Call) -> Array:
+    """exp(x - max) / sum(exp(x - max)) along `axis`; with `safe`, 0 on a line whose every entry
+    is -inf (PyTorch's `_safe_softmax`, what sdpa computes for a query that may attend no key)
+    where the plain form gives nan (-inf - -inf). The guard changes no other line's bits: a finite
+    max stays as it is, and then the sum holds exp(0) = 1 and is never 0."""
     (x,) = args
     axis = call.attrs["axis"] % len(x.shape)
-    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
-    return e / xp.sum(e, axis=axis, keepdims=True)
+    m = xp.max(x, axis=axis, keepdims=True)
+    if call.attrs["safe"]:
+        m = xp.where(m == -math.inf, 0.0, m)       # every exp of the line is then 0, and so is the sum
+    e = xp.exp(x - m)
+    total = xp.sum(e, axis=axis, keepdims=True)
+    if call.attrs["safe"]:
+        total = xp.where(total == 0.0, 1.0, total)  # 0 / 1: the line's zeros
+    return e / total
 
 
 def log_softmax(xp: Namespace, args: Args, call: Call) -> Array:

@@ -415,12 +415,15 @@ class RmsnormOp(LaminaOp):
 
 @irdl_op_definition
 class SoftmaxOp(UnaryOp):
-    """`lamina.softmax`: exp(x - max) / sum(exp(x - max)) along axis."""
+    """`lamina.softmax`: exp(x - max) / sum(exp(x - max)) along axis (safe: 0 on a line of only
+    -inf).
+    """
 
     name = "lamina.softmax"
     INFO: ClassVar[OpInfo] = OPS["softmax"]
 
     axis = opt_prop_def(AnyAttr(), prop_name="axis")
+    safe = opt_prop_def(AnyAttr(), prop_name="safe")
 
 
 @irdl_op_definition

@@ -373,8 +373,14 @@ _ROWS: tuple[OpInfo, ...] = (
            attrs=_NORM_ATTRS, shape=shapes.normalization, formula=fm.rmsnorm, scalar=sf.rmsnorm,
            interval=iv.NORMALIZATION, vjp=vj.rmsnorm, fusion=Fusion.REDUCTION, linearity=NONE,
            sharding=sh.RowReduction(trailing=True), flops=per_input(5)),
-    OpInfo(name="softmax", summary="exp(x - max) / sum(exp(x - max)) along axis", operands=X,
-           attrs=_AXIS_ATTRS, shape=shapes.softmax, formula=fm.softmax, scalar=fm.softmax,
+    # `safe`: 0 on a line of only -inf (PyTorch's `_safe_softmax`, sdpa's math path), an attribute
+    # rather than a row of its own because every other fact is softmax's: shape, range, VJP
+    # (p (g - sum(g p)) is 0 where p is), fusion, sharding, cost, and the attention role, which
+    # fuse-attention and the verifier find by this row's formula (`lamina.ir.ops.attention`)
+    OpInfo(name="softmax", summary="exp(x - max) / sum(exp(x - max)) along axis (safe: 0 on a "
+           "line of only -inf)", operands=X,
+           attrs=(*_AXIS_ATTRS, AttrSpec("safe", AttrKind.BOOL, False)), shape=shapes.softmax,
+           formula=fm.softmax, scalar=fm.softmax,
            interval=iv.SOFTMAX, vjp=vj.softmax, fusion=Fusion.REDUCTION, linearity=NONE,
            sharding=sh.RowReduction(trailing=False), flops=per_input(6)),
     OpInfo(name="log_softmax", summary="x - max - log(sum(exp(x - max))) along axis", operands=X,

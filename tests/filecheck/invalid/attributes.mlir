@@ -165,7 +165,7 @@ func.func @unknown_attr_typo(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // -----
 
 func.func @unknown_attr_generic(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1:3 {{lamina.softmax has no attribute 'temperature' (it takes: axis; other attributes must be dialect-prefixed, e.g. 'mytool.tag')}}
+  // expected-error @+1:3 {{lamina.softmax has no attribute 'temperature' (it takes: axis, safe; other attributes must be dialect-prefixed, e.g. 'mytool.tag')}}
   %0 = "lamina.softmax"(%a) <{axis = 0 : i64, temperature = 2.000000e+00 : f64}> : (tensor<4xf32>) -> tensor<4xf32>
   func.return %0 : tensor<4xf32>
 }

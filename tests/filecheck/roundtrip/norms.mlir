@@ -1,6 +1,6 @@
 // Round trip of layernorm (optional 'scale' and 'bias' operands: none, either, both), rmsnorm
-// (optional 'scale') and softmax. Attributes axis/eps are printed only when given; the operand
-// type list appears whenever scale/bias are present.
+// (optional 'scale') and softmax (with its `safe`). Attributes axis/eps/safe are printed only when
+// given; the operand type list appears whenever scale/bias are present.
 // RUN: lamina-opt %s | lamina-opt | filecheck --match-full-lines %s
 // RUN: lamina-opt %s --print-op-generic | lamina-opt | filecheck --match-full-lines %s
 
@@ -77,4 +77,18 @@ func.func @softmax_forms(%x: tensor<2x4x8xf32>, %d: tensor<5xf64>) -> (tensor<2x
 // CHECK-NEXT:  %2 = lamina.softmax %x {axis = 1 : i64} : tensor<2x4x8xf32>
 // CHECK-NEXT:  %3 = lamina.softmax %d {axis = 0 : i64} : tensor<5xf64>
 // CHECK-NEXT:  func.return %0, %1, %2, %3 : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<5xf64>
+// CHECK-NEXT:  }
+
+// softmax's `safe` (0 on a line of only -inf) is printed when given, true or false
+func.func @softmax_safe(%x: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) {
+  %0 = lamina.softmax %x {safe = true} : tensor<2x4x8xf32>
+  %1 = lamina.softmax %x {axis = 1 : i64, safe = true} : tensor<2x4x8xf32>
+  %2 = lamina.softmax %x {axis = -1 : i64, safe = false} : tensor<2x4x8xf32>
+  func.return %0, %1, %2 : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+}
+// CHECK-LABEL: func.func @softmax_safe(%x: tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) {
+// CHECK-NEXT:  %0 = lamina.softmax %x {safe = true} : tensor<2x4x8xf32>
+// CHECK-NEXT:  %1 = lamina.softmax %x {axis = 1 : i64, safe = true} : tensor<2x4x8xf32>
+// CHECK-NEXT:  %2 = lamina.softmax %x {axis = -1 : i64, safe = false} : tensor<2x4x8xf32>
+// CHECK-NEXT:  func.return %0, %1, %2 : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
 // CHECK-NEXT:  }
