@@ -125,3 +125,21 @@ def test_sample_run_lines_import_run_and_train_a_stock_model(tmp_path: Path) -> 
     for name in trained.files:
         err = float(np.abs(trained[name] - params[name].detach().numpy()).max())
         assert err <= 1e-2 * 1e-3, f"{name}: {err:.3g}"
+
+
+SDPA_PATHS = [p for p in PATHS if p.model == "gpt2-sdpa"]
+
+
+@pytest.mark.parametrize("path", SDPA_PATHS, ids=[p.id for p in SDPA_PATHS])
+def test_sdpa_attention_fuses_and_still_matches_torch(path: CallPath) -> None:
+    """GPT-2's `scaled_dot_product_attention` (with its masked-row guard a safe softmax) is what
+    `fuse-attention` fuses: one attention kernel per layer, the logits unchanged."""
+    module, weights, names = _imported(path)
+    lamina.apply(module, "fuse-attention")
+    fused = [op for op in module.walk() if op.name == "lamina.fused"
+             and "attention" in str(op.attributes.get("kind", op.properties.get("kind")))]
+    assert len(fused) == 2, lamina.to_text(module)[:2000]
+    with torch.no_grad():
+        want = model(path)(*example(path)).numpy()
+    (got,) = lamina.run(module, _inputs(path, names, weights)).outputs.values()
+    assert _relative(np.asarray(got, np.float64), want.astype(np.float64)) <= TOLERANCE
