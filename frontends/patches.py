@@ -21,8 +21,6 @@ from xdsl.ir import SSAValue
 
 MODELED = ("only non-overlapping patch convolutions (stride = kernel, padding 0, dilation 1, "
            "groups 1) are modeled")
-
-
 TORCH_NAMES = ("kernel", "stride", "padding", "dilation", "groups")
 
 

@@ -332,11 +332,12 @@ ONNX_CONV_NAMES = ("kernel_shape", "strides", "pads", "dilations", "group")
 def _conv(ctx: NodeCtx) -> Out:
     x, w = ctx.float_input(0), ctx.float_input(1)
     kernel = [int(k) for k in ctx.attr("kernel_shape", info_of(w).shape[2:])]
-    if len(kernel) != 2 or info_of(x).rank != 4:
+    if len(kernel) != 2:
         ctx.refuse(ATTRIBUTE, f"a {len(kernel)}-D convolution (kernel_shape {tuple(kernel)}): "
                    "only 2-D non-overlapping patch convolutions are modeled")
-    if tuple(kernel) != info_of(w).shape[2:]:
-        ctx.refuse(ATTRIBUTE, f"kernel_shape {tuple(kernel)} for weights {info_of(w).shape}")
+    if info_of(x).rank != 4 or tuple(kernel) != info_of(w).shape[2:]:
+        ctx.refuse(ATTRIBUTE, f"kernel_shape {tuple(kernel)} for input {info_of(x).shape} and "
+                   f"weights {info_of(w).shape}")
     pads = _conv_pads(ctx, info_of(x).shape[2:], kernel)
     why = unmodeled("Conv", kernel, [int(s) for s in ctx.attr("strides", [1, 1])], pads,
                     [int(d) for d in ctx.attr("dilations", [1, 1])], int(ctx.attr("group", 1)),
