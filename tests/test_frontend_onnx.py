@@ -221,6 +221,34 @@ def test_pad_modes_equal_numpy(mode: Literal["constant", "edge", "reflect", "wra
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(("opset", "integer", "value"), [
+    (21, False, -1.5), (10, False, 2.0), (21, True, -100), (21, False, None)],
+    ids=["input", "attribute", "int64", "default"])
+def test_constant_pad_with_a_known_fill_is_the_pad_row(opset: int, integer: bool,
+                                                       value: float | None) -> None:
+    """A known fill (attribute before opset 11, constant input after, absent: 0) is one `pad`
+    row after the crop of the negative pads, against numpy."""
+    pads = [1, -1, 0, 2]                  # before (dim 0, dim 1), after (dim 0, dim 1)
+    elem = TensorProto.INT64 if integer else TensorProto.FLOAT
+    dtype = np.int64 if integer else np.float32
+    if opset < 11:
+        node = helper.make_node("Pad", ["x"], ["y"], pads=pads, value=value)
+        inits = []
+    else:
+        node = helper.make_node("Pad", ["x", "p"] + (["v"] if value is not None else []), ["y"])
+        inits = [onnx.numpy_helper.from_array(np.array(pads, np.int64), "p")]
+        if value is not None:
+            inits.append(onnx.numpy_helper.from_array(np.array(value, dtype), "v"))
+    m = _model([node], [_vi("x", [3, 4], elem)], [_vi("y", [4, 5], elem)], inits, opset=opset)
+    module, _ = import_model(m)
+    assert "lamina.pad" in lamina.to_text(module) and "lamina.concat" not in lamina.to_text(module)
+    x = np.arange(12).reshape(3, 4).astype(dtype)
+    got = lamina.run(module, {"x": x}).outputs["out0"]
+    want = np.pad(x[:, 1:], [(1, 0), (0, 2)], constant_values=value or 0)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_the_readme_lists_every_mapped_op() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("- **onnx**"):readme.index("- **Refusals**")]

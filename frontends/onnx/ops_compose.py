@@ -10,8 +10,9 @@ Each is onnx's definition (its reference implementation's formula) in rows:
   GroupNormalization (`layernorm` of each group of channels),
   MeanVarianceNormalization ((x - mean) / (sqrt(mean(x^2) - mean^2) + 1e-9));
 - DepthToSpace / SpaceToDepth: reshape, transpose, reshape; EyeLike and OneHot: a compare of
-  iotas selecting on / off values; Pad (numpy.pad's constant, edge, reflect and wrap modes):
-  slices, concatenations and splats.
+  iotas selecting on / off values; Pad: constant mode with a known fill is the `pad` row (a
+  `slice` first where a negative pad crops); numpy.pad's edge, reflect and wrap modes, and a
+  fill computed at run time or on booleans, are slices, concatenations and splats.
 """
 
 from __future__ import annotations
@@ -280,19 +281,61 @@ def _pad_side(ctx: NodeCtx, x: SSAValue, a: int, amount: int, before: bool, mode
     return pieces[0] if len(pieces) == 1 else ctx.op(L.ConcatOp, pieces, dim=a)
 
 
+def _known_fill(ctx: NodeCtx, dtype: str) -> float | None:
+    """The constant-mode fill when the `pad` row can hold it: known while importing, on a
+    number type, integral (and exact in its f64 attribute) for an integer input; else None."""
+    if dtype == "i1":
+        return None
+    if ctx.opset < 11:
+        value = float(ctx.attr("value", 0.0))
+    else:
+        v = ctx.input(2)
+        if v is not None and v.const is None:
+            return None
+        value = 0.0 if v is None else float(np.asarray(v.const).reshape(-1)[0].item())
+    if dtype in ("i32", "i64") and not (value.is_integer() and abs(value) < 2**53):
+        return None
+    return value
+
+
+def _pad_row(ctx: NodeCtx, axes: list[int], pads: list[int], value: float) -> SSAValue:
+    """Constant padding as one `slice` (the negative pads crop) and one `pad` row."""
+    x = ctx.value(0)
+    info = info_of(x)
+    low, high = [0] * info.rank, [0] * info.rank
+    for a, before, after in zip(axes, pads[:len(axes)], pads[len(axes):], strict=True):
+        low[a], high[a] = before, after
+    start = [max(-p, 0) for p in low]
+    limit = [n - max(-p, 0) for n, p in zip(info.shape, high, strict=True)]
+    if any(s > e for s, e in zip(start, limit, strict=True)):
+        ctx.refuse(ATTRIBUTE, f"pads {pads} crop more than the input's {info.shape}")
+    if start != [0] * info.rank or tuple(limit) != info.shape:
+        x = ctx.op(L.SliceOp, x, start=start, limit=limit)
+    low, high = [max(p, 0) for p in low], [max(p, 0) for p in high]
+    if not any(low) and not any(high):
+        return x
+    return ctx.op(L.PadOp, x, low=low, high=high, value=value)
+
+
 @onnx_op("Pad")
 def _pad(ctx: NodeCtx) -> Out:
-    """numpy.pad's constant, edge, reflect and wrap modes as slices and concatenations; a
-    negative pad crops."""
+    """Constant mode with a fill known while importing: the `pad` row (after a `slice` where a
+    negative pad crops). numpy.pad's edge, reflect and wrap modes, and a fill computed at run
+    time or on booleans: slices and concatenations."""
     info = ctx.info(0)
     pads = ctx.attr("pads") if ctx.opset < 11 else ctx.ints(1, "the pads")
     axes = None if ctx.opset < 18 else ctx.ints(3, "the axes")
     mode = ctx.attr("mode", "constant")
     if mode not in ("constant", "edge", "reflect", "wrap"):
         ctx.refuse(ATTRIBUTE, f"mode={mode!r}")
-    fill = _pad_value(ctx, info.dtype)
     assert pads is not None
     axes = axes_of(ctx, axes if axes is not None else list(range(info.rank)), info.rank)
+    if len(pads) != 2 * len(axes):
+        ctx.refuse(ATTRIBUTE, f"{len(pads)} pads for {len(axes)} axes")
+    value = _known_fill(ctx, info.dtype) if mode == "constant" else None
+    if value is not None and len(set(axes)) == len(axes):
+        return [_pad_row(ctx, axes, list(pads), value)]
+    fill = _pad_value(ctx, info.dtype)
     x = ctx.value(0)
     for a, before, after in zip(axes, pads[:len(axes)], pads[len(axes):], strict=True):
         n = info_of(x).shape[a]

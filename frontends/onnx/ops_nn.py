@@ -13,6 +13,9 @@
   with iota - n as well); NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss weigh each pick
   by weight[target] (a `gather`), drop ignore_index, and divide the mean by the kept weight.
 - Trilu selects with a compare of two iotas.
+- Conv: only the 2-D non-overlapping patch convolution (kernel_shape = strides, pads 0,
+  dilations 1, group 1: a vision transformer's patch embedding), as reshape + matmul
+  (`lamina.frontends.patches`); any other is refused naming the attribute.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from lamina.frontends.common import ATTRIBUTE, DTYPE, matmul, reshape
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx
 from lamina.frontends.onnx.ops_shape import Out, axes_of, broadcast_to, onnx_op
+from lamina.frontends.patches import patch_conv, unmodeled
 from lamina.ir.core.shapes import TensorInfo, info_of
 from lamina.ir.ops import lamina as L
 from xdsl.ir import SSAValue
@@ -302,6 +306,46 @@ def _trilu(ctx: NodeCtx) -> Out:
     if info.dtype == "i1":
         return [ctx.op(L.SelectOp, keep, x, ctx.const(False, "i1"))]
     return [ctx.op(L.SelectOp, keep, x, ctx.const(0, info.dtype))]
+
+
+# ---- convolution ------------------------------------------------------------------------------
+
+def _conv_pads(ctx: NodeCtx, spatial: tuple[int, ...], kernel: list[int]) -> list[int]:
+    """The pads as [begin..., end...]: the attribute, or what auto_pad makes of a stride equal
+    to the kernel (VALID: none; SAME_*: up to a whole patch, refused unless that is none)."""
+    auto = ctx.attr("auto_pad", "NOTSET")
+    if auto == "NOTSET":
+        return [int(p) for p in ctx.attr("pads", [0] * 2 * len(kernel))]
+    if auto == "VALID":
+        return [0] * 2 * len(kernel)
+    total = [-(-n // k) * k - n for n, k in zip(spatial, kernel, strict=True)]
+    if auto not in ("SAME_UPPER", "SAME_LOWER") or any(total):
+        ctx.refuse(ATTRIBUTE, f"auto_pad={auto!r} on spatial dims {spatial} with kernel_shape "
+                   f"{tuple(kernel)}: pads them; only unpadded patch convolutions are modeled")
+    return [0] * 2 * len(kernel)
+
+
+ONNX_CONV_NAMES = ("kernel_shape", "strides", "pads", "dilations", "group")
+
+
+@onnx_op("Conv")
+def _conv(ctx: NodeCtx) -> Out:
+    x, w = ctx.float_input(0), ctx.float_input(1)
+    kernel = [int(k) for k in ctx.attr("kernel_shape", info_of(w).shape[2:])]
+    if len(kernel) != 2:
+        ctx.refuse(ATTRIBUTE, f"a {len(kernel)}-D convolution (kernel_shape {tuple(kernel)}): "
+                   "only 2-D non-overlapping patch convolutions are modeled")
+    if info_of(x).rank != 4 or tuple(kernel) != info_of(w).shape[2:]:
+        ctx.refuse(ATTRIBUTE, f"kernel_shape {tuple(kernel)} for input {info_of(x).shape} and "
+                   f"weights {info_of(w).shape}")
+    pads = _conv_pads(ctx, info_of(x).shape[2:], kernel)
+    why = unmodeled("Conv", kernel, [int(s) for s in ctx.attr("strides", [1, 1])], pads,
+                    [int(d) for d in ctx.attr("dilations", [1, 1])], int(ctx.attr("group", 1)),
+                    ONNX_CONV_NAMES)
+    if why is not None:
+        ctx.refuse(ATTRIBUTE, why)
+    bias = ctx.float_input(2) if ctx.input(2) is not None else None
+    return [patch_conv(ctx, x, w, bias)]
 
 
 __all__ = ["DTYPE"]
