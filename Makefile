@@ -50,10 +50,12 @@ demo: $(STAMP)
 	@echo "== 3. Run f32[8192,4096] as written and after fusion on the same inputs; compare; stats (kernels after vs reference)"
 	$(BIN)/lamina-run samples/layernorm_gelu_dropout.mlir --entry ln_gelu_dropout --seed 0 -p fuse-elementwise --check --stats-json -
 
-# pytest prints its progress percentages and, at the end, the slowest tests, so a slow test shows
+# pytest prints its progress percentages and, at the end, the slowest tests, so a slow test shows;
+# it runs on JOBS worker processes (pytest-xdist, one per core here; `make test JOBS=1`: one process)
+JOBS ?= 2
 test: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest tests --durations=15
+	$(BIN)/python -m pytest tests -n $(JOBS) --durations=15
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/lit -v tests/filecheck
 
 # `make test` in the long randomized Hypothesis profile: 20 x each test's examples, new draws
