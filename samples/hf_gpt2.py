@@ -44,9 +44,10 @@ def make() -> torch.nn.Module:
     """The small GPT-2 with its loss, weights from seed 0."""
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=VOCAB,
-                                     n_positions=64, bos_token_id=0, eos_token_id=0,
-                                     loss_type="ForCausalLM")
-    return WithLoss(transformers.GPT2LMHeadModel(config))
+                                     n_positions=64, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    model.loss_type = "ForCausalLM"    # the loss HF picks anyway, named so that it does not warn
+    return WithLoss(model)
 
 
 def data(batches: int = BATCHES) -> dict[str, np.ndarray]:
@@ -58,13 +59,15 @@ def data(batches: int = BATCHES) -> dict[str, np.ndarray]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description="Write inputs for the sample's GPT-2.")
     parser.add_argument("--batches", type=int, default=None, metavar="N",
                         help="write N batches (training data) instead of one batch")
     parser.add_argument("-o", "--output", required=True, metavar="OUT.npz")
     args = parser.parse_args()
     arrays = data(args.batches or 1)
-    np.savez(args.output, **(arrays if args.batches else {k: v[0] for k, v in arrays.items()}))
+    if not args.batches:
+        arrays = {k: v[0] for k, v in arrays.items()}
+    np.savez(args.output, input_ids=arrays["input_ids"], labels=arrays["labels"])
 
 
 if __name__ == "__main__":

@@ -562,6 +562,7 @@ class Rotary(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
+        self.inv_freq: torch.Tensor
         self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 8, 2) / 8.0))
 
     @torch.no_grad()
