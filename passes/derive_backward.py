@@ -10,9 +10,9 @@ argument not named in `data` (the inputs and labels, which get no gradient; inte
 as a dropout seed, never do) and without role `frozen` (model state that is read, never trained:
 the torch importer's buffers, such as a rotary table's inv_freq; torch gives them no gradient).
 A frozen argument named in `wrt` is differentiated all the same: an explicit request is the
-user's. `@NAME_grad` keeps every argument's role (`lamina.role`). A loss with one element is seeded with 1; for any other result
-`@NAME_grad` takes one more argument, `%d_<result name>`, the cotangent to pull back (the upstream
-gradient `dy`), typed as the result (placement included).
+user's. `@NAME_grad` keeps every argument's role (`lamina.role`). A loss with one element is
+seeded with 1; for any other result `@NAME_grad` takes one more argument, `%d_<result name>`, the
+cotangent to pull back (the upstream gradient `dy`), typed as the result (placement included).
 
 How: the ops the loss depends on are copied (the other results' ops are dropped), then walked in
 reverse; each op's row states its VJP (`lamina.ir.autodiff.vjp`, written in Lamina ops through the typed
@@ -45,8 +45,8 @@ from typing import ClassVar
 
 from lamina.analysis.naming import Namer
 from lamina.ir.autodiff.vjp import NotDifferentiable, VjpCall
-from lamina.ir.buffers.updates import FROZEN, roles_of, set_roles
 from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.buffers.updates import FROZEN, roles_of, set_roles
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.core.diagnostics import error_at, note_at
 from lamina.ir.core.shapes import info_of
