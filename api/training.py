@@ -16,8 +16,11 @@ argument its `lamina.updates` entry names (never by name). The loss is the one r
 replaces no argument.
 
 Which arguments are what: the `data` keys are the data arguments; every other float argument is
-a parameter (derive-backward's default `wrt`); the moments, momentum buffers, step count and
-learning rate are found by their roles (`lamina.role`, `lamina.ir.buffers.updates.ROLES`).
+a parameter (derive-backward's default `wrt`), except a `frozen` one; the moments, momentum
+buffers, step count and learning rate are found by their roles (`lamina.role`,
+`lamina.ir.buffers.updates.ROLES`). A `frozen` argument (the torch importer's buffers and lifted
+constants: a rotary table's inv_freq, BERT's position_ids) is neither data nor trained: no
+gradient, no weight decay, no optimizer state, the same value every step.
 
 The data arrays are read where they are (no copy, unless their dtype needs converting), so
 changing one during training changes the batches. Initial parameters: `init` (by argument
@@ -26,6 +29,9 @@ name, every parameter; the arrays are copied, since the step updates them in pla
 fan_in the product of all dims but the last (Lamina's matmul weights are [in, out]: torch's
 nn.Linear bound), rank 0 and 1 (biases, norm gains) zero; drawn in argument order from
 `np.random.default_rng(seed)`. Moments and buffers start at zero, the step count at 0.
+A frozen argument's value comes from `init` alone (the importer's weights hold it), which then
+names it beside the parameters; without `init` the trainer refuses to step, naming it, since a
+drawn rotary table or position index is meaningless (a resumed run reads it from its checkpoint).
 
 Schedules (`lr_at`, step i counted from 0): `constant` is `lr`; with `warmup=W` the first W steps
 ramp linearly, lr (i + 1) / W; `cosine` then decays from lr to 0 over the remaining steps,
@@ -63,7 +69,8 @@ device of the mesh (the SPMD interpreter), the JAX backend one shard_map over `d
 devices; data, parameters, state and checkpoints stay global arrays (cut into blocks by the
 backend), so the loss curve is the single-device one within rounding.
 
-Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name, plus the step,
+Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name (and every
+frozen one, unchanged, so a resume needs no `init`), plus the step,
 the data position (step mod N; with a token stream, the windows drawn so far, which is the
 step), what the data is (N, or the stream's length, batch, seq and arguments: a resume on other
 data is refused), the seed and the options (`lamina.checkpoint`), so a run resumed from step k
@@ -97,6 +104,7 @@ SCHEDULES = ("constant", "cosine")
 # a loss curve whose positive values span more than this factor is drawn on a log y axis
 LOG_SCALE_SPAN = 20.0
 STATE_ROLES = ("parameter", "first_moment", "second_moment", "momentum_buffer", "step_count")
+FROZEN = "frozen"   # `lamina.ir.buffers.updates.FROZEN`: read, never trained (imported lazily)
 
 
 class NonFiniteLoss(LaminaError):
@@ -502,9 +510,10 @@ class Trainer:
             self.tokens_per_step = next(
                 (math.prod(tensor_info(forward.function_type.inputs.data[i]).shape)
                  for i, n in enumerate(names) if n in self.data and i in rows), None)
+        held = {names[i] for i, r in roles_of(forward).items() if r.name == FROZEN}
         missing = [n for n, t in zip(names, forward.function_type.inputs.data, strict=True)
-                   if n not in self.data_names and tensor_info(t).dtype not in ("f16", "bf16",
-                                                                                "f32", "f64")]
+                   if n not in self.data_names and n not in held
+                   and tensor_info(t).dtype not in ("f16", "bf16", "f32", "f64")]
         if missing:
             raise LaminaError(f"{data_name}: no array for argument{'s' if len(missing) > 1 else ''}"
                               f" {', '.join(missing)} of @{self.entry} (integer and boolean "
@@ -553,10 +562,12 @@ class Trainer:
         self._lr = next(i for i, r in roles.items() if r == "learning_rate")
         self._data_index = {self.arg_names.index(n): n for n in self.data_names}
         self.state_roles = {self.arg_names[i]: r for i, r in roles.items() if r in STATE_ROLES}
+        self.frozen_names = [self.arg_names[i] for i, r in roles.items() if r == FROZEN]
         params = [i for i, r in roles.items() if r == "parameter"]
         self._args: list[Any] = [None] * len(self.arg_names)
+        self._init_name = init_name
         if init is not None:
-            self._set_parameters(init, params, init_name)
+            self._set_parameters(init, params + self._frozen_indices(), init_name)
         else:
             for i, a in initializer(step, params, seed).items():
                 self._args[i] = a
@@ -565,7 +576,8 @@ class Trainer:
                 t = tensor_info(step.function_type.inputs.data[i])
                 self._args[i] = np.zeros(t.shape, STORAGE[t.dtype])
         left = [self.arg_names[i] for i, a in enumerate(self._args)
-                if a is None and i != self._lr and i not in self._data_index]
+                if a is None and i != self._lr and i not in self._data_index
+                and self.arg_names[i] not in self.frozen_names]
         if left:
             raise LaminaError(f"@{step.sym_name.data}: no value for argument(s) {', '.join(left)}"
                               " (neither data, a parameter nor optimizer state)")
@@ -642,15 +654,23 @@ class Trainer:
 
     def _set_parameters(self, init: Mapping[str, np.ndarray], params: list[int], where: str
                         ) -> None:
+        """The trained and the frozen arguments (`params`, both) from `init`, every one of them."""
         wanted = {self.arg_names[i]: i for i in params}
         missing = [n for n in wanted if n not in init]
         if missing:
-            raise LaminaError(f"{where}: no array for trained argument{'s' if len(missing) > 1 else ''}"
-                              f" {', '.join(missing)} (it has: {', '.join(sorted(init)) or 'nothing'})")
+            trained = [n for n in missing if n not in self.frozen_names]
+            frozen = [n for n in missing if n in self.frozen_names]
+            what = [f"trained argument{'s' if len(trained) > 1 else ''} {', '.join(trained)}"] * \
+                bool(trained) + [f"frozen argument{'s' if len(frozen) > 1 else ''} "
+                                 f"{', '.join(frozen)} (read, never trained)"] * bool(frozen)
+            raise LaminaError(f"{where}: no array for {' and '.join(what)} (it has: "
+                              f"{', '.join(sorted(init)) or 'nothing'})")
         extra = sorted(k for k in init if k not in wanted)
         if extra:
+            also = f"; frozen: {', '.join(self.frozen_names)}" if self.frozen_names else ""
             raise LaminaError(f"{where}: arrays {', '.join(extra)} match no trained argument "
-                              f"(trained: {', '.join(wanted)})")
+                              f"(trained: {', '.join(n for n in wanted if n not in self.frozen_names)}"
+                              f"{also})")
         for name, i in wanted.items():
             self._args[i] = _fit(where, name, self.step_func.function_type.inputs.data[i],
                                  init[name], batched=False)
@@ -659,6 +679,25 @@ class Trainer:
 
     def _state_indices(self) -> list[int]:
         return [self.arg_names.index(n) for n in self.state_roles]
+
+    def _frozen_indices(self) -> list[int]:
+        return [self.arg_names.index(n) for n in self.frozen_names]
+
+    @property
+    def frozen(self) -> dict[str, np.ndarray]:
+        """The frozen arguments (read, never trained) by name; those without a value left out."""
+        return {self.arg_names[i]: np.asarray(self._args[i]) for i in self._frozen_indices()
+                if self._args[i] is not None}
+
+    def check_frozen(self) -> None:
+        """Refuse to train while a frozen argument has no value (module docstring): it is no
+        parameter, so no initializer draws it; its value comes from `init` or a checkpoint."""
+        unset = [n for n in self.frozen_names if self._args[self.arg_names.index(n)] is None]
+        if unset:
+            raise LaminaError(f"{self._init_name}: no array for frozen argument"
+                              f"{'s' if len(unset) > 1 else ''} {', '.join(unset)} of "
+                              f"@{self.entry} (model state that is read, never trained, such as a "
+                              "rotary table: no initializer draws it; give the imported weights)")
 
     @property
     def state(self) -> dict[str, np.ndarray]:
@@ -699,6 +738,7 @@ class Trainer:
 
     def step(self) -> StepRecord:
         """One step: the next batch, the schedule's rate, one call, the results fed back."""
+        self.check_frozen()
         i = self.done
         rate = self.lr(i)
         args = self._args
@@ -775,13 +815,21 @@ class Trainer:
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"entry": self.entry, "data_position": self.data_position(),
                 "data_batches": self.batches, "data": self.data_meta(), "seed": self.seed,
-                "steps": self.steps, "options": asdict(self.hyper), "roles": self.state_roles}
+                "steps": self.steps, "options": asdict(self.hyper), "roles": self._saved_roles()}
+
+    def _frozen_words(self) -> str:
+        return f" and reads frozen {', '.join(self.frozen_names)}" if self.frozen_names else ""
+
+    def _saved_roles(self) -> dict[str, str]:
+        """The role of each array a checkpoint holds: the updated arguments, then the frozen."""
+        return {**self.state_roles, **dict.fromkeys(self.frozen_names, FROZEN)}
 
     def save_checkpoint(self, folder: str) -> None:
         """Write the state after `done` steps into `folder`, atomically (`lamina.checkpoint`)."""
         from lamina.checkpoint import write_checkpoint
 
-        write_checkpoint(folder, self.done, self.state, self.checkpoint_meta())
+        self.check_frozen()
+        write_checkpoint(folder, self.done, {**self.state, **self.frozen}, self.checkpoint_meta())
 
     def load_checkpoint(self, folder: str) -> None:
         """Restore the state written by `save_checkpoint` (the same program, optimizer and
@@ -794,10 +842,11 @@ class Trainer:
         where = f"cannot resume from '{folder}'"
         if meta.get("entry") != self.entry:
             raise LaminaError(f"{where}: it trains @{meta.get('entry')}, this run @{self.entry}")
-        if meta.get("roles") != self.state_roles or sorted(arrays) != sorted(self.state_roles):
+        saved = self._saved_roles()
+        if meta.get("roles") != saved or sorted(arrays) != sorted(saved):
             raise LaminaError(f"{where}: it holds {', '.join(sorted(arrays)) or 'nothing'}; this "
-                              f"step updates {', '.join(sorted(self.state_roles))} (another "
-                              "program or optimizer?)")
+                              f"step updates {', '.join(sorted(self.state_roles))}"
+                              f"{self._frozen_words()} (another program or optimizer?)")
         data = meta.get("data", {"kind": "batches", "batches": meta.get("data_batches")})
         if data != self.data_meta():
             if isinstance(data, dict) and data.get("kind") == "batches" and self.batches:
@@ -806,13 +855,13 @@ class Trainer:
             raise LaminaError(f"{where}: it was trained on {_describe(data)}, this run reads "
                               f"{_describe(self.data_meta())}")
         seed = meta.get("seed")
-        for name in self.state_roles:
+        for name in saved:
             info = tensor_info(self.step_func.function_type.inputs.data[self.arg_names.index(name)])
             a = arrays[name]
             if a.shape != info.shape or a.dtype != STORAGE[info.dtype]:
                 raise LaminaError(f"{where}: '{name}' is {a.dtype}{list(a.shape)}, the argument "
                                   f"is {STORAGE[info.dtype]}{list(info.shape)}")
-        for name in self.state_roles:
+        for name in saved:
             self._args[self.arg_names.index(name)] = arrays[name]
         self.done = int(meta["step"])
         if isinstance(seed, int) and not isinstance(seed, bool) and seed != self.seed:

@@ -7,9 +7,12 @@ For function `@NAME` (option `func`; every function of the module when empty) wh
 differentiated argument, in argument order). Which arguments: those named by `wrt` (comma-separated
 argument names: `w1` for `%w1` as written, or `argN` by position), or by default every float
 argument not named in `data` (the inputs and labels, which get no gradient; integer arguments, such
-as a dropout seed, never do). A loss with one element is seeded with 1; for any other result
-`@NAME_grad` takes one more argument, `%d_<result name>`, the cotangent to pull back (the upstream
-gradient `dy`), typed as the result (placement included).
+as a dropout seed, never do) and without role `frozen` (model state that is read, never trained:
+the torch importer's buffers, such as a rotary table's inv_freq; torch gives them no gradient).
+A frozen argument named in `wrt` is differentiated all the same: an explicit request is the
+user's. `@NAME_grad` keeps every argument's role (`lamina.role`). A loss with one element is
+seeded with 1; for any other result `@NAME_grad` takes one more argument, `%d_<result name>`, the
+cotangent to pull back (the upstream gradient `dy`), typed as the result (placement included).
 
 How: the ops the loss depends on are copied (the other results' ops are dropped), then walked in
 reverse; each op's row states its VJP (`lamina.ir.autodiff.vjp`, written in Lamina ops through the typed
@@ -43,6 +46,7 @@ from typing import ClassVar
 from lamina.analysis.naming import Namer
 from lamina.ir.autodiff.vjp import NotDifferentiable, VjpCall
 from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.buffers.updates import FROZEN, roles_of, set_roles
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.core.diagnostics import error_at, note_at
 from lamina.ir.core.shapes import info_of
@@ -122,7 +126,9 @@ def _plan(func: FuncOp, p: DeriveBackward) -> _Plan:
             raise error_at(func, f"{PASS}: argument %{arg_names(func)[i]} is "
                            f"{info_of(args[i])}; only float arguments have gradients")
     if not p.wrt:
-        wrt = [i for i, a in enumerate(args) if is_float_value(a) and i not in data]
+        frozen = {i for i, r in roles_of(func).items() if r.name == FROZEN}
+        wrt = [i for i, a in enumerate(args)
+               if is_float_value(a) and i not in data and i not in frozen]
     return _Plan(func, arg_names(func), sorted(wrt), data, loss, p.loss)
 
 
@@ -304,6 +310,8 @@ def derive(func: FuncOp, p: DeriveBackward, log: ExplainLog | None) -> FuncOp:
         results.append(g)
     finish(grad, block, results)
     mark_gradients(grad, plan.wrt)
+    if roles := roles_of(func):   # what each argument holds is unchanged by differentiating
+        set_roles(grad, {i: r.name for i, r in roles.items()})
     return grad
 
 

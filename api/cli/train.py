@@ -16,8 +16,12 @@ line: reading the files, the progress bar, the log and the files it writes.
 
 - `--data DATA.npz`: one array per data argument, keyed by argument name, whose leading dim
   indexes batches: step i (from 0) uses batch i mod N. Every float argument it does not name is
-  trained. `--init PARAMS.npz`: the trained arguments by name (each of them); without it the
-  documented initializer draws them from `--seed`.
+  trained, except a `frozen` one (`lamina.role = "frozen"`: the torch importer's buffers, such
+  as a rotary table's inv_freq), which is read, never trained. `--init PARAMS.npz`: the trained
+  and the frozen arguments by name (each of them: `lamina-import`'s weights hold both); without
+  it the documented initializer draws the trained ones from `--seed`, and a program with a
+  frozen argument is refused, naming it (no drawn rotary table means anything; a `--resume`
+  reads it from its checkpoint).
 - `--tokens TOKENS.npy` (instead of `--data`): a 1-D uint16 or int32 token stream, memory-mapped
   (`np.load(mmap_mode="r")`, never a pickle), cut into random windows from `--seed` as nanoGPT
   does: `--input-arg` (default: the first integer argument) gets [batch, seq] windows, and
@@ -111,8 +115,8 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-batches", type=int, default=8, metavar="N",
                    help="fixed windows of --eval-tokens to evaluate on (default 8)")
     p.add_argument("--init", default=None, metavar="PARAMS.npz",
-                   help="initial values of the trained arguments, by name (default: the "
-                        "initializer, from --seed)")
+                   help="initial values of the trained and the frozen arguments, by name "
+                        "(default: the initializer, from --seed; frozen ones need --init)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the initializer and of the token windows (default 0; a resume "
                         "follows its checkpoint's)")
@@ -331,6 +335,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: note: the checkpoint's run had --steps {was}; the cosine schedule now "
                   f"decays over {args.steps} steps", file=sys.stderr)
         trainer.steps = args.steps
+    trainer.check_frozen()   # before anything is written
     log: IO[str] | None = None
     kept = _log_lines_upto(args.log, trainer.done) \
         if args.log is not None and args.resume is not None else []

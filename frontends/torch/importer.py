@@ -31,6 +31,7 @@ from lamina.frontends.common import (
     FunctionBuilder,
     ImportRefused,
 )
+from lamina.ir.buffers.updates import FROZEN, set_roles
 from lamina.ir.builder import Builder
 from lamina.ir.core.diagnostics import (
     Note,
@@ -45,6 +46,7 @@ from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
+from xdsl.dialects.func import FuncOp
 from xdsl.ir import SSAValue
 
 DTYPES: dict[torch.dtype, str] = {
@@ -208,9 +210,24 @@ def _weight_array(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
+_FROZEN_KINDS = (InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+def _mark_frozen(module: ModuleOp, frozen: list[int]) -> ModuleOp:
+    """`module` with role `frozen` (`lamina.ir.buffers.updates.ROLES`) on the arguments made
+    from buffers and lifted constants: torch never trains them (a rotary table's inv_freq, BERT's
+    position_ids), so derive-backward's default wrt and a trainer must not either."""
+    if frozen:
+        func = next(op for op in module.ops if isinstance(op, FuncOp))
+        set_roles(func, dict.fromkeys(frozen, FROZEN))
+    return module
+
+
 def _placeholders(ep: ExportedProgram, fb: FunctionBuilder, values: dict[fx.Node, Value],
-                  weights: dict[str, np.ndarray]) -> None:
-    """Arguments (and small lifted constants) for the graph's placeholders."""
+                  weights: dict[str, np.ndarray]) -> list[int]:
+    """Arguments (and small lifted constants) for the graph's placeholders; the indices of the
+    arguments made from buffers and constant tensors (for `_mark_frozen`)."""
+    frozen: list[int] = []
     specs = {s.arg.name: s for s in ep.graph_signature.input_specs
              if hasattr(s.arg, "name")}
     state = {**ep.state_dict, **ep.constants}
@@ -240,6 +257,9 @@ def _placeholders(ep: ExportedProgram, fb: FunctionBuilder, values: dict[fx.Node
         values[node] = arg
         assert arg.name_hint is not None
         weights[arg.name_hint] = _weight_array(tensor)
+        if spec.kind in _FROZEN_KINDS:
+            frozen.append(len(fb.arg_names) - 1)
+    return frozen
 
 
 def convert_graph(ep: ExportedProgram, table: dict[str, Converter], seed: int,
@@ -248,12 +268,12 @@ def convert_graph(ep: ExportedProgram, table: dict[str, Converter], seed: int,
     fb = FunctionBuilder(name)
     values: dict[fx.Node, Value] = {}
     weights: dict[str, np.ndarray] = {}
-    _placeholders(ep, fb, values, weights)     # first: a symbolic input shape is refused as such
+    frozen = _placeholders(ep, fb, values, weights)  # first: a symbolic input shape is refused
     check_coverage(ep.graph_module, table)
     ctx = Ctx(fb.builder, values, next(iter(ep.graph.nodes)), seed)
     output = _walk(ctx, ep.graph_module, table)
     ctx.node = output
-    return Imported(fb.finish(_outputs(ep, ctx, output)), weights)
+    return Imported(_mark_frozen(fb.finish(_outputs(ep, ctx, output)), frozen), weights)
 
 
 def _walk(ctx: Ctx, module: fx.GraphModule, table: dict[str, Converter]) -> fx.Node:

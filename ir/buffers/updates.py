@@ -26,7 +26,10 @@ learning rate it reads as an input (`lr-input=true`, which no result replaces: a
 feeds each step's rate from its schedule); the input generator (`lamina.backends.inputs`) draws each
 argument from its role's domain rather than guessing from its name. `verify_roles` (run by
 `lamina.ir.text.source.verify`) refuses a role the table does not hold. An argument without a role
-(a training step's data) may hold anything its type can.
+(a training step's data) may hold anything its type can. The torch importer writes the role
+`frozen` on the arguments it makes from the model's buffers and lifted constants (state that is
+read, never trained: `{lamina.role = "frozen"}`); derive-backward's default `wrt` leaves them out
+and keeps every role on `@NAME_grad`, so the step's frozen arguments are neither data nor trained.
 """
 
 from __future__ import annotations
@@ -163,6 +166,7 @@ def verify_gradients(func: FuncOp) -> None:
 # ---- roles: what an argument holds ----------------------------------------------------------
 
 ROLE_ATTR = "lamina.role"
+FROZEN = "frozen"   # the role of model state that is read, never trained (`ROLES`)
 
 
 class Domain(Enum):
@@ -189,6 +193,12 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     Role("step_count", Domain.COUNT),          # updates done before this call (state['step'])
     Role("momentum_buffer", Domain.REAL),      # SGD's momentum buffer (torch's momentum_buffer)
     Role("learning_rate", Domain.RATE),        # this step's learning rate, an input of the step
+    # model state that is read, never trained (torch's buffers and lifted constant tensors: a
+    # rotary table's inv_freq, BERT's position_ids): derive-backward's default wrt leaves it out,
+    # no result replaces it, a trainer takes its value from the init. Named "frozen", not torch's
+    # "buffer": "momentum_buffer" is trained state, and Lamina's buffers are memory
+    # (`lamina.ir.buffers`); nor "constant", which would say a pass may fold its value.
+    Role(FROZEN, Domain.REAL),
 )}
 
 
