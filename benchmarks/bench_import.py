@@ -7,7 +7,7 @@
 The model is `samples/gpt2_model.py`'s GPT-2 with its loss, with random weights (nothing is
 downloaded), exported with torch.export on a [batch, tokens] input. The script reports, for the
 exported program as is and after `run_decompositions()`: the import time (`import_exported`:
-graph walk, op building, verification, and the weights copied into NumPy arrays), the op count,
+graph walk, op building, verification, and the weights viewed as NumPy arrays), the op count,
 the printed module's size, and the time to parse and verify that text again (what
 `lamina-opt` / `lamina-run` pay on the file). With `--onnx` the same for the model exported to
 ONNX (weights in an external file) and `lamina.frontends.onnx.import_model`. Target (issue 12):
