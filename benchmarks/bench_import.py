@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import lamina
 import torch
@@ -47,6 +48,9 @@ from xdsl.dialects.builtin import ModuleOp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "samples"))
 from gpt2_model import GPT2Config, example_inputs, make_gpt2  # noqa: E402
+
+if TYPE_CHECKING:    # transformers is imported only by the Llama row
+    from transformers import LlamaConfig
 
 TARGET_S = 30.0
 LLAMA_TARGET_S = 60.0       # export + import (issue 25)
@@ -92,7 +96,7 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # KiB on Linux
 
 
-def llama_config(layers: int, hidden: int, vocab: int):  # -> transformers.LlamaConfig
+def llama_config(layers: int, hidden: int, vocab: int) -> LlamaConfig:
     """TinyLlama-1.1B's shape at `layers` x `hidden`: head size 64, 8 query heads per key/value
     head, the MLP 11/4 of the width (5632 at 2048)."""
     import transformers
@@ -104,7 +108,7 @@ def llama_config(layers: int, hidden: int, vocab: int):  # -> transformers.Llama
         max_position_embeddings=2048)
 
 
-def random_llama(config) -> torch.nn.Module:
+def random_llama(config: LlamaConfig) -> torch.nn.Module:
     """A LlamaForCausalLM with seeded random f32 weights, fast: built on the meta device (no
     memory, no init), given CPU memory, every matrix drawn from N(0, 0.02) in place and the
     norms set to 1; the rotary tables (buffers computed at construction) made again on the CPU."""
@@ -178,8 +182,10 @@ def _llama_runs(args: argparse.Namespace) -> list[dict[str, float]]:
         [args.llama_layers, args.llama_hidden, args.llama_vocab, args.tokens])]
     runs = []
     for _ in range(args.runs):
-        out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
-        runs.append(json.loads(out.splitlines()[-1]))
+        done = subprocess.run(child, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit("bench_import.py: the Llama run failed:\n" + done.stderr[-4000:])
+        runs.append(json.loads(done.stdout.splitlines()[-1]))
     return runs
 
 
@@ -199,7 +205,7 @@ def llama_report(args: argparse.Namespace) -> list[str]:
     return [
         f"Llama: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, MLP "
         f"{cfg.intermediate_size}, {cfg.num_attention_heads} heads ({cfg.num_key_value_heads} "
-        f"key/value), vocabulary {cfg.vocab_size}: {first['params'] / 1e6:.1f} M parameters, "
+        f"key/value), vocabulary {cfg.vocab_size}: {first['params']:,.0f} parameters, "
         f"{_size(first['weight_bytes'])} of f32 weights and buffers; input [1, {args.tokens}]; "
         f"{len(runs)} run(s), each a fresh process; random weights in {med('made_s'):.1f} s",
         "",
