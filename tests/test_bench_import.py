@@ -45,3 +45,32 @@ def test_heads_that_do_not_divide_the_width_are_one_line(capsys: pytest.CaptureF
     assert err.splitlines()[-1] == ("bench_import.py: error: --heads 5 does not divide --dim 256 "
                                     "into equal heads")
     assert "Traceback" not in err
+
+
+def test_a_tiny_llama_row_is_measured_in_a_fresh_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """The Llama row's route (a child process per run, its JSON read back) at a tiny size; the
+    imported weights are the model's own memory, not copies (what keeps the 1.1B row's peak
+    near 1x its weights)."""
+    pytest.importorskip("transformers")
+    b = bench()
+    assert b.main(["--llama", "--llama-layers", "1", "--llama-hidden", "128", "--llama-vocab",
+                   "500", "--tokens", "16", "--runs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1 layers, hidden 128, MLP 352, 2 heads (1 key/value), vocabulary 500" in out
+    row = next(line for line in out.splitlines() if line.startswith("| torch.export (ATen) |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    export_s, import_s = (float(c.split()[0]) for c in cells[1:3])
+    assert export_s > 0 and import_s > 0 and int(cells[4]) > 50
+    assert cells[5].split("x")[0].replace(".", "").isdigit()
+    assert "all of it in torch's tensors' memory" in out
+
+
+def test_a_llama_width_that_is_not_whole_heads_is_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    b = bench()
+    with pytest.raises(SystemExit) as info:
+        b.main(["--llama", "--llama-hidden", "100"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == ("bench_import.py: error: --llama-hidden must be a multiple "
+                                    "of 64 (the head size), got 100")

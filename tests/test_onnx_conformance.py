@@ -90,3 +90,29 @@ def test_the_readme_states_the_measured_counts(conformance) -> None:
     readme = (BENCH.parent.parent / "README.md").read_text(encoding="utf-8")
     stated = re.search(r"\*\*(\d+ passed, \d+ failed, \d+ out of scope)\*\*", readme)
     assert stated is not None and stated[1] == last, (stated and stated[1], last)
+
+
+def test_every_pass_under_a_loosened_tolerance_is_listed_with_it() -> None:
+    """A bf16 or f16 output one ulp off passes only under its type's loosened tolerance, and the
+    report names the case under that tolerance; a pass at rtol is not listed, two ulps more fail."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import numpy as np
+
+    harness = _harness()
+    want = np.array([1.0, 1.5], dtype=ml_dtypes.bfloat16)
+    one_ulp = np.array([1.0, 1.5 + 2.0**-7], dtype=np.float32)       # a bf16 ulp at 1.5
+    assert harness._compare(want.astype(np.float32), want)[::2] == (True, "")
+    assert harness._compare(one_ulp, want)[::2] == (True, "two bfloat16 ulps (rtol 2^-6)")
+    assert not harness._compare(np.array([1.0, 1.5 + 2.0**-4], dtype=np.float32), want)[0]
+    half = np.array([1.0, 1.5], dtype=np.float16)
+    assert harness._compare(half + np.float16(2.0**-9), half)[::2] == (
+        True, "two float16 ulps (rtol 2^-9)")
+    results = [harness.Result("test_a_bf16", "passed", loosened="two bfloat16 ulps (rtol 2^-6)"),
+               harness.Result("test_b", "passed"),
+               harness.Result("test_c_bf16", "passed", loosened="two bfloat16 ulps (rtol 2^-6)"),
+               harness.Result("test_d_fp16", "passed", loosened="two float16 ulps (rtol 2^-9)")]
+    lines = harness.report(results)
+    assert lines[:2] == [
+        "2 passed only within two bfloat16 ulps (rtol 2^-6), not at rtol 0.001: test_a_bf16, "
+        "test_c_bf16",
+        "1 passed only within two float16 ulps (rtol 2^-9), not at rtol 0.001: test_d_fp16"]

@@ -204,10 +204,22 @@ class Imported:
 
 
 def _weight_array(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu()
+    """`t` as a NumPy array, sharing torch's memory where it can: copying every weight made an
+    import's peak memory twice the model's (a 1B-parameter Llama held twice). A contiguous CPU
+    tensor of a NumPy dtype is viewed, read-only, so Lamina never writes into the caller's
+    model: donating such a weight (`lamina.compile(..., donate=...)`, which updates it in place)
+    is refused as read-only, so pass a copy to train in place (`lamina.train` copies its
+    parameters itself). The view follows the model: a tensor changed after the import changes
+    the weight. bf16 (no NumPy dtype) is widened into a new f32 array, a strided or non-CPU
+    tensor copied."""
+    t = t.detach()
     if t.dtype == torch.bfloat16:
-        return t.to(torch.float32).numpy()
-    return t.numpy().copy()
+        return t.to(device="cpu", dtype=torch.float32).numpy()
+    if t.device.type != "cpu" or not t.is_contiguous():
+        return t.cpu().contiguous().numpy()
+    shared = t.numpy()
+    shared.flags.writeable = False
+    return shared
 
 
 _FROZEN_KINDS = (InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
