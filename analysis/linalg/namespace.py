@@ -38,7 +38,9 @@ class Unsupported(Exception):
 
 
 _MLIR_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int32): "i32",
-               np.dtype(np.int64): "i64", np.dtype(np.bool_): "i1"}
+               np.dtype(np.int64): "i64", np.dtype(np.bool_): "i1",
+               # the dropout hash's words: signless in MLIR, unsigned in the ops that read them
+               np.dtype(np.uint32): "i32", np.dtype(np.uint64): "i64"}
 
 
 def mlir_type(dtype: np.dtype) -> str:
@@ -60,6 +62,8 @@ def scalar_literal(value: Any, dtype: np.dtype) -> str:
         return f"0x{int(bits):0{dtype.itemsize * 2}X}"
     if dtype.kind == "b":
         return "true" if bool(v) else "false"
+    if dtype.kind == "u":   # the same bits, written as the signless type's signed value
+        return str(int(v.view(np.int32 if dtype.itemsize == 4 else np.int64)))
     return str(int(v))
 
 
@@ -90,7 +94,8 @@ def affine_map(rank: int, dmap: DMap) -> str:
 class Node:
     """An array of the namespace: `kind` "tensor" (an SSA value named `value`), "const" (a
     scalar `value`), "index" (arange), "bcast" (args[0] broadcast to `shape`) or "fn" (the
-    elementwise function `value` of `args`, converted to `common` first)."""
+    elementwise function `value` of `args`, converted to `common` first) or "view" (args[0]
+    with size-1 dims added or removed: a reshape that moves no element)."""
 
     ns: LinalgNamespace
     kind: str
@@ -131,20 +136,29 @@ class Node:
         return self.ns.slice(self, index)
 
 
-# array-API elementwise names -> (float op, signed-integer op, i1 op); "cmp:<pred>" for compares
+# array-API elementwise names -> their arith/math op by operand kind: (float, signed integer, i1,
+# unsigned integer); the compares' predicates by kind
 _FLOAT_CMP = {"equal": "oeq", "not_equal": "une", "less": "olt", "less_equal": "ole",
               "greater": "ogt", "greater_equal": "oge"}
 _INT_CMP = {"equal": "eq", "not_equal": "ne", "less": "slt", "less_equal": "sle",
             "greater": "sgt", "greater_equal": "sge"}
 _BOOL_CMP = {**_INT_CMP, "less": "ult", "less_equal": "ule", "greater": "ugt",
              "greater_equal": "uge"}
-_BINARY = {"add": ("arith.addf", "arith.addi", "arith.xori"),
-           "subtract": ("arith.subf", "arith.subi", None),
-           "multiply": ("arith.mulf", "arith.muli", "arith.andi"),
-           "divide": ("arith.divf", None, None), "pow": ("math.powf", None, None),
-           "maximum": ("arith.maximumf", "arith.maxsi", "arith.ori"),
-           "minimum": ("arith.minimumf", "arith.minsi", "arith.andi"),
-           "logical_and": (None, None, "arith.andi"), "logical_or": (None, None, "arith.ori")}
+_CMP = {"f": _FLOAT_CMP, "i": _INT_CMP, "b": _BOOL_CMP, "u": _BOOL_CMP}
+_BINARY: dict[str, tuple[str | None, ...]] = {
+    "add": ("arith.addf", "arith.addi", "arith.ori", "arith.addi"),
+    "subtract": ("arith.subf", "arith.subi", None, "arith.subi"),
+    "multiply": ("arith.mulf", "arith.muli", "arith.andi", "arith.muli"),
+    "divide": ("arith.divf", None, None, None), "pow": ("math.powf", None, None, None),
+    "maximum": ("arith.maximumf", "arith.maxsi", "arith.ori", "arith.maxui"),
+    "minimum": ("arith.minimumf", "arith.minsi", "arith.andi", "arith.minui"),
+    "logical_and": (None, None, "arith.andi", None), "logical_or": (None, None, "arith.ori", None),
+    "bitwise_and": (None, "arith.andi", "arith.andi", "arith.andi"),
+    "bitwise_or": (None, "arith.ori", "arith.ori", "arith.ori"),
+    "bitwise_xor": (None, "arith.xori", "arith.xori", "arith.xori"),
+    "bitwise_right_shift": (None, "arith.shrsi", None, "arith.shrui"),
+    "bitwise_left_shift": (None, "arith.shli", None, "arith.shli")}
+_KINDS = "fibu"
 _UNARY_FLOAT = ("exp", "log", "tanh", "sin", "cos", "sqrt", "log2", "floor", "trunc")
 
 
@@ -186,6 +200,8 @@ class Body:
                 return self.emit("arith.constant 0 : i64")
             i = self.emit(f"linalg.index {dmap[0]} : index")
             return self.emit(f"arith.index_cast {i} : index to i64")
+        if node.kind == "view":
+            return self.value(node.args[0], _unit_view(node.args[0].shape, node.shape, dmap))
         args = [self.value(a, _aligned(a.shape, node.shape, dmap)) for a in node.args]
         if node.kind == "bcast":
             return args[0]
@@ -205,13 +221,12 @@ class Body:
             b = self.convert(args[2], node.args[2].dtype, node.dtype)
             c = self.convert(args[0], node.args[0].dtype, np.dtype(np.bool_))
             return self.emit(f"arith.select {c}, {a}, {b} : {mlir_type(node.dtype)}")
-        kind = "f" if common.kind == "f" else "b" if common.kind == "b" else "i"
+        kind = common.kind
         if name in _FLOAT_CMP:
-            table = {"f": _FLOAT_CMP, "i": _INT_CMP, "b": _BOOL_CMP}[kind]
             op = "arith.cmpf" if kind == "f" else "arith.cmpi"
-            return self.emit(f"{op} {table[name]}, {args[0]}, {args[1]} : {t}")
+            return self.emit(f"{op} {_CMP[kind][name]}, {args[0]}, {args[1]} : {t}")
         if name in _BINARY:
-            op = _BINARY[name]["fib".index(kind)]
+            op = _BINARY[name][_KINDS.index(kind)]
             if op is None:
                 raise Unsupported(f"{name} on {common}")
             return self.emit(f"{op} {args[0]}, {args[1]} : {t}")
@@ -240,9 +255,9 @@ class Body:
 
     def convert(self, x: str, src: np.dtype, dst: np.dtype) -> str:
         """NumPy's astype on one element (float -> int truncates, number -> bool is != 0)."""
-        if src == dst:
-            return x
         s, d = mlir_type(src), mlir_type(dst)
+        if src == dst or (s == d and src.kind in "iu" and dst.kind in "iu"):
+            return x   # signless: int64 <-> uint64 keeps the bits
         if dst.kind == "b":
             zero = self.emit(f"arith.constant {scalar_literal(0, src)} : {s}")
             cmp = "arith.cmpf une" if src.kind == "f" else "arith.cmpi ne"
@@ -250,14 +265,24 @@ class Body:
         if src.kind == "f" and dst.kind == "f":
             op = "arith.extf" if dst.itemsize > src.itemsize else "arith.truncf"
         elif dst.kind == "f":
-            op = "arith.uitofp" if src.kind == "b" else "arith.sitofp"
+            op = "arith.uitofp" if src.kind in "bu" else "arith.sitofp"
         elif src.kind == "f":
-            op = "arith.fptosi"
-        elif src.kind == "b":
+            op = "arith.fptoui" if dst.kind == "u" else "arith.fptosi"
+        elif src.kind in "bu" and dst.itemsize > src.itemsize:
             op = "arith.extui"
         else:
             op = "arith.extsi" if dst.itemsize > src.itemsize else "arith.trunci"
         return self.emit(f"{op} {x} : {s} to {d}")
+
+
+def _non_unit(shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(n for n in shape if n != 1)
+
+
+def _unit_view(shape: tuple[int, ...], out: tuple[int, ...], dmap: DMap) -> DMap:
+    """The loop dims of `shape` seen as `out`, the same dims but for size-1 ones."""
+    loops = iter(d for n, d in zip(out, dmap, strict=True) if n != 1)
+    return tuple(None if n == 1 else next(loops) for n in shape)
 
 
 def _aligned(shape: tuple[int, ...], out: tuple[int, ...], dmap: DMap) -> DMap:
@@ -276,7 +301,7 @@ class LinalgNamespace:
     _done: dict[int, tuple[Node, Node]] = field(default_factory=dict)  # id -> (node, tensor)
 
     float32, float64 = np.float32, np.float64
-    int32, int64 = np.int32, np.int64
+    int32, int64, uint32, uint64 = np.int32, np.int64, np.uint32, np.uint64
     bool = np.bool_
 
     def __getattr__(self, name: str) -> Any:
@@ -504,10 +529,13 @@ class LinalgNamespace:
 
     def reshape(self, x: Any, shape: Sequence[int]) -> Node:
         """Through the flat vector: `tensor.collapse_shape` to rank 1, `expand_shape` to `shape`."""
-        src = self.materialize(x)
-        target = tuple(int(d) for d in np.empty(src.shape, np.bool_).reshape(tuple(shape)).shape)
-        if target == src.shape:
-            return src
+        node = self.asarray(x)
+        target = tuple(int(d) for d in np.empty(node.shape, np.bool_).reshape(tuple(shape)).shape)
+        if target == node.shape:
+            return node
+        if node.kind != "tensor" and _non_unit(target) == _non_unit(node.shape):
+            return Node(self, "view", target, node.dtype, (node,))   # stays an expression
+        src = self.materialize(node)
         flat = self._flat(src)
         if len(target) == 1:
             return flat
