@@ -1,7 +1,7 @@
 """The linalg export (`lamina-opt -t linalg`) with IREE as the oracle.
 
-- every single-device sample function the export covers, as parsed and after
-  `fuse-elementwise`, is compiled by IREE for the CPU (all of them as ONE module, one compile) and
+- every single-device sample function the export covers, as parsed, after `fuse-elementwise`
+  and after `fuse-attention,fuse-elementwise` (attention kernels), is compiled by IREE for the CPU (all of them as ONE module, one compile) and
   run on the inputs `lamina-run` draws: IREE's outputs match the NumPy interpreter's (float
   tolerance by element type, exact for integers and i1); f64 stays f64 (IREE is told not to
   demote it);
@@ -48,9 +48,10 @@ IREE_FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=
 # this slice does not build yet (gather, f16/bf16, placed programs)
 REFUSED = ("no linalg lowering for lamina.gather", "f16 tensors", "bf16 tensors",
            "export after the SPMD split is not built yet")
-MIN_EXPORTED = 40   # of the sample functions, counting both pipelines
+MIN_EXPORTED = 60   # of the sample functions, counting every pipeline
 # the generator's op families the export covers (gather is refused, above)
 FAMILIES = tuple(f for f in ALL_FAMILIES if f != "indexing")
+SAMPLE_PIPELINES = ("", "fuse-elementwise", "fuse-attention,fuse-elementwise")
 MAX_ELEMENTS = 1 << 20   # inputs of a sample function run here (larger ones are only compiled)
 
 
@@ -99,7 +100,7 @@ def samples_on_iree():
     parts, cases, refused = [], [], []
     for path in SAMPLES:
         text = path.read_text(encoding="utf-8")
-        for pipeline in ("", "fuse-elementwise"):
+        for pipeline in SAMPLE_PIPELINES:
             for func in _functions(_module(text, str(path), pipeline)):
                 symbol = f"f{len(cases)}"
                 label = f"{path.name}@{func.sym_name.data} [{pipeline or 'as parsed'}]"
