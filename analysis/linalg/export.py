@@ -23,7 +23,7 @@ import numpy as np
 from lamina.analysis.linalg.namespace import LinalgNamespace, Node, Unsupported, tensor_type
 from lamina.analysis.placed import placed_mesh
 from lamina.ir.buffers.memory import FreeOp, MoveOp
-from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.diagnostics import LaminaError, error_at
 from lamina.ir.mesh.placement import MeshOp
 from lamina.ir.ops.formulas import Call, compute_dtype
 from lamina.ir.ops.fused import FusedOp, YieldOp
@@ -87,7 +87,10 @@ def export_function(func: FuncOp, symbol: str | None = None) -> str:
         lines.append(f"    // lamina: {dropped} tier move(s) and free(s) dropped: they change no value")
     ret = block.last_op
     assert isinstance(ret, ReturnOp)
-    results = [ns.materialize(env[v]).value for v in ret.operands]
+    try:
+        results = [ns.materialize(env[v]).value for v in ret.operands]
+    except Unsupported as e:
+        raise _refusal(ret, e) from None
     body = ns.lines
     body.append(f"    func.return {', '.join(results)} : {', '.join(out_types)}"
                 if results else "    func.return")
@@ -107,11 +110,20 @@ def _run_block(ns: LinalgNamespace, block: Block, env: Env, lazy: bool) -> int:
         elif isinstance(op, FusedOp):
             _fused(ns, op, env)
         elif isinstance(op, LaminaOp):
-            out = _table_op(ns, op, env)
-            env[op.results[0]] = out if lazy else ns.materialize(out)
+            try:
+                out = _table_op(ns, op, env)
+                env[op.results[0]] = out if lazy else ns.materialize(out)
+            except Unsupported as e:
+                raise _refusal(op, e) from None
         else:
             raise error_at(op, f"{op.name}: no linalg lowering for {op.name}")
     return dropped
+
+
+def _refusal(op: Operation, e: Unsupported) -> LaminaError:
+    """The one diagnostic for what the namespace could not write (an expression's unsupported
+    part surfaces where it is materialized: at its op, a fused kernel or the return)."""
+    return error_at(op, f"{op.name}: no linalg lowering for {op.name} (its formula uses {e})")
 
 
 def _fused(ns: LinalgNamespace, op: FusedOp, env: Env) -> None:
@@ -119,7 +131,10 @@ def _fused(ns: LinalgNamespace, op: FusedOp, env: Env) -> None:
     inner: Env = {a: env[v] for a, v in zip(op.body.block.args, op.inputs, strict=True)}
     _run_block(ns, op.body.block, inner, lazy=True)
     for r, v in zip(op.results, op.yield_op.operands, strict=True):
-        env[r] = ns.materialize(inner[v])
+        try:
+            env[r] = ns.materialize(inner[v])
+        except Unsupported as e:
+            raise _refusal(op, e) from None
 
 
 def _table_op(ns: LinalgNamespace, op: LaminaOp, env: Env) -> Node:
@@ -141,9 +156,4 @@ def _table_op(ns: LinalgNamespace, op: LaminaOp, env: Env) -> Node:
         if info.arith:
             x = ns.astype(x, compute_dtype(np, tensor_info(v.type).dtype))
         args.append(x)
-    try:
-        out = info.formula(ns, args, call)
-        return ns.astype(out, store)
-    except Unsupported as e:
-        raise error_at(op, f"{op.name}: no linalg lowering for {op.name} (its formula uses {e})"
-                       ) from None
+    return ns.astype(info.formula(ns, args, call), store)

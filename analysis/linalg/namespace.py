@@ -159,6 +159,7 @@ _BINARY: dict[str, tuple[str | None, ...]] = {
     "bitwise_right_shift": (None, "arith.shrsi", None, "arith.shrui"),
     "bitwise_left_shift": (None, "arith.shli", None, "arith.shli")}
 _KINDS = "fibu"
+_F64_LIBM_GAPS = ("tanh", "log2", "sin", "cos")   # see `Body.f64_form`
 _UNARY_FLOAT = ("exp", "log", "tanh", "sin", "cos", "sqrt", "log2", "floor", "trunc")
 
 
@@ -234,6 +235,8 @@ class Body:
 
     def unary(self, name: str, dtype: np.dtype, x: str) -> str:
         t = mlir_type(dtype)
+        if dtype == np.float64 and name in _F64_LIBM_GAPS:
+            return self.f64_form(name, x)
         if dtype.kind == "f":
             if name in _UNARY_FLOAT:
                 return self.emit(f"math.{name} {x} : {t}")
@@ -252,6 +255,26 @@ class Body:
             one = self.emit("arith.constant true")
             return self.emit(f"arith.xori {x}, {one} : i1")
         raise Unsupported(f"{name} on {dtype}")
+
+    def f64_form(self, name: str, x: str) -> str:
+        """f64 tanh and log2 from expm1 and log, which IREE's CPU runtime has (it links no f64
+        `tanh`, `log2`, `sin`, `cos`): tanh(x) = sign(x) t / (t + 2), t = expm1(2|x|), 1 past
+        |x| = 20 (where tanh rounds to 1); log2(x) = log(x) / ln 2 (within 2 ulp: the
+        normalizations' guard floors it to pick a power-of-two scale, any near one will do)."""
+        def c(v: float) -> str:
+            return self.emit(f"arith.constant {scalar_literal(v, np.dtype(np.float64))} : f64")
+
+        if name == "log2":
+            lg = self.emit(f"math.log {x} : f64")
+            return self.emit(f"arith.mulf {lg}, {c(1.0 / math.log(2.0))} : f64")
+        if name != "tanh":
+            raise Unsupported(f"{name} on float64 (IREE's CPU runtime has no f64 {name})")
+        a = self.emit(f"math.absf {x} : f64")
+        t = self.emit(f"math.expm1 {self.emit(f'arith.addf {a}, {a} : f64')} : f64")
+        r = self.emit(f"arith.divf {t}, {self.emit(f'arith.addf {t}, {c(2.0)} : f64')} : f64")
+        big = self.emit(f"arith.cmpf ogt, {a}, {c(20.0)} : f64")
+        r = self.emit(f"arith.select {big}, {c(1.0)}, {r} : f64")
+        return self.emit(f"math.copysign {r}, {x} : f64")
 
     def convert(self, x: str, src: np.dtype, dst: np.dtype) -> str:
         """NumPy's astype on one element (float -> int truncates, number -> bool is != 0)."""
@@ -400,11 +423,16 @@ class LinalgNamespace:
         return self.emit(f"tensor.empty() : {tensor_type(shape, dtype)}")
 
     def _generic(self, node: Node) -> Node:
-        rank = len(node.shape)
-        body = Body(self, rank)
-        result = body.value(node, tuple(range(rank)))
-        out_t = tensor_type(node.shape, node.dtype)
-        init = self.empty(node.shape, node.dtype)
+        body = Body(self, len(node.shape))
+        result = body.value(node, tuple(range(len(node.shape))))
+        return self._emit_generic(body, result, node.shape, node.dtype)
+
+    def _emit_generic(self, body: Body, result: str, shape: tuple[int, ...], dtype: np.dtype
+                      ) -> Node:
+        """A parallel `linalg.generic` of `body` (its inputs, its lines) yielding `result`."""
+        rank = len(shape)
+        out_t = tensor_type(shape, dtype)
+        init = self.empty(shape, dtype)
         maps = [affine_map(rank, m) for _, _, m, _ in body.inputs]
         maps.append(affine_map(rank, tuple(range(rank))))
         ins = ""
@@ -412,7 +440,7 @@ class LinalgNamespace:
             ins = (" ins(" + ", ".join(s for s, _, _, _ in body.inputs) + " : "
                    + ", ".join(t for _, t, _, _ in body.inputs) + ")")
         block = [f"%in{i}: {mlir_type(d)}" for i, (_, _, _, d) in enumerate(body.inputs)]
-        block.append(f"%out: {mlir_type(node.dtype)}")
+        block.append(f"%out: {mlir_type(dtype)}")
         name = self.fresh()
         self.lines += [
             f"    {name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], "
@@ -420,9 +448,9 @@ class LinalgNamespace:
             f"outs({init} : {out_t}) {{",
             f"    ^bb0({', '.join(block)}):",
             *("    " + line for line in body.lines),
-            f"      linalg.yield {result} : {mlir_type(node.dtype)}",
+            f"      linalg.yield {result} : {mlir_type(dtype)}",
             f"    }} -> {out_t}"]
-        return self.tensor(name, node.shape, node.dtype)
+        return self.tensor(name, shape, dtype)
 
     # -- reductions --
     def sum(self, x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Node:
@@ -458,7 +486,7 @@ class LinalgNamespace:
         init = self._filled(shape, dt, ident)
         body = Body(self, node.ndim)
         op = _BINARY[combine][0 if dt.kind == "f" else 1]
-        body.emit(f"{op} %in0, %out : {t}")
+        acc = body.emit(f"{op} %in0, %out : {t}")
         out_t = tensor_type(shape, dt)
         name = self.fresh()
         iters = ["reduction" if d in axes else "parallel" for d in range(node.ndim)]
@@ -469,7 +497,7 @@ class LinalgNamespace:
             f"{tensor_type(src.shape, dt)}) outs({init} : {out_t}) {{",
             f"    ^bb0(%in0: {t}, %out: {t}):",
             *("    " + line for line in body.lines),
-            f"      linalg.yield {body.lines[0].split()[0]} : {t}",
+            f"      linalg.yield {acc} : {t}",
             f"    }} -> {out_t}"]
         out = self.tensor(name, shape, dt)
         if keepdims:
@@ -576,6 +604,22 @@ class LinalgNamespace:
             f"[{', '.join(map(str, sizes))}] [{', '.join(str(st) for _, _, st in ranges)}] : "
             f"{tensor_type(src.shape, src.dtype)} to {tensor_type(sizes, src.dtype)}")
         return self.tensor(name, tuple(sizes), src.dtype)
+
+    def take(self, x: Any, indices: Any, axis: int = 0) -> Node:
+        """`x` along `axis` at a vector of in-range indices: a generic whose body reads `x` with
+        `tensor.extract` (the loop index elsewhere, the loaded index on `axis`)."""
+        src, idx = self.materialize(x), self.materialize(indices)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise Unsupported("take with indices other than a vector of integers")
+        axis %= src.ndim
+        shape = (*src.shape[:axis], idx.shape[0], *src.shape[axis + 1:])
+        body = Body(self, len(shape))
+        i = body.input(idx, (axis,))
+        at = body.emit(f"arith.index_cast {i} : {mlir_type(idx.dtype)} to index")
+        subs = [at if d == axis else body.emit(f"linalg.index {d} : index") for d in range(len(shape))]
+        v = body.emit(f"tensor.extract {src.value}[{', '.join(subs)}] : "
+                      f"{tensor_type(src.shape, src.dtype)}")
+        return self._emit_generic(body, v, shape, src.dtype)
 
     def concat(self, xs: Sequence[Any], axis: int = 0) -> Node:
         """Each part `tensor.insert_slice`d into an empty result at its offset."""
