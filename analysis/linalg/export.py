@@ -11,8 +11,9 @@ What each op becomes:
 - `lamina.move` / `lamina.free`: dropped (they move or end a buffer, never change a value), with a
   comment at the top of the function saying how many.
 
-Refused with one diagnostic at the op: anything else (collectives, attention kernels), a formula
-the namespace has no form for (`Unsupported`: scans, gather, dropout's unsigned hash), bf16/f16
+An attention kernel (`fuse-attention`) is its body's ops like any other kernel's. Refused with
+one diagnostic at the op: ops outside the table (collectives), a formula the namespace has no
+form for (`Unsupported`: cumsum's scan; f64 sin/cos, which IREE's CPU runtime lacks), bf16/f16
 (not yet computed the interpreter's way), and a placed program (export after the SPMD split is
 not built yet). The text is a pure function of the module: two runs print the same bytes.
 """

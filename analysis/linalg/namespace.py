@@ -8,16 +8,19 @@ evaluates and keeps no list of ops. Its arrays (`Node`) are lazy where that is f
   `arange`, scalars build an expression; `materialize` turns one expression into ONE
   `linalg.generic` (parallel iterators; inputs read through broadcasting indexing maps; the body
   is the expression's arith/math ops, element by element);
-- reductions (`sum`, `mean`, `max`, `min`), `matmul`, `permute_dims`, `reshape`, slicing and
-  `concat` materialize their operands and emit their structured op (a reduction `linalg.generic`,
-  `linalg.matmul` or a batched-matmul generic, `linalg.transpose`, `tensor.collapse_shape` /
-  `expand_shape`, `tensor.extract_slice`, `tensor.insert_slice`).
+- a `reshape` that only adds or drops size-1 dims stays an expression too (the dropout hash's
+  global index is then `linalg.index` arithmetic in the body);
+- reductions (`sum`, `mean`, `max`, `min`), `matmul`, `permute_dims`, other reshapes, slicing,
+  `concat` and `take` materialize their operands and emit their structured op (a reduction
+  `linalg.generic`, `linalg.matmul` or a batched-matmul generic, `linalg.transpose`,
+  `tensor.collapse_shape` / `expand_shape`, `tensor.extract_slice`, `tensor.insert_slice`, a
+  generic reading its table with `tensor.extract`).
 
 Types follow NumPy (2.x, Python scalars weak) exactly: an expression's dtype is what the NumPy
 function gives for zeros of its operands' dtypes, and operands are converted to the common type
 before the scalar op, as NumPy does. Float constants are printed as hexadecimal bit patterns, so
-the output is exact and deterministic. A formula that calls anything else (a scan, a gather, the
-dropout hash's unsigned arithmetic) raises `Unsupported`, naming it.
+the output is exact and deterministic. A formula that calls anything else (cumsum's scan, or
+f64 sin/cos, which IREE's CPU runtime does not link) raises `Unsupported`, naming it.
 """
 
 from __future__ import annotations
