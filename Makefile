@@ -21,6 +21,7 @@ EXTRAS += jax
 EXTRAS += compiled
 EXTRAS += train
 EXTRAS += hf
+EXTRAS += iree
 comma := ,
 empty :=
 space := $(empty) $(empty)

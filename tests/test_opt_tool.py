@@ -85,7 +85,7 @@ def test_version_names_lamina(tmp_path: Path, flag: str) -> None:
     assert res.stdout == f"lamina-opt {lamina.__version__} (Lamina), on xDSL {version('xdsl')}\n"
 
 
-def test_target_offers_only_mlir(tmp_path: Path) -> None:
+def test_target_offers_mlir_and_linalg_only(tmp_path: Path) -> None:
     name = write(tmp_path, "ok.mlir", GOOD)
     plain = opt(name, cwd=tmp_path)
     assert opt(name, "-t", "mlir", cwd=tmp_path).stdout == plain.stdout
@@ -94,7 +94,7 @@ def test_target_offers_only_mlir(tmp_path: Path) -> None:
         res = opt(name, "-t", xdsl_target, cwd=tmp_path)
         assert res.returncode == 1 and res.stdout == ""
         assert res.stderr == (f"lamina-opt: error: argument -t/--target: invalid choice: "
-                              f"'{xdsl_target}' (output targets: mlir)\n")
+                              f"'{xdsl_target}' (output targets: mlir, linalg)\n")
 
 
 def test_empty_output_file_is_refused(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_a_hardware_target_is_not_an_output_target(tmp_path: Path) -> None:
     res = opt("--target", "tiny", cwd=tmp_path, stdin=GOOD)
     assert res.returncode == 1
     assert res.stderr == (
-        "lamina-opt: error: argument -t/--target: invalid choice: 'tiny' (output targets: mlir); "
+        "lamina-opt: error: argument -t/--target: invalid choice: 'tiny' (output targets: mlir, linalg); "
         "'tiny' is a hardware target, which passes take as an option "
         "(-p 'assign-memory-tiers{target=tiny}') and lamina-run as --target\n")
     assert "arm-asm" not in res.stderr and "x86" not in res.stderr

@@ -1,6 +1,6 @@
 """`lamina-opt`: parse, verify, run a pass pipeline and print, like `mlir-opt` / `xdsl-opt`.
 
-    lamina-opt [FILE] [-p PIPELINE] [-o OUT] [-t mlir] [--split-input-file] [--verify-diagnostics]
+    lamina-opt [FILE] [-p PIPELINE] [-o OUT] [-t mlir|linalg] [--split-input-file] [--verify-diagnostics]
                [--parsing-diagnostics] [--print-op-generic] [--print-debuginfo] [--explain]
                [--time-passes] [--print-between-passes] [--disable-verify] [--version]
                [--list-passes]
@@ -13,8 +13,9 @@ flag below does what its help says, in mlir-opt's formats:
 
 - `-p`: the pass pipeline (`lamina.passes.pipeline`); the module is verified after every pass.
 - `-o`: written only when the whole run succeeded (all chunks, all checks), atomically.
-- `-t/--target`: the output format. Only `mlir` (the text format) exists; an MLIR exporter for
-  other dialects plugs in as another entry of `OUTPUT_TARGETS`.
+- `-t/--target`: the output format: `mlir` (Lamina's text format) or `linalg` (the module exported
+  to upstream func + tensor + linalg + arith + math, which `iree-compile` and `mlir-opt` read:
+  `lamina.analysis.linalg`); another exporter plugs in as another entry of `OUTPUT_TARGETS`.
 - `--split-input-file`: each `// -----` chunk is a separate module; outputs are joined by the marker.
 - `--verify-diagnostics`: MLIR's: the `expected-*` annotations in the input are checked against the
   diagnostics each chunk produces (`lamina.cli.diagnostic_verifier`); a mismatch is reported on
@@ -47,6 +48,7 @@ from importlib.metadata import version
 from typing import Any, TextIO
 
 import lamina
+from lamina.analysis.linalg.export import export_module
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
 from lamina.cli.entry import guarded
 from lamina.cli.outputs import check_destination, write_text_atomic
@@ -70,7 +72,13 @@ def _print_mlir(module: ModuleOp, generic: bool, debuginfo: bool) -> str:
 
 
 # output format name -> printer (module, generic form?, debug info?) -> text
-OUTPUT_TARGETS: dict[str, Callable[[ModuleOp, bool, bool], str]] = {"mlir": _print_mlir}
+def _print_linalg(module: ModuleOp, generic: bool, debuginfo: bool) -> str:
+    """Upstream MLIR (`lamina.analysis.linalg`); the flags of the Lamina printer do not apply."""
+    return export_module(module)
+
+
+OUTPUT_TARGETS: dict[str, Callable[[ModuleOp, bool, bool], str]] = {"mlir": _print_mlir,
+                                                                     "linalg": _print_linalg}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,667 @@
+"""An array-API namespace whose arrays are MLIR values: the op table's formulas, run, write linalg.
+
+`LinalgNamespace` is to the linalg export what `jax.numpy` is to the JAX backend: every row's
+formula (`OpInfo.formula`) is called with it, so the export computes the definition every backend
+evaluates and keeps no list of ops. Its arrays (`Node`) are lazy where that is free:
+
+- elementwise calls (`add`, `exp`, `where`, `astype`, the operators, ...) and `broadcast_to`,
+  `arange`, scalars build an expression; `materialize` turns one expression into ONE
+  `linalg.generic` (parallel iterators; inputs read through broadcasting indexing maps; the body
+  is the expression's arith/math ops, element by element);
+- a `reshape` that only adds or drops size-1 dims stays an expression too (the dropout hash's
+  global index is then `linalg.index` arithmetic in the body);
+- reductions (`sum`, `mean`, `max`, `min`), `matmul`, `permute_dims`, other reshapes, slicing,
+  `concat` and `take` materialize their operands and emit their structured op (a reduction
+  `linalg.generic`, `linalg.matmul` or a batched-matmul generic, `linalg.transpose`,
+  `tensor.collapse_shape` / `expand_shape`, `tensor.extract_slice`, `tensor.insert_slice`, a
+  generic reading its table with `tensor.extract`).
+
+Types follow NumPy (2.x, Python scalars weak) exactly: an expression's dtype is what the NumPy
+function gives for zeros of its operands' dtypes, and operands are converted to the common type
+before the scalar op, as NumPy does. Float constants are printed as hexadecimal bit patterns, so
+the output is exact and deterministic. A formula that calls anything else (cumsum's scan, or
+f64 sin/cos, which IREE's CPU runtime does not link) raises `Unsupported`, naming it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+DMap = tuple[int | None, ...]   # per dim of a node: the loop dim it runs along, None: broadcast
+
+
+class Unsupported(Exception):
+    """A formula used a function or a type this namespace has no linalg form for."""
+
+
+_MLIR_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int32): "i32",
+               np.dtype(np.int64): "i64", np.dtype(np.bool_): "i1",
+               # the dropout hash's words: signless in MLIR, unsigned in the ops that read them
+               np.dtype(np.uint32): "i32", np.dtype(np.uint64): "i64"}
+
+
+def mlir_type(dtype: np.dtype) -> str:
+    """The MLIR element type of a NumPy dtype (signless integers)."""
+    if dtype not in _MLIR_TYPES:
+        raise Unsupported(f"element type {dtype}")
+    return _MLIR_TYPES[dtype]
+
+
+def tensor_type(shape: Sequence[int], dtype: np.dtype) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + mlir_type(dtype) + ">"
+
+
+def scalar_literal(value: Any, dtype: np.dtype) -> str:
+    """An exact MLIR literal: floats as their bit pattern, so no decimal rounding is involved."""
+    v = np.asarray(value).astype(dtype)
+    if dtype.kind == "f":
+        bits = v.view(np.uint32 if dtype.itemsize == 4 else np.uint64)
+        return f"0x{int(bits):0{dtype.itemsize * 2}X}"
+    if dtype.kind == "b":
+        return "true" if bool(v) else "false"
+    if dtype.kind == "u":   # the same bits, written as the signless type's signed value
+        return str(int(v.view(np.int32 if dtype.itemsize == 4 else np.int64)))
+    return str(int(v))
+
+
+def dense_literal(arr: np.ndarray) -> str:
+    """`dense<...>` for a NumPy array: a splat, a hex blob (numbers) or nested lists (i1)."""
+    flat = arr.reshape(-1)
+    if flat.size > 0 and bool(np.all(flat == flat[0])) and not np.isnan(flat[0]):
+        return f"dense<{scalar_literal(flat[0], arr.dtype)}>"
+    if arr.dtype.kind == "b":
+        return f"dense<{_nested(arr)}>"
+    little = arr.astype(arr.dtype.newbyteorder("<"))
+    return f'dense<"0x{little.tobytes().hex().upper()}">'
+
+
+def _nested(arr: np.ndarray) -> str:
+    if arr.ndim == 0:
+        return scalar_literal(arr, arr.dtype)
+    return "[" + ", ".join(_nested(a) for a in arr) + "]"
+
+
+def affine_map(rank: int, dmap: DMap) -> str:
+    dims = ", ".join(f"d{i}" for i in range(rank))
+    res = ", ".join("0" if d is None else f"d{d}" for d in dmap)
+    return f"affine_map<({dims}) -> ({res})>"
+
+
+@dataclass(eq=False)
+class Node:
+    """An array of the namespace: `kind` "tensor" (an SSA value named `value`), "const" (a
+    scalar `value`), "index" (arange), "bcast" (args[0] broadcast to `shape`) or "fn" (the
+    elementwise function `value` of `args`, converted to `common` first) or "view" (args[0]
+    with size-1 dims added or removed: a reshape that moves no element)."""
+
+    ns: LinalgNamespace
+    kind: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    args: tuple[Node, ...] = ()
+    value: Any = None
+    common: np.dtype | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __add__(self, o: Any) -> Node: return self.ns.add(self, o)
+    def __radd__(self, o: Any) -> Node: return self.ns.add(o, self)
+    def __sub__(self, o: Any) -> Node: return self.ns.subtract(self, o)
+    def __rsub__(self, o: Any) -> Node: return self.ns.subtract(o, self)
+    def __mul__(self, o: Any) -> Node: return self.ns.multiply(self, o)
+    def __rmul__(self, o: Any) -> Node: return self.ns.multiply(o, self)
+    def __truediv__(self, o: Any) -> Node: return self.ns.divide(self, o)
+    def __rtruediv__(self, o: Any) -> Node: return self.ns.divide(o, self)
+    def __pow__(self, o: Any) -> Node: return self.ns.pow(self, o)
+    def __neg__(self) -> Node: return self.ns.negative(self)
+    def __abs__(self) -> Node: return self.ns.abs(self)
+    def __invert__(self) -> Node: return self.ns.logical_not(self)
+    def __lt__(self, o: Any) -> Node: return self.ns.less(self, o)
+    def __le__(self, o: Any) -> Node: return self.ns.less_equal(self, o)
+    def __gt__(self, o: Any) -> Node: return self.ns.greater(self, o)
+    def __ge__(self, o: Any) -> Node: return self.ns.greater_equal(self, o)
+    def __eq__(self, o: Any) -> Node: return self.ns.equal(self, o)  # type: ignore[override]
+    def __ne__(self, o: Any) -> Node: return self.ns.not_equal(self, o)  # type: ignore[override]
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise Unsupported("a branch on a value")
+
+    def __getitem__(self, index: Any) -> Node:
+        return self.ns.slice(self, index)
+
+
+# array-API elementwise names -> their arith/math op by operand kind: (float, signed integer, i1,
+# unsigned integer); the compares' predicates by kind
+_FLOAT_CMP = {"equal": "oeq", "not_equal": "une", "less": "olt", "less_equal": "ole",
+              "greater": "ogt", "greater_equal": "oge"}
+_INT_CMP = {"equal": "eq", "not_equal": "ne", "less": "slt", "less_equal": "sle",
+            "greater": "sgt", "greater_equal": "sge"}
+_BOOL_CMP = {**_INT_CMP, "less": "ult", "less_equal": "ule", "greater": "ugt",
+             "greater_equal": "uge"}
+_CMP = {"f": _FLOAT_CMP, "i": _INT_CMP, "b": _BOOL_CMP, "u": _BOOL_CMP}
+_BINARY: dict[str, tuple[str | None, ...]] = {
+    "add": ("arith.addf", "arith.addi", "arith.ori", "arith.addi"),
+    "subtract": ("arith.subf", "arith.subi", None, "arith.subi"),
+    "multiply": ("arith.mulf", "arith.muli", "arith.andi", "arith.muli"),
+    "divide": ("arith.divf", None, None, None), "pow": ("math.powf", None, None, None),
+    "maximum": ("arith.maximumf", "arith.maxsi", "arith.ori", "arith.maxui"),
+    "minimum": ("arith.minimumf", "arith.minsi", "arith.andi", "arith.minui"),
+    "logical_and": (None, None, "arith.andi", None), "logical_or": (None, None, "arith.ori", None),
+    "bitwise_and": (None, "arith.andi", "arith.andi", "arith.andi"),
+    "bitwise_or": (None, "arith.ori", "arith.ori", "arith.ori"),
+    "bitwise_xor": (None, "arith.xori", "arith.xori", "arith.xori"),
+    "bitwise_right_shift": (None, "arith.shrsi", None, "arith.shrui"),
+    "bitwise_left_shift": (None, "arith.shli", None, "arith.shli")}
+_KINDS = "fibu"
+_F64_LIBM_GAPS = ("tanh", "log2", "sin", "cos")   # see `Body.f64_form`
+_UNARY_FLOAT = ("exp", "log", "tanh", "sin", "cos", "sqrt", "log2", "floor", "trunc")
+
+
+class Body:
+    """The scalar region of one `linalg.generic` over a loop nest of `rank` dims."""
+
+    def __init__(self, ns: LinalgNamespace, rank: int) -> None:
+        self.ns, self.rank = ns, rank
+        self.lines: list[str] = []
+        self.inputs: list[tuple[str, str, DMap, np.dtype]] = []  # (ssa, tensor type, map, dtype)
+        self._memo: dict[tuple[int, DMap], str] = {}
+
+    def emit(self, rhs: str) -> str:
+        name = self.ns.fresh()
+        self.lines.append(f"  {name} = {rhs}")
+        return name
+
+    def value(self, node: Node, dmap: DMap) -> str:
+        key = (id(node), dmap)
+        if key not in self._memo:
+            self._memo[key] = self._compute(node, dmap)
+        return self._memo[key]
+
+    def input(self, node: Node, dmap: DMap) -> str:
+        for i, (ssa, _, m, _) in enumerate(self.inputs):
+            if ssa == node.value and m == dmap:
+                return f"%in{i}"
+        self.inputs.append((node.value, tensor_type(node.shape, node.dtype), dmap, node.dtype))
+        return f"%in{len(self.inputs) - 1}"
+
+    def _compute(self, node: Node, dmap: DMap) -> str:
+        if node.kind == "tensor":
+            return self.input(node, dmap)
+        if node.kind == "const":
+            return self.emit(f"arith.constant {scalar_literal(node.value, node.dtype)} : "
+                             f"{mlir_type(node.dtype)}")
+        if node.kind == "index":
+            if dmap[0] is None:
+                return self.emit("arith.constant 0 : i64")
+            i = self.emit(f"linalg.index {dmap[0]} : index")
+            return self.emit(f"arith.index_cast {i} : index to i64")
+        if node.kind == "view":
+            return self.value(node.args[0], _unit_view(node.args[0].shape, node.shape, dmap))
+        args = [self.value(a, _aligned(a.shape, node.shape, dmap)) for a in node.args]
+        if node.kind == "bcast":
+            return args[0]
+        assert node.common is not None
+        args = [self.convert(v, a.dtype, node.common) if node.value not in ("where", "astype")
+                else v for v, a in zip(args, node.args, strict=True)]
+        return self.scalar_op(node, args)
+
+    def scalar_op(self, node: Node, args: list[str]) -> str:
+        name, common = node.value, node.common
+        assert common is not None
+        t = mlir_type(common)
+        if name == "astype":
+            return self.convert(args[0], node.args[0].dtype, node.dtype)
+        if name == "where":
+            a = self.convert(args[1], node.args[1].dtype, node.dtype)
+            b = self.convert(args[2], node.args[2].dtype, node.dtype)
+            c = self.convert(args[0], node.args[0].dtype, np.dtype(np.bool_))
+            return self.emit(f"arith.select {c}, {a}, {b} : {mlir_type(node.dtype)}")
+        kind = common.kind
+        if name in _FLOAT_CMP:
+            op = "arith.cmpf" if kind == "f" else "arith.cmpi"
+            return self.emit(f"{op} {_CMP[kind][name]}, {args[0]}, {args[1]} : {t}")
+        if name in _BINARY:
+            op = _BINARY[name][_KINDS.index(kind)]
+            if op is None:
+                raise Unsupported(f"{name} on {common}")
+            return self.emit(f"{op} {args[0]}, {args[1]} : {t}")
+        return self.unary(name, common, args[0])
+
+    def unary(self, name: str, dtype: np.dtype, x: str) -> str:
+        t = mlir_type(dtype)
+        if dtype == np.float64 and name in _F64_LIBM_GAPS:
+            return self.f64_form(name, x)
+        if dtype.kind == "f":
+            if name in _UNARY_FLOAT:
+                return self.emit(f"math.{name} {x} : {t}")
+            if name in ("negative", "abs"):
+                return self.emit(f"{'arith.negf' if name == 'negative' else 'math.absf'} {x} : {t}")
+            if name == "isfinite":
+                a = self.emit(f"math.absf {x} : {t}")
+                inf = self.emit(f"arith.constant {scalar_literal(math.inf, dtype)} : {t}")
+                return self.emit(f"arith.cmpf olt, {a}, {inf} : {t}")
+        if dtype.kind == "i" and name in ("negative", "abs"):
+            if name == "abs":
+                return self.emit(f"math.absi {x} : {t}")
+            zero = self.emit(f"arith.constant 0 : {t}")
+            return self.emit(f"arith.subi {zero}, {x} : {t}")
+        if dtype.kind == "b" and name == "logical_not":
+            one = self.emit("arith.constant true")
+            return self.emit(f"arith.xori {x}, {one} : i1")
+        raise Unsupported(f"{name} on {dtype}")
+
+    def f64_form(self, name: str, x: str) -> str:
+        """f64 tanh and log2 from expm1 and log, which IREE's CPU runtime has (it links no f64
+        `tanh`, `log2`, `sin`, `cos`): tanh(x) = sign(x) t / (t + 2), t = expm1(2|x|), 1 past
+        |x| = 20 (where tanh rounds to 1); log2(x) = log(x) / ln 2 (within 2 ulp: the
+        normalizations' guard floors it to pick a power-of-two scale, any near one will do)."""
+        def c(v: float) -> str:
+            return self.emit(f"arith.constant {scalar_literal(v, np.dtype(np.float64))} : f64")
+
+        if name == "log2":
+            lg = self.emit(f"math.log {x} : f64")
+            return self.emit(f"arith.mulf {lg}, {c(1.0 / math.log(2.0))} : f64")
+        if name != "tanh":
+            raise Unsupported(f"{name} on float64 (IREE's CPU runtime has no f64 {name})")
+        a = self.emit(f"math.absf {x} : f64")
+        t = self.emit(f"math.expm1 {self.emit(f'arith.addf {a}, {a} : f64')} : f64")
+        r = self.emit(f"arith.divf {t}, {self.emit(f'arith.addf {t}, {c(2.0)} : f64')} : f64")
+        big = self.emit(f"arith.cmpf ogt, {a}, {c(20.0)} : f64")
+        r = self.emit(f"arith.select {big}, {c(1.0)}, {r} : f64")
+        return self.emit(f"math.copysign {r}, {x} : f64")
+
+    def convert(self, x: str, src: np.dtype, dst: np.dtype) -> str:
+        """NumPy's astype on one element (float -> int truncates, number -> bool is != 0)."""
+        s, d = mlir_type(src), mlir_type(dst)
+        if src == dst or (s == d and src.kind in "iu" and dst.kind in "iu"):
+            return x   # signless: int64 <-> uint64 keeps the bits
+        if dst.kind == "b":
+            zero = self.emit(f"arith.constant {scalar_literal(0, src)} : {s}")
+            cmp = "arith.cmpf une" if src.kind == "f" else "arith.cmpi ne"
+            return self.emit(f"{cmp}, {x}, {zero} : {s}")
+        if src.kind == "f" and dst.kind == "f":
+            op = "arith.extf" if dst.itemsize > src.itemsize else "arith.truncf"
+        elif dst.kind == "f":
+            op = "arith.uitofp" if src.kind in "bu" else "arith.sitofp"
+        elif src.kind == "f":
+            op = "arith.fptoui" if dst.kind == "u" else "arith.fptosi"
+        elif src.kind in "bu" and dst.itemsize > src.itemsize:
+            op = "arith.extui"
+        else:
+            op = "arith.extsi" if dst.itemsize > src.itemsize else "arith.trunci"
+        return self.emit(f"{op} {x} : {s} to {d}")
+
+
+def _non_unit(shape: Sequence[int]) -> tuple[int, ...]:
+    return tuple(n for n in shape if n != 1)
+
+
+def _unit_view(shape: tuple[int, ...], out: tuple[int, ...], dmap: DMap) -> DMap:
+    """The loop dims of `shape` seen as `out`, the same dims but for size-1 ones."""
+    loops = iter(d for n, d in zip(out, dmap, strict=True) if n != 1)
+    return tuple(None if n == 1 else next(loops) for n in shape)
+
+
+def _aligned(shape: tuple[int, ...], out: tuple[int, ...], dmap: DMap) -> DMap:
+    """The loop dims of an operand of `shape` broadcast (NumPy, right-aligned) to `out`."""
+    off = len(out) - len(shape)
+    return tuple(None if n == 1 and out[j + off] != 1 else dmap[j + off]
+                 for j, n in enumerate(shape))
+
+
+@dataclass
+class LinalgNamespace:
+    """The namespace (see the module docstring); `lines` is the function body written so far."""
+
+    lines: list[str] = field(default_factory=list)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _done: dict[int, tuple[Node, Node]] = field(default_factory=dict)  # id -> (node, tensor)
+
+    float32, float64 = np.float32, np.float64
+    int32, int64, uint32, uint64 = np.int32, np.int64, np.uint32, np.uint64
+    bool = np.bool_
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise Unsupported(f"xp.{name}")
+
+    def fresh(self) -> str:
+        return f"%v{next(self._ids)}"
+
+    def emit(self, rhs: str) -> str:
+        name = self.fresh()
+        self.lines.append(f"    {name} = {rhs}")
+        return name
+
+    def tensor(self, name: str, shape: Sequence[int], dtype: Any) -> Node:
+        return Node(self, "tensor", tuple(shape), np.dtype(dtype), value=name)
+
+    # -- scalars and elementwise expressions --
+    def wrap(self, x: Any) -> Node | Any:
+        """A Node, or a Python scalar kept weak until it meets an array (NEP 50)."""
+        if isinstance(x, Node) or isinstance(x, bool | int | float):
+            return x
+        if isinstance(x, np.generic):
+            return Node(self, "const", (), x.dtype, value=x)
+        if isinstance(x, np.ndarray):
+            return self.asarray(x)
+        raise Unsupported(f"an operand of type {type(x).__name__}")
+
+    def fn(self, name: str, *xs: Any) -> Node:
+        ws = [self.wrap(x) for x in xs]
+        probes = [np.zeros((), w.dtype) if isinstance(w, Node) else w for w in ws]
+        nodes = [w for w in ws if isinstance(w, Node)]
+        if not nodes:
+            raise Unsupported(f"{name} on Python scalars only")
+        with np.errstate(all="ignore"):   # the probes are zeros: only their dtypes matter
+            out = getattr(np, name)(*probes)
+        common = np.result_type(*probes[1:]) if name == "where" else np.result_type(*probes)
+        if out.dtype.kind == "f" and common.kind != "f":
+            common = out.dtype
+        if name == "where":
+            common = out.dtype
+        args = tuple(w if isinstance(w, Node) else
+                     Node(self, "const", (), common if name != "where" or i else np.dtype(np.bool_),
+                          value=w) for i, w in enumerate(ws))
+        shape = np.broadcast_shapes(*(a.shape for a in args))
+        return Node(self, "fn", tuple(shape), out.dtype, args, name, common)
+
+    def astype(self, x: Any, dtype: Any, copy: bool = True) -> Node:
+        node = self.wrap(x)
+        dt = np.dtype(dtype)
+        if not isinstance(node, Node):
+            return Node(self, "const", (), dt, value=node)
+        if node.dtype == dt:
+            return node
+        return Node(self, "fn", node.shape, dt, (node,), "astype", node.dtype)
+
+    def where(self, c: Any, a: Any, b: Any) -> Node:
+        return self.fn("where", c, a, b)
+
+    def asarray(self, x: Any, dtype: Any = None) -> Node:
+        if isinstance(x, Node):
+            return x if dtype is None else self.astype(x, dtype)
+        arr = np.asarray(x, dtype=dtype)
+        if arr.ndim == 0:
+            return Node(self, "const", (), arr.dtype, value=arr[()])
+        name = self.emit(f"arith.constant {dense_literal(arr)} : {tensor_type(arr.shape, arr.dtype)}")
+        return self.tensor(name, arr.shape, arr.dtype)
+
+    def full(self, shape: Sequence[int], value: Any, dtype: Any = None) -> Node:
+        return self.broadcast_to(self.asarray(value, dtype), tuple(shape))
+
+    def zeros(self, shape: Sequence[int], dtype: Any = None) -> Node:
+        return self.full(shape, 0, dtype if dtype is not None else np.float64)
+
+    def arange(self, n: int) -> Node:
+        return Node(self, "index", (int(n),), np.dtype(np.int64))
+
+    def broadcast_to(self, x: Any, shape: Sequence[int]) -> Node:
+        node = self.asarray(x)
+        if node.shape == tuple(shape):
+            return node
+        return Node(self, "bcast", tuple(shape), node.dtype, (node,))
+
+    # -- materializing --
+    def materialize(self, x: Any) -> Node:
+        """The array as a tensor value: one `linalg.generic` for an expression."""
+        node = self.asarray(x)
+        if node.kind == "tensor":
+            return node
+        if id(node) not in self._done:   # the node is kept alive with it: its id stays unique
+            self._done[id(node)] = (node, self._generic(node))
+        return self._done[id(node)][1]
+
+    def empty(self, shape: Sequence[int], dtype: np.dtype) -> str:
+        return self.emit(f"tensor.empty() : {tensor_type(shape, dtype)}")
+
+    def _generic(self, node: Node) -> Node:
+        body = Body(self, len(node.shape))
+        result = body.value(node, tuple(range(len(node.shape))))
+        return self._emit_generic(body, result, node.shape, node.dtype)
+
+    def _emit_generic(self, body: Body, result: str, shape: tuple[int, ...], dtype: np.dtype
+                      ) -> Node:
+        """A parallel `linalg.generic` of `body` (its inputs, its lines) yielding `result`."""
+        rank = len(shape)
+        out_t = tensor_type(shape, dtype)
+        init = self.empty(shape, dtype)
+        maps = [affine_map(rank, m) for _, _, m, _ in body.inputs]
+        maps.append(affine_map(rank, tuple(range(rank))))
+        ins = ""
+        if body.inputs:
+            ins = (" ins(" + ", ".join(s for s, _, _, _ in body.inputs) + " : "
+                   + ", ".join(t for _, t, _, _ in body.inputs) + ")")
+        block = [f"%in{i}: {mlir_type(d)}" for i, (_, _, _, d) in enumerate(body.inputs)]
+        block.append(f"%out: {mlir_type(dtype)}")
+        name = self.fresh()
+        self.lines += [
+            f"    {name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], "
+            f"iterator_types = {_iterators(['parallel'] * rank)}}}{ins} "
+            f"outs({init} : {out_t}) {{",
+            f"    ^bb0({', '.join(block)}):",
+            *("    " + line for line in body.lines),
+            f"      linalg.yield {result} : {mlir_type(dtype)}",
+            f"    }} -> {out_t}"]
+        return self.tensor(name, shape, dtype)
+
+    # -- reductions --
+    def sum(self, x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Node:
+        return self._reduce("add", x, axis, keepdims)
+
+    def max(self, x: Any, axis: Any = None, keepdims: bool = False) -> Node:
+        return self._reduce("maximum", x, axis, keepdims)
+
+    def min(self, x: Any, axis: Any = None, keepdims: bool = False) -> Node:
+        return self._reduce("minimum", x, axis, keepdims)
+
+    def mean(self, x: Any, axis: Any = None, keepdims: bool = False) -> Node:
+        """NumPy's mean: the sum in the operand's type, divided by the count (a weak int)."""
+        node = self.asarray(x)
+        axes = _axes(axis, node.ndim)
+        total = self.sum(node, axes, keepdims)
+        return self.divide(total, math.prod(node.shape[a] for a in axes))
+
+    def _reduce(self, combine: str, x: Any, axis: Any, keepdims: bool) -> Node:
+        """One reduction `linalg.generic` into an init filled with `combine`'s identity."""
+        node = self.asarray(x)
+        if node.dtype.kind == "b":
+            node = self.astype(node, np.int64)
+        axes = _axes(axis, node.ndim)
+        if not axes:
+            return node
+        src = self.materialize(node)
+        kept = tuple(d for d in range(node.ndim) if d not in axes)
+        shape = tuple(node.shape[d] for d in kept)
+        dt, t = node.dtype, mlir_type(node.dtype)
+        ident = {"add": 0, "maximum": -math.inf if dt.kind == "f" else np.iinfo(dt).min,
+                 "minimum": math.inf if dt.kind == "f" else np.iinfo(dt).max}[combine]
+        init = self._filled(shape, dt, ident)
+        body = Body(self, node.ndim)
+        op = _BINARY[combine][0 if dt.kind == "f" else 1]
+        acc = body.emit(f"{op} %in0, %out : {t}")
+        out_t = tensor_type(shape, dt)
+        name = self.fresh()
+        iters = ["reduction" if d in axes else "parallel" for d in range(node.ndim)]
+        self.lines += [
+            f"    {name} = linalg.generic {{indexing_maps = ["
+            f"{affine_map(node.ndim, tuple(range(node.ndim)))}, {affine_map(node.ndim, kept)}], "
+            f"iterator_types = {_iterators(iters)}}} ins({src.value} : "
+            f"{tensor_type(src.shape, dt)}) outs({init} : {out_t}) {{",
+            f"    ^bb0(%in0: {t}, %out: {t}):",
+            *("    " + line for line in body.lines),
+            f"      linalg.yield {acc} : {t}",
+            f"    }} -> {out_t}"]
+        out = self.tensor(name, shape, dt)
+        if keepdims:
+            return self.reshape(out, tuple(1 if d in axes else n for d, n in enumerate(node.shape)))
+        return out
+
+    def _filled(self, shape: Sequence[int], dtype: np.dtype, value: Any) -> str:
+        init = self.empty(shape, dtype)
+        c = self.emit(f"arith.constant {scalar_literal(value, dtype)} : {mlir_type(dtype)}")
+        return self.emit(f"linalg.fill ins({c} : {mlir_type(dtype)}) outs({init} : "
+                         f"{tensor_type(shape, dtype)}) -> {tensor_type(shape, dtype)}")
+
+    # -- contraction --
+    def matmul(self, a: Any, b: Any) -> Node:
+        """`linalg.matmul` for two matrices; with batch dims a generic with matmul's maps
+        (batch dims broadcast as NumPy's, a size-1 batch dim read at 0)."""
+        x, y = self.materialize(a), self.materialize(b)
+        if x.dtype != y.dtype or x.ndim < 2 or y.ndim < 2:
+            raise Unsupported(f"matmul of {x.dtype}{list(x.shape)} and {y.dtype}{list(y.shape)}")
+        dt, t = x.dtype, mlir_type(x.dtype)
+        batch = tuple(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]))
+        shape = (*batch, x.shape[-2], y.shape[-1])
+        init = self._filled(shape, dt, 0)
+        out_t = tensor_type(shape, dt)
+        ins = f"ins({x.value}, {y.value} : {tensor_type(x.shape, dt)}, {tensor_type(y.shape, dt)})"
+        name = self.fresh()
+        if not batch:
+            self.lines.append(f"    {name} = linalg.matmul {ins} outs({init} : {out_t}) -> {out_t}")
+            return self.tensor(name, shape, dt)
+        nb, rank = len(batch), len(batch) + 3
+        bdims = tuple(range(nb))
+        amap = (*_aligned(x.shape[:-2], batch, bdims), nb, nb + 2)
+        bmap = (*_aligned(y.shape[:-2], batch, bdims), nb + 2, nb + 1)
+        maps = [affine_map(rank, m) for m in (amap, bmap, (*bdims, nb, nb + 1))]
+        mul, add = ("arith.mulf", "arith.addf") if dt.kind == "f" else ("arith.muli", "arith.addi")
+        self.lines += [
+            f"    {name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = "
+            f"{_iterators(['parallel'] * (nb + 2) + ['reduction'])}}} {ins} outs({init} : {out_t}) {{",
+            f"    ^bb0(%a: {t}, %b: {t}, %acc: {t}):",
+            f"      %p = {mul} %a, %b : {t}",
+            f"      %s = {add} %acc, %p : {t}",
+            f"      linalg.yield %s : {t}",
+            f"    }} -> {out_t}"]
+        return self.tensor(name, shape, dt)
+
+    # -- layout --
+    def permute_dims(self, x: Any, axes: Sequence[int]) -> Node:
+        src = self.materialize(x)
+        perm = [int(a) for a in axes]
+        if perm == list(range(src.ndim)):
+            return src
+        shape = tuple(src.shape[p] for p in perm)
+        init = self.empty(shape, src.dtype)
+        name = self.emit(f"linalg.transpose ins({src.value} : {tensor_type(src.shape, src.dtype)}) "
+                         f"outs({init} : {tensor_type(shape, src.dtype)}) permutation = {perm}")
+        return self.tensor(name, shape, src.dtype)
+
+    def reshape(self, x: Any, shape: Sequence[int]) -> Node:
+        """Through the flat vector: `tensor.collapse_shape` to rank 1, `expand_shape` to `shape`."""
+        node = self.asarray(x)
+        target = tuple(int(d) for d in np.empty(node.shape, np.bool_).reshape(tuple(shape)).shape)
+        if target == node.shape:
+            return node
+        if node.kind != "tensor" and _non_unit(target) == _non_unit(node.shape):
+            return Node(self, "view", target, node.dtype, (node,))   # stays an expression
+        src = self.materialize(node)
+        flat = self._flat(src)
+        if len(target) == 1:
+            return flat
+        if not target:
+            name = self.emit(f"tensor.collapse_shape {flat.value} [] : "
+                             f"{tensor_type(flat.shape, flat.dtype)} into {tensor_type((), flat.dtype)}")
+            return self.tensor(name, (), flat.dtype)
+        name = self.emit(f"tensor.expand_shape {flat.value} [{list(range(len(target)))}] "
+                         f"output_shape {list(target)} : {tensor_type(flat.shape, flat.dtype)} "
+                         f"into {tensor_type(target, flat.dtype)}")
+        return self.tensor(name, target, flat.dtype)
+
+    def _flat(self, src: Node) -> Node:
+        n = math.prod(src.shape)
+        if src.ndim == 1:
+            return src
+        t, f = tensor_type(src.shape, src.dtype), tensor_type((n,), src.dtype)
+        if src.ndim == 0:
+            name = self.emit(f"tensor.expand_shape {src.value} [] output_shape [1] : {t} into {f}")
+        else:
+            name = self.emit(f"tensor.collapse_shape {src.value} [{list(range(src.ndim))}] : "
+                             f"{t} into {f}")
+        return self.tensor(name, (n,), src.dtype)
+
+    def slice(self, x: Any, index: Any) -> Node:
+        """`x[index]` for a tuple of slices: one `tensor.extract_slice`."""
+        src = self.materialize(x)
+        index = index if isinstance(index, tuple) else (index,)
+        if len(index) > src.ndim or not all(isinstance(s, slice) for s in index):
+            raise Unsupported("indexing other than by slices")
+        full = list(index) + [slice(None)] * (src.ndim - len(index))
+        ranges = [s.indices(n) for s, n in zip(full, src.shape, strict=True)]
+        if any(st <= 0 for _, _, st in ranges):
+            raise Unsupported("a slice with a negative step")
+        sizes = [len(range(a, b, st)) for a, b, st in ranges]
+        name = self.emit(
+            f"tensor.extract_slice {src.value}[{', '.join(str(a) for a, _, _ in ranges)}] "
+            f"[{', '.join(map(str, sizes))}] [{', '.join(str(st) for _, _, st in ranges)}] : "
+            f"{tensor_type(src.shape, src.dtype)} to {tensor_type(sizes, src.dtype)}")
+        return self.tensor(name, tuple(sizes), src.dtype)
+
+    def take(self, x: Any, indices: Any, axis: int = 0) -> Node:
+        """`x` along `axis` at a vector of in-range indices: a generic whose body reads `x` with
+        `tensor.extract` (the loop index elsewhere, the loaded index on `axis`)."""
+        src, idx = self.materialize(x), self.materialize(indices)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+            raise Unsupported("take with indices other than a vector of integers")
+        axis %= src.ndim
+        shape = (*src.shape[:axis], idx.shape[0], *src.shape[axis + 1:])
+        body = Body(self, len(shape))
+        i = body.input(idx, (axis,))
+        at = body.emit(f"arith.index_cast {i} : {mlir_type(idx.dtype)} to index")
+        subs = [at if d == axis else body.emit(f"linalg.index {d} : index") for d in range(len(shape))]
+        v = body.emit(f"tensor.extract {src.value}[{', '.join(subs)}] : "
+                      f"{tensor_type(src.shape, src.dtype)}")
+        return self._emit_generic(body, v, shape, src.dtype)
+
+    def concat(self, xs: Sequence[Any], axis: int = 0) -> Node:
+        """Each part `tensor.insert_slice`d into an empty result at its offset."""
+        parts = [self.materialize(x) for x in xs]
+        dt = np.result_type(*(p.dtype for p in parts))
+        parts = [self.materialize(self.astype(p, dt)) for p in parts]
+        axis %= parts[0].ndim
+        shape = list(parts[0].shape)
+        shape[axis] = sum(p.shape[axis] for p in parts)
+        acc, offset = self.empty(shape, dt), 0
+        for p in parts:
+            offs = [offset if d == axis else 0 for d in range(len(shape))]
+            acc = self.emit(f"tensor.insert_slice {p.value} into {acc}{offs} {list(p.shape)} "
+                            f"{[1] * len(shape)} : {tensor_type(p.shape, dt)} into "
+                            f"{tensor_type(shape, dt)}")
+            offset += p.shape[axis]
+        return self.tensor(acc, tuple(shape), dt)
+
+
+def _iterators(kinds: Sequence[str]) -> str:
+    return "[" + ", ".join(f'"{k}"' for k in kinds) + "]"
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, int):
+        return (axis % ndim,)
+    return tuple(sorted(int(a) % ndim for a in axis))
+
+
+def _elementwise(name: str) -> Callable[..., Node]:
+    def f(self: LinalgNamespace, *xs: Any) -> Node:
+        return self.fn(name, *xs)
+
+    f.__name__ = name
+    return f
+
+
+# the elementwise functions of the array API the formulas call, each `fn` of its own name
+for _name in (*_BINARY, *_FLOAT_CMP, *_UNARY_FLOAT, "negative", "abs", "isfinite", "logical_not"):
+    setattr(LinalgNamespace, _name, _elementwise(_name))
