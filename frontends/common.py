@@ -26,7 +26,7 @@ from lamina.ir.builder import Builder
 from lamina.ir.core.diagnostics import LaminaError, Note, SourceLoc
 from lamina.ir.core.dtypes import tensor_type
 from lamina.ir.core.shapes import TensorInfo, info_of
-from lamina.ir.ops.lamina import MatmulOp, ReshapeOp
+from lamina.ir.ops.lamina import MatmulOp, PadOp, ReshapeOp, SliceOp
 from lamina.ir.text.source import verify
 from xdsl.dialects.builtin import FunctionType, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -114,6 +114,25 @@ def reshape(ctx: Emitter, v: SSAValue, shape: Sequence[int]) -> SSAValue:
     if info.shape == tuple(shape):
         return v
     return ctx.op(ReshapeOp, v, result=TensorInfo(tuple(shape), info.dtype))
+
+
+def signed_pad(ctx: Emitter, x: SSAValue, low: Sequence[int], high: Sequence[int],
+               value: float) -> SSAValue | None:
+    """`x` with `low[d]` / `high[d]` elements added before / after dim d (ONNX Pad, torch's
+    F.pad in constant mode): a negative amount crops, which is one `slice` first, then one `pad`
+    row with the non-negative rest (both importers allow both at once on different sides). None
+    when the crops take more than the input has, for the caller to refuse in its own words."""
+    info = info_of(x)
+    start = [max(-lo, 0) for lo in low]
+    limit = [n - max(-hi, 0) for n, hi in zip(info.shape, high, strict=True)]
+    if any(s > e for s, e in zip(start, limit, strict=True)):
+        return None
+    if start != [0] * info.rank or tuple(limit) != info.shape:
+        x = ctx.op(SliceOp, x, start=start, limit=limit)
+    low, high = [max(p, 0) for p in low], [max(p, 0) for p in high]
+    if not any(low) and not any(high):
+        return x
+    return ctx.op(PadOp, x, low=low, high=high, value=value)
 
 
 def matmul(ctx: Emitter, x: SSAValue, y: SSAValue) -> SSAValue:

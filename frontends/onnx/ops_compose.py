@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from lamina.frontends.common import ATTRIBUTE, DTYPE, reshape
+from lamina.frontends.common import ATTRIBUTE, DTYPE, reshape, signed_pad
 from lamina.frontends.onnx.graph import DTYPES, NodeCtx
 from lamina.frontends.onnx.ops_nn import reduce
 from lamina.frontends.onnx.ops_shape import Out, axes_of, onnx_op, slice_dim
@@ -305,16 +305,10 @@ def _pad_row(ctx: NodeCtx, axes: list[int], pads: list[int], value: float) -> SS
     low, high = [0] * info.rank, [0] * info.rank
     for a, before, after in zip(axes, pads[:len(axes)], pads[len(axes):], strict=True):
         low[a], high[a] = before, after
-    start = [max(-p, 0) for p in low]
-    limit = [n - max(-p, 0) for n, p in zip(info.shape, high, strict=True)]
-    if any(s > e for s, e in zip(start, limit, strict=True)):
+    out = signed_pad(ctx, x, low, high, value)
+    if out is None:
         ctx.refuse(ATTRIBUTE, f"pads {pads} crop more than the input's {info.shape}")
-    if start != [0] * info.rank or tuple(limit) != info.shape:
-        x = ctx.op(L.SliceOp, x, start=start, limit=limit)
-    low, high = [max(p, 0) for p in low], [max(p, 0) for p in high]
-    if not any(low) and not any(high):
-        return x
-    return ctx.op(L.PadOp, x, low=low, high=high, value=value)
+    return out
 
 
 @onnx_op("Pad")

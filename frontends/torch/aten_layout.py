@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lamina.frontends.common import ATTRIBUTE
+from lamina.frontends.common import ATTRIBUTE, signed_pad
 from lamina.frontends.torch.importer import Ctx
 from lamina.frontends.torch.table import aten, operand
 from lamina.ir.core.shapes import info_of
@@ -185,17 +185,11 @@ def _pad(ctx: Ctx, a: dict[str, Any]) -> SSAValue:
     for k in range(len(pads) // 2):
         d = info.rank - 1 - k
         low[d], high[d] = int(pads[2 * k]), int(pads[2 * k + 1])
-    start = [max(-lo, 0) for lo in low]
-    limit = [n - max(-hi, 0) for n, hi in zip(info.shape, high, strict=True)]
-    if any(s > e for s, e in zip(start, limit, strict=True)):
-        ctx.refuse(ATTRIBUTE, f"pad={pads} crops more than the input's {info.shape}")
-    if start != [0] * info.rank or tuple(limit) != info.shape:
-        x = ctx.op(L.SliceOp, x, start=start, limit=limit)
     value = a.get("value")
     value = 0.0 if value is None else float(value)
     if info.dtype in ("i32", "i64") and not value.is_integer():
         ctx.refuse(ATTRIBUTE, f"value={value} for an integer input")
-    low, high = [max(p, 0) for p in low], [max(p, 0) for p in high]
-    if not any(low) and not any(high):
-        return x
-    return ctx.op(L.PadOp, x, low=low, high=high, value=value)
+    out = signed_pad(ctx, x, low, high, value)
+    if out is None:
+        ctx.refuse(ATTRIBUTE, f"pad={pads} crops more than the input's {info.shape}")
+    return out
