@@ -17,6 +17,7 @@ BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "numpy": ("lamina.backends.numpy.backend", "NumpyBackend", None),
     "jax": ("lamina.backends.jax.backend", "JaxBackend", "jax"),
     "compiled": ("lamina.backends.compiled.backend", "CompiledBackend", "compiled"),
+    "iree": ("lamina.backends.iree.backend", "IreeBackend", "iree"),
 }
 
 

@@ -1,0 +1,163 @@
+"""`--backend iree`: a Lamina function exported to upstream MLIR, compiled by IREE to native code.
+
+    lamina-run FILE --backend iree [-p PIPELINE] [--check]
+    lamina.compile(module, entry, backend="iree", iree_target="llvm-cpu")
+
+`compile` exports the function (`lamina.analysis.linalg.export.export_function`: what the export
+refuses, bf16/f16 among it, is its diagnostic at the op), compiles the text with IREE
+(`iree.compiler.compile_str`) or finds it compiled in the on-disk cache
+(`lamina.backends.iree.cache`: a second process maps the file instead of compiling), and loads it
+once into an `iree.runtime` context on the target's device. A call only converts the inputs to
+their storage dtypes (`check_inputs`), invokes the function and copies the results out as NumPy
+arrays of their storage dtypes.
+
+Targets (`IreeOptions.iree_target`): `llvm-cpu` (default) compiles for this machine's CPU and its
+features (`--iree-llvmcpu-target-cpu=host`) and runs on IREE's `local-task` driver; `cuda` emits
+PTX for IREE's default CUDA architecture (the CUDA driver compiles it for the GPU present) and
+runs on the `cuda` driver. A target the compiler lacks or a driver without a device is one
+diagnostic before anything compiles.
+
+Numerics: f64 stays f64 (`--iree-input-demote-f64-to-f32=false`: IREE demotes f64 by default),
+integers keep their width; the values are the op table's formulas as the export writes them,
+so integer ops, compares and dropout's mask hash are bit-exact, and exp, tanh, erf ... are IREE's
+own approximations, within `lamina.backends.compare`'s tolerances of NumPy's.
+
+Features: fused kernels (each is one `linalg.generic` or a root op plus its epilogue), tier
+moves and frees (the export drops them: they change no value); not placed programs (the
+export after the SPMD split is not built), which `check_supported` refuses.
+
+Donation is accepted and changes nothing: IREE copies each argument into a buffer of its own and
+the results are new arrays, so a donated argument's array is left as it was and no buffer is
+reused (as on JAX with NumPy inputs). `warmup` changes nothing either: the module is compiled
+ahead of time, so nothing is left for the first call.
+
+Statistics: `backend`, `iree_target`, `iree_version`, `module_compiled` (whether this process
+compiled the module; False: loaded from the cache), `module_seconds` (compiling or loading it),
+`module_path`, `run_seconds`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, ClassVar
+
+import iree.compiler as ic
+import iree.runtime as rt
+import numpy as np
+from lamina.analysis.linalg.export import export_function, wrap_module
+from lamina.backends.arrays import check_inputs
+from lamina.backends.interface import Feature, RunResult
+from lamina.backends.iree.cache import VERSION, CachedModule, compiled_module
+from lamina.backends.iree.options import IreeOptions
+from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.ops.opbase import tensor_info
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
+
+# every target: f64 stays f64 (IREE's input pipeline demotes it to f32 unless told not to)
+COMMON_FLAGS = ("--iree-input-demote-f64-to-f32=false",)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One IREE target: the runtime driver its modules run on and its own compiler flags."""
+
+    driver: str
+    flags: tuple[str, ...]
+
+
+TARGETS: dict[str, Target] = {
+    "llvm-cpu": Target("local-task", ("--iree-llvmcpu-target-cpu=host",)),
+    "cuda": Target("cuda", ()),
+}
+
+
+def check_target(name: str) -> Target:
+    """The target called `name`, once its compiler target and a device of its driver are known
+    to exist; else one diagnostic saying which is missing."""
+    target = TARGETS.get(name)
+    if target is None:
+        raise LaminaError(f"backend 'iree': unknown target '{name}' (targets: "
+                          f"{', '.join(TARGETS)})")
+    if name not in ic.query_available_targets():
+        raise LaminaError(f"backend 'iree': this IREE compiler ({VERSION}) has no '{name}' target")
+    why = "no device found"
+    try:
+        found = rt.get_driver(target.driver).query_available_devices()
+    except RuntimeError as e:
+        found, why = [], str(e).splitlines()[0]
+    if not found:
+        raise LaminaError(f"backend 'iree': target '{name}' needs a device of IREE's "
+                          f"'{target.driver}' driver: {why}")
+    return target
+
+
+@cache
+def device_config(driver: str) -> rt.Config:
+    """One IREE device (and VM instance) per driver for the process: every program shares it,
+    so a local-task device's worker threads are started once."""
+    return rt.Config(driver)
+
+
+class IreeProgram:
+    """One function exported, compiled (or loaded from the cache) and loaded into its own IREE
+    context once; a call runs the compiled function (see the module docstring)."""
+
+    def __init__(self, func: FuncOp, options: IreeOptions):
+        target = check_target(options.iree_target)
+        self.func = func
+        self.symbol = func.sym_name.data
+        self.text = wrap_module([export_function(func)])
+        self.module: CachedModule = compiled_module(self.text, options.iree_target,
+                                                    COMMON_FLAGS + target.flags)
+        config = device_config(target.driver)
+        vm_module = rt.VmModule.mmap(config.vm_instance, str(self.module.path))
+        self.context = rt.SystemContext(config=config)
+        self.context.add_vm_module(vm_module)
+        self.entry = self.context.modules[vm_module.name][self.symbol]
+        self.storage = [STORAGE[tensor_info(t).dtype] for t in func.function_type.outputs.data]
+        self.stats: dict[str, Any] = {
+            "backend": "iree", "iree_target": options.iree_target, "iree_version": VERSION,
+            "module_compiled": self.module.compiled, "module_seconds": self.module.seconds,
+            "module_path": str(self.module.path)}
+
+    def __call__(self, inputs: Sequence[Any]) -> RunResult:
+        # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1)
+        args = [np.asarray(a, order="C") for a in check_inputs(self.func, inputs)]
+        start = time.perf_counter()
+        try:
+            results = self.entry(*args)
+        except (ValueError, RuntimeError) as e:   # the runtime's own check of what it was given
+            raise LaminaError(f"backend 'iree': @{self.symbol} failed in IREE's runtime: "
+                              f"{str(e).splitlines()[0]}") from None
+        outs = self._fetch(results)
+        return RunResult(outs, {**self.stats, "run_seconds": time.perf_counter() - start})
+
+    def _fetch(self, results: Any) -> list[np.ndarray]:
+        """The results (None, one array or a tuple, as IREE's invoker returns them) copied out
+        of IREE's buffers as NumPy arrays in their storage dtypes."""
+        if results is None:
+            results = ()
+        elif not isinstance(results, tuple | list):
+            results = (results,)
+        return [np.array(r.to_host() if hasattr(r, "to_host") else r, dtype=d)
+                for r, d in zip(results, self.storage, strict=True)]
+
+
+class IreeBackend:
+    """Lamina programs exported to linalg and compiled by IREE (see the module docstring)."""
+
+    name: ClassVar[str] = "iree"
+    features: ClassVar[frozenset[Feature]] = frozenset(
+        {Feature.FUSED, Feature.TIERS, Feature.LIFETIMES})
+    Options: ClassVar[type[IreeOptions]] = IreeOptions
+
+    def compile(self, module: ModuleOp, func: FuncOp, options: IreeOptions,
+                donate: frozenset[int] = frozenset(), warmup: bool = True) -> IreeProgram:
+        """The function exported and compiled now (`donate` and `warmup` change nothing: see the
+        module docstring)."""
+        return IreeProgram(func, options)
