@@ -197,7 +197,8 @@ def compile(module: ModuleOp, entry: str | None = None, backend: str = "numpy",
     """Compile function `entry` (the only one by default) of `module` for `backend`, once.
 
     `options` are the backend's (`NumpyOptions`: threads, tile_bytes, target; the compiled
-    backend's are the same; `JaxOptions`: devices, coordinator, num_processes, process_id).
+    backend's are the same; `JaxOptions`: devices, coordinator, num_processes, process_id;
+    `IreeOptions`: iree_target, "llvm-cpu" or "cuda"; IREE compiles the `-t linalg` export).
     `donate` lets updated arguments' buffers be reused (see the module docstring). `warmup`
     (default) makes the NumPy backends' checked call here, on zeros of the argument types, so
     that every call runs the prepared steps alone; `warmup=False` leaves it to the first call,
