@@ -32,7 +32,10 @@ inputs, so from the second run on its fused kernels' large results come back fro
 does not see (a fresh f32[8192,4096] result costs 23-29 ms of page faults on the 2-core
 machine). W1 and W2 also check that the fused outputs equal the unfused ones bit for bit, and
 every workload that the compiled outputs are within `lamina.backends.compare`'s tolerances of the
-fused NumPy ones.
+fused NumPy ones. "iree" is the same fused program on `--backend iree` (the `-t linalg` export
+compiled by IREE for the host CPU, on IREE's own threads; "iree compile" is its compile, or disk
+cache load, in `lamina.compile`, untimed in the cells), checked against the fused NumPy outputs
+the same way; "n/a" with the reason when IREE is not installed or the export refuses a workload.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.backends.numpy.options import NumpyOptions  # noqa: E402
 from lamina.backends.numpy.runner import run_function  # noqa: E402
 from lamina.backends.numpy.tile_threads import thread_count  # noqa: E402
+from lamina.ir.core.diagnostics import LaminaError  # noqa: E402
 from lamina.ir.core.dtypes import tensor_dtype  # noqa: E402
 from lamina.ir.ops import rng  # noqa: E402
 from lamina.ir.text.source import make_context, parse_text, verify  # noqa: E402
@@ -378,6 +382,7 @@ def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], rep
     return {
         "name": name + "".join(f" ({n})" for n in notes), "shape": shape, "key": key,
         "inputs": inputs, "compulsory": compulsory, "out": res_f.outputs[0], "func": ffused,
+        "module": fm, "fused_outputs": res_f.outputs,
         "unfused": timings(lambda: run_function(fref, inputs), repeats),
         "fx1": timings(lambda: run_function(ffused, inputs, options=one), repeats),
         "fused": timings(lambda: run_function(ffused, inputs, options=all_), repeats),
@@ -387,6 +392,25 @@ def _interpreter_row(work: tuple[str, str, str, list[np.ndarray], str, int], rep
         "flops": float(res_u.stats["flops"]),
         "kernels": f"{res_u.stats['kernels']} -> {res_f.stats['kernels']}",
     }
+
+
+def _iree_times(row: dict, repeats: int) -> tuple[list[float] | None, str]:
+    """The fused program's times on the IREE backend and its compile (or cache load) time, or
+    None and why not (IREE not installed, the export refusing the workload)."""
+    import lamina
+
+    try:
+        start = time.perf_counter()
+        exe = lamina.compile(row["module"], backend="iree", warmup=False)
+        compile_s = time.perf_counter() - start
+    except ImportError as e:
+        return None, f"iree: {e.name or e} not installed"
+    except LaminaError as e:
+        return None, f"iree refused: {e.message.splitlines()[0][:80]}"
+    got = list(exe(row["inputs"]).outputs.values())
+    if not _close(row["func"], got, row["fused_outputs"]):
+        row["name"] += " (iree differs!)"
+    return timings(lambda: exe(row["inputs"]), repeats), f"{compile_s:.1f} s"
 
 
 def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
@@ -403,14 +427,17 @@ def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())} on "
           f"{os.cpu_count()} cores (a shared machine: medians, range in parentheses); fused "
           f"kernels use {nt} threads (`fused`, `compiled`) or 1 (`fused x1`)")
-    cols = ["workload", "shape", "unfused", "fused x1", "fused", "compiled", "jax.jit", "GFLOP",
-            "mem floor", "compute floor", "unf/fused", "fused/comp", "jax/fused", "jax/comp",
-            "comp/floor", "compile", "kernels"]
+    cols = ["workload", "shape", "unfused", "fused x1", "fused", "compiled", "iree", "jax.jit",
+            "GFLOP", "mem floor", "compute floor", "unf/fused", "fused/comp", "jax/fused",
+            "jax/comp", "jax/iree", "comp/floor", "iree/floor", "compile", "iree compile",
+            "kernels"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     # phase 1: the interpreter on every workload; phase 2: jax. XLA's thread pool keeps spinning
     # for a while after each call, which would steal a core from the next interpreter run.
     rows = [_interpreter_row(w, repeats, nt) for w in work]
+    for row in rows:     # IREE before jax too: its task threads idle once a call returns
+        row["iree"], row["iree_compile"] = _iree_times(row, repeats)
     for row in rows:
         tj = None
         if jx is not None:
@@ -423,16 +450,18 @@ def bench_workloads(repeats: int, quick: bool, only: set[str] | None) -> None:
         mem_floor, compute_floor = row["compulsory"] / bw, row["flops"] / blas
         floor = max(mem_floor, compute_floor)
         jm = statistics.median(tj) if tj else None
+        im = statistics.median(row["iree"]) if row["iree"] else None
 
-        def ratio(a: float | None, b: float) -> str:
-            return f"{a / b:.2f}x" if a is not None else "n/a"
+        def ratio(a: float | None, b: float | None) -> str:
+            return f"{a / b:.2f}x" if a is not None and b is not None else "n/a"
 
         cells = [row["name"], row["shape"], _cell(row["unfused"]), _cell(row["fx1"]),
-                 _cell(row["fused"]), _cell(row["compiled"]), _cell(tj),
+                 _cell(row["fused"]), _cell(row["compiled"]), _cell(row["iree"]), _cell(tj),
                  f"{row['flops'] / 1e9:.1f}", f"{mem_floor * 1e3:.1f}", f"{compute_floor * 1e3:.1f}",
                  ratio(med["unfused"], med["fused"]), ratio(med["fused"], med["compiled"]),
-                 ratio(jm, med["fused"]), ratio(jm, med["compiled"]),
-                 ratio(med["compiled"], floor), f"{row['compile_s']:.1f} s", row["kernels"]]
+                 ratio(jm, med["fused"]), ratio(jm, med["compiled"]), ratio(jm, im),
+                 ratio(med["compiled"], floor), ratio(im, floor), f"{row['compile_s']:.1f} s",
+                 row["iree_compile"], row["kernels"]]
         print("| " + " | ".join(cells) + " |", flush=True)
 
 
