@@ -1,4 +1,4 @@
-"""fuse-elementwise benchmark: unfused vs fused (NumPy tiles, compiled) vs jax.jit vs the floors.
+"""fuse-elementwise benchmark: unfused vs fused (NumPy tiles, compiled, IREE) vs jax.jit vs the floors.
 
     .venv/bin/python benchmarks/bench_fusion.py [--repeats 5] [--quick] [--only W1,GPT2]
 
