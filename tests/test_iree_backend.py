@@ -305,3 +305,21 @@ def test_donation_is_accepted_and_reuses_no_buffer(cache_dir: Path) -> None:
     out = exe([w, g]).outputs["n"]
     assert np.array_equal(w, np.arange(8, dtype=np.float32))
     assert np.array_equal(out, w - g) and not np.shares_memory(out, w)
+
+
+def test_iree_target_flag_is_the_backend_option(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`lamina-run --iree-target` reaches the backend's `iree_target`: llvm-cpu runs and checks,
+    an unknown target is the backend's one diagnostic, and the flag on another backend is
+    refused rather than ignored."""
+    from lamina.cli.run import main
+
+    prog = tmp_path / "small.mlir"
+    prog.write_text(SMALL)
+    assert main([str(prog), "--backend", "iree", "--iree-target", "llvm-cpu", "--check"]) == 0
+    capsys.readouterr()
+    assert main([str(prog), "--backend", "iree", "--iree-target", "tpu"]) == 1
+    assert "unknown target 'tpu' (targets: llvm-cpu, cuda)" in capsys.readouterr().err
+    assert main([str(prog), "--iree-target", "llvm-cpu"]) == 1
+    assert capsys.readouterr().err.strip() == \
+        "lamina-run: error: --iree-target applies to --backend iree"

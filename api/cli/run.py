@@ -5,7 +5,7 @@
                [--stats-json PATH]
                [--print-outputs] [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
                [--devices N] [--repeats N] [--coordinator HOST:PORT --num-processes N
-               --process-id I]
+               --process-id I] [--iree-target llvm-cpu|cuda]
 
 Without `--inputs`, inputs are drawn from the argument types, the roles the IR gives arguments
 and `--seed` (`lamina.backends.inputs`); `--write-inputs` saves the inputs a run used, keyed by
@@ -51,7 +51,9 @@ many devices (on CPU: host devices XLA starts with; default the mesh's size), an
 `--coordinator`, `--num-processes`, `--process-id` run one process of a multi-process job (every
 process runs the same command with its own id; only process 0 prints and writes files). Its stats
 add `backend` and, for placed programs, the compiled HLO's collectives (`hlo_collectives`) beside
-Lamina's own (`collectives`). A backend's flag given to another backend (`--devices` to numpy,
+Lamina's own (`collectives`). `--backend iree` compiles the function's `-t linalg` export with
+IREE for `--iree-target` (llvm-cpu, the host CPU, by default; cuda where IREE finds a CUDA GPU).
+A backend's flag given to another backend (`--devices` to numpy,
 which runs every device of the program's mesh, or `--threads` to jax) is refused, never ignored.
 
 Every `--stats-json` field (name, unit, per device or total) is documented in one place: the
@@ -150,6 +152,10 @@ def arg_parser() -> argparse.ArgumentParser:
                      help="multi-process: how many processes take part")
     jax.add_argument("--process-id", type=int, default=None, metavar="I",
                      help="multi-process: this process's number, 0 .. N-1")
+    iree = p.add_argument_group("backend iree")
+    iree.add_argument("--iree-target", default=None, metavar="NAME",
+                      help="what IREE compiles for: llvm-cpu (the host CPU, default) or cuda "
+                           "(where IREE finds a CUDA GPU)")
     return p
 
 
@@ -210,7 +216,7 @@ def check_args(args: argparse.Namespace) -> None:
 # can name them without importing every backend
 BACKEND_FLAGS: dict[str, tuple[str, ...]] = {
     "threads": ("compiled", "numpy"), "devices": ("jax",), "coordinator": ("jax",),
-    "num_processes": ("jax",), "process_id": ("jax",)}
+    "num_processes": ("jax",), "process_id": ("jax",), "iree_target": ("iree",)}
 
 
 def check_backend_flags(args: argparse.Namespace, backend: Backend,
