@@ -25,16 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import numba
+from lamina.backends.disk_cache import cache_root
 from lamina.ir.core.diagnostics import LaminaError
-
-
-def cache_root() -> Path:
-    """The directory kernels are cached under (see the module docstring)."""
-    env = os.environ.get("LAMINA_CACHE_DIR", "").strip()
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "lamina"
 
 
 @dataclass

@@ -7,11 +7,10 @@ features, so a cache shared between machines (a home directory on NFS) must neve
 them another's code. A second process asking for the same module finds the file and maps it
 instead of compiling (`CachedModule.compiled` says which happened).
 
-`<cache>` follows the compiled backend's convention (`lamina.backends.compiled.cache`):
-`LAMINA_CACHE_DIR`, else `$XDG_CACHE_HOME/lamina`, else `~/.cache/lamina`; deleting it only costs
-recompilation. The rule is restated here, not imported: the backends are independent of each
-other (pyproject.toml's contract), and that module imports numba. Files are written to a
-temporary name and renamed, so processes racing on one module each see a whole file.
+`<cache>` is every backend's (`lamina.backends.disk_cache`): `LAMINA_CACHE_DIR`, else
+`$XDG_CACHE_HOME/lamina`, else `~/.cache/lamina`; deleting it only costs recompilation. Files are
+written to a temporary name and renamed, so processes racing on one module each see a whole
+file.
 """
 
 from __future__ import annotations
@@ -28,18 +27,10 @@ from pathlib import Path
 import iree.compiler as ic
 import iree.compiler.version as compiler_version
 import iree.runtime.version as runtime_version
+from lamina.backends.disk_cache import cache_root
 from lamina.ir.core.diagnostics import LaminaError
 
 VERSION = compiler_version.VERSION
-
-
-def cache_root() -> Path:
-    """The directory compiled modules are cached under (see the module docstring)."""
-    env = os.environ.get("LAMINA_CACHE_DIR", "").strip()
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "lamina"
 
 
 @cache
