@@ -1,0 +1,444 @@
+"""`accumulate-gradients`: one training step as K micro-batch forward + backward passes.
+
+    -p 'derive-backward{data=x,y},accumulate-gradients{micro-batches=4 axis=0},append-optimizer'
+
+Input: a gradient function as derive-backward makes it (`@NAME_grad`: the loss, then the gradient
+of each argument `lamina.gradients` names; option `func` picks one, by default every function
+with `lamina.gradients`). Output: the same function, same signature, computing the same loss and
+gradients from `micro-batches` = K slices of its data: each data argument is cut along dimension
+`axis` into K equal micro-batches, and micro-batch k gets its own forward and backward, emitted
+after micro-batch k-1's, so annotate-lifetimes frees one micro-batch's activations before the
+next starts (peak activation memory about 1/K). The gradients (and the loss) are summed over the
+micro-batches in f32, or in their own type when it is wider (f64): a bf16/f16 gradient is cast
+up before the sum and back after it. `loss=mean` (the default: the loss is a mean over the batch,
+as every sample's is) scales the sums by 1/K, `loss=sum` keeps them; then the full-batch step's
+loss and gradients are the accumulated ones up to summation order (the micro-batches are equal,
+so a mean of means is the mean). `append-optimizer` then makes one update from them.
+
+The data arguments: `data=` names them (as derive-backward's data= did); by default every
+argument that is neither differentiated nor `frozen` and has a dimension `axis` (what
+derive-backward's default `wrt` leaves as data). Name them when derive-backward had an explicit
+`wrt=`, since an argument neither named in wrt nor data would otherwise be taken as data; a
+default whose arguments disagree on the batch size is refused for that reason.
+
+How: the forward part of `@NAME_grad` (the ops its loss depends on) is rebuilt at the micro-batch
+shape, through the op table's shape rules (a reshape that merges or splits the batch dimension,
+a broadcast or a cast of a batch value follow it), and derive-backward differentiates it again,
+so every constant the backward bakes in (reduce_mean's 1/N) is the micro-batch's. An op whose
+shape does not follow the batch (a broadcast to a batch-sized shape out of nothing, a slice of
+part of the batch) is a located error: that program's loss is not a per-row sum or mean.
+
+Placed programs (place-batch first): a data argument whose `axis` is split over mesh axes of n
+devices keeps its rows local: micro-batch k is the k-th chunk of each device's block (reshape
+[B, ...] -> [n, K, B/(nK), ...], take k, reshape back), which propagate-sharding places without
+communication; the micro-batch ops are left unplaced (propagate-sharding places them from the
+arguments; placements written on intermediate values are not kept), the accumulated gradients
+stay pending sums, and each is placed like its parameter once, after the last micro-batch, so
+insert-collectives reduces it once per step, as many collectives as the full-batch step.
+
+Order: after derive-backward, before append-optimizer (a step with `lamina.updates` is refused,
+naming the order), fuse-elementwise, insert-collectives and the tier passes (a fused kernel, a
+collective, a tier move or a `lamina.free` in the function is refused). Refusals, each one
+located diagnostic: K < 1, `axis` beyond a data argument's rank, K not dividing a data
+argument's batch (per device, on a placed one), a loss of more than one element, a function
+without `lamina.gradients`. With `--explain`: each data argument's micro-batch and how it is
+taken, how the loss and gradients are combined and in which type, and the ops per micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from lamina.ir.buffers.updates import FROZEN, GRADIENTS_ATTR, UPDATES_ATTR, roles_of
+from lamina.ir.builder import Builder, Operand
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.dtypes import tensor_type
+from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.mesh.collectives import ReshardOp
+from lamina.ir.mesh.placement import find_mesh, place_of, spec_of
+from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.lamina import BroadcastInDimOp, CastOp, ReshapeOp, SliceOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.passes.derive_backward import DeriveBackward, derive
+from lamina.passes.explain import ExplainLog, LaminaPass
+from lamina.passes.train_common import (
+    arg_names,
+    finish,
+    gradient_args,
+    new_function,
+    resolve_names,
+    returned_as,
+)
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+PASS = "accumulate-gradients"
+WIDE = {"f32", "f64"}   # accumulated in their own type; any narrower float is summed in f32
+
+
+@dataclass
+class _Data:
+    """One data argument: its index, full shape, and the devices its batch dim is split over."""
+
+    index: int
+    shape: tuple[int, ...]
+    devices: int
+
+
+# ---- checks -------------------------------------------------------------------------------
+
+
+def _check_function(func: FuncOp) -> ReturnOp:
+    """The function is a gradient function of derive-backward, before the later passes."""
+    name = func.sym_name.data
+    if UPDATES_ATTR in func.attributes:
+        raise error_at(func, f"{PASS}: @{name} is a training step (it has {UPDATES_ATTR}): run "
+                       f"{PASS} on the gradient function, after derive-backward and before "
+                       "append-optimizer")
+    if gradient_args(func) is None:
+        raise error_at(func, f"{PASS}: @{name} has no {GRADIENTS_ATTR}: run derive-backward "
+                       f"first; {PASS} splits a gradient function's step")
+    for op in func.body.block.ops:
+        if isinstance(op, FusedOp):
+            raise error_at(op, f"{PASS} runs before fuse-elementwise: @{name} holds a "
+                           "lamina.fused kernel")
+        if not isinstance(op, LaminaOp | ReshardOp | ReturnOp):
+            raise error_at(op, f"{PASS}: {op.name} in @{name}: accumulate gradients right after "
+                           "derive-backward, before insert-collectives and the tier passes")
+    ret = func.body.block.last_op
+    assert isinstance(ret, ReturnOp)
+    loss = ret.operands[0]
+    if math.prod(info_of(loss).shape) != 1:
+        raise error_at(func, f"{PASS}: the loss of @{name} is {info_of(loss)}; micro-batches "
+                       "are summed into one loss of one element")
+    return ret
+
+
+def _devices(func: FuncOp, t: Attribute, axis: int) -> int:
+    """How many blocks the batch dim of a value of type `t` is split into (1 when unsplit)."""
+    spec, place = spec_of(t), place_of(t)
+    if spec is None or place is None or place.mesh_name is None or not spec.splits[axis]:
+        return 1
+    mesh = find_mesh(func, place.mesh_name)
+    assert mesh is not None, "a verified placement names a declared mesh"
+    return math.prod(mesh.axis_sizes[a] for a in spec.splits[axis])
+
+
+def _data(func: FuncOp, p: AccumulateGradients) -> list[_Data]:
+    """The data arguments (option `data`, else the module docstring's default), checked."""
+    args = func.body.block.args
+    names = arg_names(func)
+    if p.data:
+        chosen = resolve_names(func, p.data, "data", PASS)
+    else:
+        skip = set(gradient_args(func) or []) | \
+            {i for i, r in roles_of(func).items() if r.name == FROZEN}
+        chosen = [i for i, a in enumerate(args)
+                  if i not in skip and len(info_of(a).shape) > p.axis]
+        batches = {info_of(args[i]).shape[p.axis] for i in chosen}
+        if len(batches) > 1:
+            listed = ", ".join(f"%{names[i]} {info_of(args[i])}" for i in chosen)
+            raise error_at(func, f"{PASS}: the arguments taken as data ({listed}) disagree on "
+                           f"dimension {p.axis}; name the data arguments with data=")
+    if not chosen:
+        raise error_at(func, f"{PASS}: @{func.sym_name.data} has no data argument with a "
+                       f"dimension {p.axis} to split; name them with data=")
+    out: list[_Data] = []
+    for i in chosen:
+        shape = info_of(args[i]).shape
+        if p.axis >= len(shape):
+            raise error_at(func, f"{PASS}: axis={p.axis}, but data argument %{names[i]} is "
+                           f"{info_of(args[i])}, of rank {len(shape)}")
+        n = _devices(func, args[i].type, p.axis)
+        local = shape[p.axis] // n
+        if local % p.micro_batches:
+            where = f" on each of {n} devices" if n > 1 else ""
+            raise error_at(func, f"{PASS}: micro-batches={p.micro_batches} does not divide the "
+                           f"batch of %{names[i]} (dimension {p.axis} of {info_of(args[i])}: "
+                           f"{local} rows{where})")
+        out.append(_Data(i, shape, n))
+    return out
+
+
+# ---- the forward at the micro-batch shape -------------------------------------------------
+
+
+def _loss_slice(block: Block, loss: SSAValue) -> list[LaminaOp]:
+    """The ops `loss` depends on, in program order: the forward part of a gradient function."""
+    needed = {loss}
+    kept: list[LaminaOp] = []
+    for op in reversed(list(block.ops)):
+        if isinstance(op, LaminaOp) and any(r in needed for r in op.results):
+            kept.append(op)
+            needed.update(op.operands)
+    kept.reverse()
+    return kept
+
+
+def _reshape_to(op: LaminaOp, old: TensorInfo, new: TensorInfo) -> tuple[int, ...]:
+    """A reshape's result shape for its operand's micro-batch shape: the one changed operand
+    dim must be the major-most of the dims the reshape merges or splits with it."""
+    out = info_of(op.results[0]).shape
+    changed = [d for d, (a, b) in enumerate(zip(old.shape, new.shape, strict=True)) if a != b]
+    if not changed:
+        return out
+    (c,) = changed
+    ratio = old.shape[c] // new.shape[c]
+    before = math.prod(old.shape[:c])
+    for j, size in enumerate(out):
+        if math.prod(out[:j]) == before and size > 1 and size % ratio == 0:
+            return (*out[:j], size // ratio, *out[j + 1:])
+    raise error_at(op, f"{PASS}: this reshape {old} -> {info_of(op.results[0])} mixes the batch "
+                   "dimension with the dimensions before it; it cannot be run on a micro-batch")
+
+
+def _declared(op: LaminaOp, old: list[TensorInfo | None], new: list[TensorInfo | None]
+              ) -> TensorInfo | None:
+    """The result type an op that declares it (cast, reshape, broadcast_in_dim) gets when its
+    operand is a micro-batch: the batch dim follows the operand's."""
+    if not op.info.declares_result:
+        return None
+    res = info_of(op.results[0])
+    src, dst = old[0], new[0]
+    if src is None or dst is None or src == dst:
+        return res
+    if isinstance(op, CastOp):
+        return TensorInfo(dst.shape, res.dtype)
+    if isinstance(op, ReshapeOp):
+        return TensorInfo(_reshape_to(op, src, dst), res.dtype)
+    if isinstance(op, BroadcastInDimOp):
+        shape = list(res.shape)
+        for i, d in enumerate(op.attr_values()["broadcast_dimensions"]):
+            if src.shape[i] == res.shape[d]:
+                shape[d] = dst.shape[i]
+        return TensorInfo(tuple(shape), res.dtype)
+    return res
+
+
+def _attrs(op: LaminaOp, old: list[TensorInfo | None], new: list[TensorInfo | None]
+           ) -> dict[str, Any]:
+    """The op's written attributes; a slice of a whole batch dim takes the whole micro-batch."""
+    attrs = {k: v for k, v in op.attr_values().items() if k in op.properties}
+    src, dst = old[0], new[0]
+    if not isinstance(op, SliceOp) or src is None or dst is None or src == dst:
+        return attrs
+    values = op.attr_values()
+    start, limit, strides = list(values["start"]), list(values["limit"]), values["strides"]
+    for d, (a, b) in enumerate(zip(src.shape, dst.shape, strict=True)):
+        if a == b:
+            continue
+        if start[d] != 0 or limit[d] != a or (strides is not None and strides[d] != 1):
+            raise error_at(op, f"{PASS}: this slice takes part of batch dimension {d}; it "
+                           "cannot be run on a micro-batch")
+        limit[d] = b
+    attrs["limit"] = tuple(limit)
+    return attrs
+
+
+def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue]) -> None:
+    """`op` on the mapped operands, its result typed by its row's shape rule (unplaced)."""
+    if not op.operands:
+        new = op.clone()
+        b.block.add_op(new)
+        mapping[op.results[0]] = new.results[0]
+        return
+    groups: list[Operand] = []
+    for spec in op.info.operands:
+        got = getattr(op, spec.name)
+        if spec.variadic:
+            groups.append([mapping.get(v, v) for v in got])
+        else:
+            groups.append(None if got is None else mapping.get(got, got))
+    old = op.operand_infos()
+    new = [None if v is None else info_of(mapping.get(v, v)) for v in op.operand_slots()]
+    try:
+        r = b.op(type(op), *groups, result=_declared(op, old, new), **_attrs(op, old, new))
+    except ShapeError as e:
+        raise error_at(op, f"{PASS}: this op's shape does not follow the micro-batch ({e}); "
+                       "its loss is not a sum or mean over independent rows") from None
+    assert r.owner is not None
+    r.owner.attributes.update(op.attributes)
+    if op.results[0].name_hint:
+        r.name_hint = op.results[0].name_hint
+    mapping[op.results[0]] = r
+
+
+def _micro_forward(func: FuncOp, ret: ReturnOp, data: list[_Data], p: AccumulateGradients
+                   ) -> FuncOp:
+    """The forward part of `func` on one micro-batch, every value unplaced: a function of
+    `func`'s arguments returning the loss, for derive-backward to differentiate again."""
+    args = func.body.block.args
+    types: list[Attribute] = [tensor_type(info_of(a).shape, info_of(a).dtype) for a in args]
+    for d in data:
+        shape = list(d.shape)
+        shape[p.axis] //= p.micro_batches
+        types[d.index] = tensor_type(tuple(shape), info_of(args[d.index]).dtype)
+    micro, block = new_function(f"{func.sym_name.data}_micro", types, [a.name_hint for a in args])
+    micro.location = func.location
+    mapping: dict[SSAValue, SSAValue] = dict(zip(args, block.args, strict=True))
+    b = Builder.at_end(block, func.location)
+    for op in _loss_slice(func.body.block, ret.operands[0]):
+        b.location = op.location
+        _rebuild(op, b, mapping)
+    finish(micro, block, [mapping.get(ret.operands[0], ret.operands[0])])
+    return micro
+
+
+def _micro_gradient(func: FuncOp, ret: ReturnOp, data: list[_Data], p: AccumulateGradients
+                    ) -> FuncOp:
+    """derive-backward's gradient function of the micro-batch forward, same gradients."""
+    micro = _micro_forward(func, ret, data, p)
+    names = arg_names(micro)
+    wrt = ",".join(f"arg{i}" if names.count(names[i]) > 1 else names[i]
+                   for i in gradient_args(func) or [])
+    opts = DeriveBackward(func=micro.sym_name.data, wrt=wrt)
+    return derive(micro, opts, None)
+
+
+# ---- the accumulated function -------------------------------------------------------------
+
+
+def _select(b: Builder, x: SSAValue, d: _Data, k: int, p: AccumulateGradients) -> SSAValue:
+    """Micro-batch k of data argument `x`: rows [k B/K, (k+1) B/K) of an unsplit batch, the
+    k-th chunk of each device's block of a split one (module docstring)."""
+    K, a, shape = p.micro_batches, p.axis, d.shape
+    size = shape[a] // K
+    if d.devices == 1:
+        start = [0] * len(shape)
+        start[a] = k * size
+        limit = list(shape)
+        limit[a] = (k + 1) * size
+        return b.slice(x, start, limit)
+    n = d.devices
+    split = (*shape[:a], n, K, shape[a] // (n * K), *shape[a + 1:])
+    y = b.reshape(x, split)
+    start = [0] * len(split)
+    start[a + 1] = k
+    limit = list(split)
+    limit[a + 1] = k + 1
+    y = b.slice(y, start, limit)
+    return b.reshape(y, (*shape[:a], size, *shape[a + 1:]))
+
+
+class _Sums:
+    """The running sums of the loss and gradients, each in f32 or its own wider type."""
+
+    def __init__(self, b: Builder) -> None:
+        self.b = b
+        self.acc: list[SSAValue | None] = []
+
+    def add(self, values: Sequence[SSAValue]) -> None:
+        b = self.b
+        if not self.acc:
+            self.acc = [None] * len(values)
+        for j, v in enumerate(values):
+            wide = v if info_of(v).dtype in WIDE else b.cast(v, "f32")
+            got = self.acc[j]
+            self.acc[j] = wide if got is None else b.add(got, wide)
+
+    def results(self, like: Sequence[SSAValue], scale: float) -> list[SSAValue]:
+        """Each sum scaled and cast back to its value's type."""
+        out: list[SSAValue] = []
+        for got, v in zip(self.acc, like, strict=True):
+            assert got is not None
+            if scale != 1.0:
+                got = self.b.mul(got, self.b.scalar(scale, info_of(got).dtype))
+            out.append(got if info_of(got).dtype == info_of(v).dtype
+                       else self.b.cast(got, info_of(v).dtype))
+        return out
+
+
+def _emit_copy(block: Block, grad: FuncOp, args: Sequence[SSAValue],
+               inputs: dict[SSAValue, SSAValue]) -> list[SSAValue]:
+    """Micro-batch `grad`'s body appended to `block` on `inputs`; its results."""
+    mapping = dict(zip(grad.body.block.args, args, strict=True))
+    mapping.update(inputs)
+    ret = grad.body.block.last_op
+    assert isinstance(ret, ReturnOp)
+    for op in grad.body.block.ops:
+        if op is not ret:
+            block.add_op(op.clone(value_mapper=mapping))
+    return [mapping.get(v, v) for v in ret.operands]
+
+
+def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> None:
+    """Rewrite gradient function `func` in place (module docstring)."""
+    ret = _check_function(func)
+    data = _data(func, p)
+    micro = _micro_gradient(func, ret, data, p)
+    outputs = list(func.function_type.outputs.data)
+    old = list(ret.operands)
+    block = func.body.block
+    args = list(block.args)
+    ops = list(block.ops)
+    b = Builder.at_end(block, func.location)
+    sums = _Sums(b)
+    for k in range(p.micro_batches):
+        picked = {micro.body.block.args[d.index]: _select(b, args[d.index], d, k, p) for d in data}
+        sums.add(_emit_copy(block, micro, args, picked))
+    scale = 1.0 / p.micro_batches if p.loss == "mean" else 1.0
+    results = [returned_as(b, v, t) for v, t in zip(sums.results(old, scale), outputs, strict=True)]
+    for op in reversed(ops):
+        op.detach()
+        op.erase()
+    finish(func, block, results)
+    assert list(func.function_type.outputs.data) == outputs, "the signature is kept"
+    if log is not None:
+        _explain(func, micro, data, p, log)
+
+
+def _explain(func: FuncOp, micro: FuncOp, data: list[_Data], p: AccumulateGradients,
+             log: ExplainLog) -> None:
+    names = arg_names(func)
+    args = func.body.block.args
+    for d in data:
+        how = f"the k-th chunk of each of {d.devices} devices' blocks (rows stay local)" \
+            if d.devices > 1 else "a slice"
+        log.add(func, f"%{names[d.index]} {info_of(args[d.index])}: {p.micro_batches} "
+                f"micro-batches of {d.shape[p.axis] // p.micro_batches} along dimension "
+                f"{p.axis}, each {how}")
+    outs = func.body.block.last_op
+    assert outs is not None
+    kinds = sorted({info_of(v).dtype if info_of(v).dtype in WIDE else f"f32 (from {info_of(v).dtype})"
+                    for v in outs.operands})
+    combine = f"the mean (sum / {p.micro_batches})" if p.loss == "mean" else "the sum"
+    log.add(func, f"@{func.sym_name.data}: loss and gradients are {combine} over the "
+            f"micro-batches, accumulated in {', '.join(kinds)}; "
+            f"{len(list(micro.body.block.ops)) - 1} op(s) per micro-batch (forward and backward "
+            "derived at the micro-batch shape), micro-batch after micro-batch")
+
+
+@dataclass(frozen=True)
+class AccumulateGradients(LaminaPass):
+    """Split a gradient function's step into micro-batches, summing their gradients."""
+
+    name: ClassVar[str] = PASS
+    minimums: ClassVar[dict[str, int]] = {"micro_batches": 1, "axis": 0}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", "sum")}
+    func: str = ""
+    micro_batches: int = 1
+    axis: int = 0
+    data: str = ""
+    loss: str = "mean"
+
+    def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
+        funcs = [op for op in module.ops if isinstance(op, FuncOp)]
+        if self.func:
+            chosen = [f for f in funcs if f.sym_name.data == self.func]
+            if not chosen:
+                raise error_at(None, f"{PASS}: option func names @{self.func}, which is not a "
+                               "function of the module")
+        else:
+            chosen = [f for f in funcs if GRADIENTS_ATTR in f.attributes]
+            if not chosen:
+                steps = [f for f in funcs if UPDATES_ATTR in f.attributes]
+                raise error_at(steps[0] if steps else None,
+                               f"{PASS}: no gradient function (lamina.gradients) in the module: "
+                               "run derive-backward first, and this pass before append-optimizer")
+        for f in chosen:
+            accumulate(f, self, log)
