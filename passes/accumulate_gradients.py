@@ -75,7 +75,7 @@ from lamina.passes.train_common import (
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Block, SSAValue
 
 PASS = "accumulate-gradients"
 WIDE = {"f32", "f64"}   # accumulated in their own type; any narrower float is summed in f32
@@ -249,11 +249,11 @@ def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue]) -> Non
         return
     groups: list[Operand] = []
     for spec in op.info.operands:
-        got = getattr(op, spec.name)
-        if spec.variadic:
-            groups.append([mapping.get(v, v) for v in got])
+        got: SSAValue | Sequence[SSAValue] | None = getattr(op, spec.name)
+        if isinstance(got, SSAValue):
+            groups.append(mapping.get(got, got))
         else:
-            groups.append(None if got is None else mapping.get(got, got))
+            groups.append(None if got is None else [mapping.get(v, v) for v in got])
     old = op.operand_infos()
     new = [None if v is None else info_of(mapping.get(v, v)) for v in op.operand_slots()]
     try:
@@ -261,7 +261,7 @@ def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue]) -> Non
     except ShapeError as e:
         raise error_at(op, f"{PASS}: this op's shape does not follow the micro-batch ({e}); "
                        "its loss is not a sum or mean over independent rows") from None
-    assert r.owner is not None
+    assert isinstance(r.owner, LaminaOp)
     r.owner.attributes.update(op.attributes)
     if op.results[0].name_hint:
         r.name_hint = op.results[0].name_hint
@@ -356,7 +356,7 @@ class _Sums:
 def _emit_copy(block: Block, grad: FuncOp, args: Sequence[SSAValue],
                inputs: dict[SSAValue, SSAValue]) -> list[SSAValue]:
     """Micro-batch `grad`'s body appended to `block` on `inputs`; its results."""
-    mapping = dict(zip(grad.body.block.args, args, strict=True))
+    mapping: dict[SSAValue, SSAValue] = dict(zip(grad.body.block.args, args, strict=True))
     mapping.update(inputs)
     ret = grad.body.block.last_op
     assert isinstance(ret, ReturnOp)
@@ -379,7 +379,8 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     b = Builder.at_end(block, func.location)
     sums = _Sums(b)
     for k in range(p.micro_batches):
-        picked = {micro.body.block.args[d.index]: _select(b, args[d.index], d, k, p) for d in data}
+        picked: dict[SSAValue, SSAValue] = {
+            micro.body.block.args[d.index]: _select(b, args[d.index], d, k, p) for d in data}
         sums.add(_emit_copy(block, micro, args, picked))
     scale = 1.0 / p.micro_batches if p.loss == "mean" else 1.0
     results = [returned_as(b, v, t) for v, t in zip(sums.results(old, scale), outputs, strict=True)]
