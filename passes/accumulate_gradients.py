@@ -354,15 +354,19 @@ class _Sums:
 
 
 def _emit_copy(block: Block, grad: FuncOp, args: Sequence[SSAValue],
-               inputs: dict[SSAValue, SSAValue]) -> list[SSAValue]:
-    """Micro-batch `grad`'s body appended to `block` on `inputs`; its results."""
+               inputs: dict[SSAValue, SSAValue], k: int) -> list[SSAValue]:
+    """Micro-batch `grad`'s body appended to `block` on `inputs`, its values named `NAME_mbK`
+    (the step's own names go to its results); its results."""
     mapping: dict[SSAValue, SSAValue] = dict(zip(grad.body.block.args, args, strict=True))
     mapping.update(inputs)
     ret = grad.body.block.last_op
     assert isinstance(ret, ReturnOp)
     for op in grad.body.block.ops:
         if op is not ret:
-            block.add_op(op.clone(value_mapper=mapping))
+            new = op.clone(value_mapper=mapping)
+            block.add_op(new)
+            for r in new.results:
+                r.name_hint = f"{r.name_hint}_mb{k}" if r.name_hint else None
     return [mapping.get(v, v) for v in ret.operands]
 
 
@@ -381,9 +385,12 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     for k in range(p.micro_batches):
         picked: dict[SSAValue, SSAValue] = {
             micro.body.block.args[d.index]: _select(b, args[d.index], d, k, p) for d in data}
-        sums.add(_emit_copy(block, micro, args, picked))
+        sums.add(_emit_copy(block, micro, args, picked, k))
     scale = 1.0 / p.micro_batches if p.loss == "mean" else 1.0
     results = [returned_as(b, v, t) for v, t in zip(sums.results(old, scale), outputs, strict=True)]
+    for v, was in zip(results, old, strict=True):   # the step's results keep their names
+        if v not in block.args and was.name_hint:
+            v.name_hint = was.name_hint
     for op in reversed(ops):
         op.detach()
         op.erase()
