@@ -57,6 +57,7 @@ from lamina.ir.builder import Builder, Operand
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.dtypes import tensor_type
 from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
+from lamina.ir.mesh.collective_kinds import SUM
 from lamina.ir.mesh.collectives import ReshardOp
 from lamina.ir.mesh.placement import find_mesh, place_of, spec_of
 from lamina.ir.ops.fused import FusedOp
@@ -427,7 +428,8 @@ class AccumulateGradients(LaminaPass):
 
     name: ClassVar[str] = PASS
     minimums: ClassVar[dict[str, int]] = {"micro_batches": 1, "axis": 0}
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", "sum")}
+    # how the loss reduces the batch; a sum loss adds like a collective's `sum` reduce kind
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", SUM)}
     func: str = ""
     micro_batches: int = 1
     axis: int = 0
