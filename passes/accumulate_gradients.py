@@ -429,7 +429,7 @@ class AccumulateGradients(LaminaPass):
     name: ClassVar[str] = PASS
     minimums: ClassVar[dict[str, int]] = {"micro_batches": 1, "axis": 0}
     # how the loss reduces the batch; a sum loss adds like a collective's `sum` reduce kind
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", SUM)}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", SUM.name)}
     func: str = ""
     micro_batches: int = 1
     axis: int = 0

@@ -11,6 +11,7 @@ full batch does.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,3 +213,45 @@ func.func @f(%x: tensor<8x4xf32>, %w: tensor<4x4xf32>) -> tensor<f32> {
         lamina.apply(lamina.parse(text), "derive-backward{data=x},"
                      "accumulate-gradients{micro-batches=2}")
     assert "accumulate-gradients: this op's shape does not follow the micro-batch" in str(info.value)
+
+
+def _train_data() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal((3, 16, 8), dtype=np.float32),
+            "y": rng.standard_normal((3, 16, 4), dtype=np.float32)}
+
+
+def _losses(accumulate: int = 1, mesh: str | None = None
+            ) -> tuple[list[float], dict[str, np.ndarray]]:
+    trainer = lamina.Trainer(lamina.parse(MLP), _train_data(), lr=1e-2, accumulate=accumulate,
+                             mesh=mesh)
+    return [r.loss for r in trainer.run(steps=8)], trainer.parameters
+
+
+@pytest.mark.parametrize("mesh", [None, "data=2"])
+def test_trainer_accumulate_follows_the_full_batch(mesh: str | None) -> None:
+    full, want = _losses(mesh=mesh)
+    got, params = _losses(accumulate=4, mesh=mesh)
+    np.testing.assert_allclose(got, full, rtol=1e-5)
+    for name, w in want.items():
+        np.testing.assert_allclose(params[name], w, rtol=1e-4, atol=1e-6)
+
+
+def test_lamina_train_accumulate_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lamina.cli.outputs import save_npz_atomic
+    from lamina.cli.train import main as train_main
+
+    data = str(tmp_path / "data.npz")
+    save_npz_atomic(data, _train_data())
+    logs = {}
+    for k in (1, 2):
+        log = tmp_path / f"log{k}.jsonl"
+        assert train_main([str(ROOT / "samples" / "mlp_train.mlir"), "--data", data, "--steps",
+                           "4", "--accumulate", str(k), "--log", str(log)]) == 0
+        logs[k] = [json.loads(line)["loss"] for line in log.read_text().splitlines()]
+    np.testing.assert_allclose(logs[2], logs[1], rtol=1e-5)
+    capsys.readouterr()
+    assert train_main([str(ROOT / "samples" / "mlp_train.mlir"), "--data", data, "--steps", "2",
+                       "--accumulate", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "micro-batches=3 does not divide the batch of %x" in err and "Traceback" not in err
