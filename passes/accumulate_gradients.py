@@ -35,6 +35,9 @@ communication; the micro-batch ops are left unplaced (propagate-sharding places 
 arguments; placements written on intermediate values are not kept), the accumulated gradients
 stay pending sums, and each is placed like its parameter once, after the last micro-batch, so
 insert-collectives reduces it once per step, as many collectives as the full-batch step.
+`sync=micro-batch` places each micro-batch's gradients instead, so they are reduced K times a
+step (as a loop calling the full step's backward per micro-batch would): the contrast, for
+measuring what reducing once saves.
 
 Order: after derive-backward, before append-optimizer (a step with `lamina.updates` is refused,
 naming the order), fuse-elementwise, insert-collectives and the tier passes (a fused kernel, a
@@ -386,7 +389,10 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     for k in range(p.micro_batches):
         picked: dict[SSAValue, SSAValue] = {
             micro.body.block.args[d.index]: _select(b, args[d.index], d, k, p) for d in data}
-        sums.add(_emit_copy(block, micro, args, picked, k))
+        got = _emit_copy(block, micro, args, picked, k)
+        if p.sync == "micro-batch":   # each micro-batch's gradients placed (reduced) at once
+            got = [got[0], *(returned_as(b, v, t) for v, t in zip(got[1:], outputs[1:], strict=True))]
+        sums.add(got)
     scale = 1.0 / p.micro_batches if p.loss == "mean" else 1.0
     results = [returned_as(b, v, t) for v, t in zip(sums.results(old, scale), outputs, strict=True)]
     for v, was in zip(results, old, strict=True):   # the step's results keep their names
@@ -429,12 +435,14 @@ class AccumulateGradients(LaminaPass):
     name: ClassVar[str] = PASS
     minimums: ClassVar[dict[str, int]] = {"micro_batches": 1, "axis": 0}
     # how the loss reduces the batch; a sum loss adds like a collective's `sum` reduce kind
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", SUM.name)}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", SUM.name),
+                                                     "sync": ("step", "micro-batch")}
     func: str = ""
     micro_batches: int = 1
     axis: int = 0
     data: str = ""
     loss: str = "mean"
+    sync: str = "step"
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         funcs = [op for op in module.ops if isinstance(op, FuncOp)]

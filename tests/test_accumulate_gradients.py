@@ -140,7 +140,28 @@ def test_local_micro_batches_need_no_communication() -> None:
                 and any(v in args for v in op.operands)]
 
 
+@pytest.mark.parametrize("k", [2, 4])
+def test_reducing_per_micro_batch_needs_k_times_the_collectives(k: int) -> None:
+    """sync=micro-batch (the contrast) reduces every micro-batch's gradients: K times the
+    all_reduces of sync=step, which reduces once per step, as the full batch does (unbucketed,
+    one per parameter); both runs equal the single-device full batch."""
+    place = "place-batch{data=x,y axis=data size=2},derive-backward{data=x,y}"
+    tail = "propagate-sharding,insert-collectives{bucket=false}"
+    _, ref = _grad(MLP, "derive-backward{data=x,y}", "mlp_loss_grad")
+    inputs = _inputs(ref)
+    counts = {}
+    for sync in ("step", "micro-batch"):
+        _, func = _grad(MLP, f"{place},accumulate-gradients{{micro-batches={k} sync={sync}}},"
+                        f"{tail}", "mlp_loss_grad")
+        _assert_close(run_spmd(func, inputs).outputs, run_function(ref, inputs).outputs, "f32")
+        counts[sync] = sum(isinstance(op, AllReduceOp) for op in func.walk())
+    _, full = _grad(MLP, f"{place},{tail}", "mlp_loss_grad")
+    assert counts["step"] == sum(isinstance(op, AllReduceOp) for op in full.walk()) == 4
+    assert counts["micro-batch"] == k * counts["step"]
+
+
 def _peak(k: int) -> int:
+    """HBM peak of a checked run (the accounting behind lamina-run's `peak_bytes` statistic)."""
     pipe = "derive-backward{data=x,y}" + \
         (f",accumulate-gradients{{micro-batches={k}}}" if k > 1 else "") + ",annotate-lifetimes"
     wide = MLP.replace("16x", "256x")
