@@ -28,6 +28,7 @@ from lamina.backends.numpy.spmd import run_spmd
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.mesh.collectives import AllReduceOp, PlacementOp, ReduceScatterOp
 from lamina.ir.ops.opbase import tensor_info
+from strategies import examples
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = (ROOT / "samples" / "mlp_train.mlir").read_text()
@@ -98,7 +99,7 @@ def _accumulate(mlp: Mlp, k: int) -> str:
     return f"accumulate-gradients{{micro-batches={k} loss={mlp.loss}}}"
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(mlps(), st.sampled_from((1, 2, 4)))
 def test_accumulated_step_equals_full_batch(mlp: Mlp, k: int) -> None:
     text = mlp.text()
@@ -110,7 +111,7 @@ def test_accumulated_step_equals_full_batch(mlp: Mlp, k: int) -> None:
     assert str(again) == str(module)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @given(mlps(("f32",)), st.sampled_from((1, 2, 4)), st.sampled_from((2, 4)))
 def test_placed_accumulation_reduces_once_per_step(mlp: Mlp, k: int, n: int) -> None:
     mlp16 = Mlp(16, mlp.widths, mlp.acts, mlp.loss, mlp.dtype)
