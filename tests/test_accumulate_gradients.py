@@ -277,3 +277,35 @@ def test_lamina_train_accumulate_flag(tmp_path: Path, capsys: pytest.CaptureFixt
                        "--accumulate", "3"]) == 1
     err = capsys.readouterr().err
     assert "micro-batches=3 does not divide the batch of %x" in err and "Traceback" not in err
+
+
+SEQUENCE = """\
+func.func @f(%x: tensor<8x3x4xf32>, %y: tensor<8x3xf32>, %w: tensor<4x4xf32>, %v: tensor<4xf32>) -> tensor<f32> {
+  %r = lamina.reshape %x : (tensor<8x3x4xf32>) -> tensor<24x4xf32>
+  %m = lamina.matmul %r, %w : (tensor<24x4xf32>, tensor<4x4xf32>) -> tensor<24x4xf32>
+  %b = lamina.reshape %m : (tensor<24x4xf32>) -> tensor<8x3x4xf32>
+  %s = lamina.softmax %b {axis = -1 : i64} : tensor<8x3x4xf32>
+  %t = lamina.broadcast_in_dim %y {broadcast_dimensions = array<i64: 0, 1>} : (tensor<8x3xf32>) -> tensor<8x3x4xf32>
+  %p = lamina.mul %s, %t : tensor<8x3x4xf32>
+  %q = lamina.mul %p, %v : (tensor<8x3x4xf32>, tensor<4xf32>) -> tensor<8x3x4xf32>
+  %c = lamina.cast %q : (tensor<8x3x4xf32>) -> tensor<8x3x4xf64>
+  %l64 = lamina.reduce_mean %c {axes = array<i64: 0, 1, 2>} : (tensor<8x3x4xf64>) -> tensor<f64>
+  %l = lamina.cast %l64 : (tensor<f64>) -> tensor<f32>
+  func.return %l : tensor<f32>
+}
+"""
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("devices", [0, 2])
+def test_reshapes_broadcasts_and_casts_follow_the_micro_batch(k: int, devices: int) -> None:
+    """The batch dim merged and split by reshapes, broadcast from a label, cast: each follows
+    the micro-batch, on one device and on a data=2 mesh."""
+    place = f"place-batch{{data=x,y axis=data size={devices}}}," if devices else ""
+    tail = ",propagate-sharding,insert-collectives" if devices else ""
+    _, ref = _grad(SEQUENCE, "derive-backward{data=x,y}")
+    _, acc = _grad(SEQUENCE, f"{place}derive-backward{{data=x,y}},"
+                   f"accumulate-gradients{{micro-batches={k}}}{tail}")
+    inputs = _inputs(ref)
+    run = run_spmd if devices else run_function
+    _assert_close(run(acc, inputs).outputs, run_function(ref, inputs).outputs, "f32")
