@@ -63,8 +63,17 @@ from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
 from lamina.ir.mesh.collective_kinds import SUM
 from lamina.ir.mesh.collectives import ReshardOp
 from lamina.ir.mesh.placement import find_mesh, place_of, spec_of
+from lamina.ir.mesh.sharding import Linearity
 from lamina.ir.ops.fused import FusedOp
-from lamina.ir.ops.lamina import BroadcastInDimOp, CastOp, ReshapeOp, SliceOp
+from lamina.ir.ops.lamina import (
+    BroadcastInDimOp,
+    CastOp,
+    MatmulOp,
+    ReduceMeanOp,
+    ReduceSumOp,
+    ReshapeOp,
+    SliceOp,
+)
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.passes.derive_backward import DeriveBackward, derive
 from lamina.passes.explain import ExplainLog, LaminaPass
@@ -82,6 +91,7 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, SSAValue
 
 PASS = "accumulate-gradients"
+AUTO, MEAN = "auto", "mean"   # the loss option: infer, or say, how the loss reduces the batch
 WIDE = {"f32", "f64"}   # accumulated in their own type; any narrower float is summed in f32
 
 
@@ -244,8 +254,73 @@ def _attrs(op: LaminaOp, old: list[TensorInfo | None], new: list[TensorInfo | No
     return attrs
 
 
-def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue]) -> None:
-    """`op` on the mapped operands, its result typed by its row's shape rule (unplaced)."""
+class _LossForm:
+    """How the loss reduces the batch, read off the forward while it is rebuilt: the ops where
+    the batch dim disappears (reduce_mean: a mean, reduce_sum or a matmul contracting it: a sum),
+    and what follows them, which must be linear in them (scaling, adding, casts) for the sum of
+    the micro-batches' losses to be the full batch's; anything else is refused at its op."""
+
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+        self.reduced: set[SSAValue] = set()   # (micro forward) values computed from a reduction
+        self.lone_term = False   # a batch-free term added to a reduced one (counted K times)
+
+    def see(self, op: LaminaOp, old: list[TensorInfo | None], new: list[TensorInfo | None],
+            slots: list[SSAValue | None], result: SSAValue) -> None:
+        batch = [i for i, (a, b) in enumerate(zip(old, new, strict=True))
+                 if a is not None and b is not None and a.shape != b.shape]
+        reduced = [i for i, v in enumerate(slots) if v is not None and v in self.reduced]
+        shrinks = info_of(op.results[0]).shape == info_of(result).shape
+        if batch and shrinks:
+            self._reduction(op, reduced, result)
+        elif reduced:
+            if batch:
+                raise error_at(op, f"{PASS}: this {op.name} combines a statistic of the whole "
+                               "batch with its rows, so the micro-batches' losses would not add "
+                               "up to the full batch's")
+            self._after(op, reduced, slots, result)
+
+    def _reduction(self, op: LaminaOp, reduced: list[int], result: SSAValue) -> None:
+        kind = MEAN if isinstance(op, ReduceMeanOp) else \
+            SUM.name if isinstance(op, ReduceSumOp | MatmulOp) else None
+        if kind is None or reduced:
+            raise error_at(op, f"{PASS}: the loss reduces the batch with this {op.name}; "
+                           "accumulation needs a sum or a mean over the rows")
+        self.kinds.add(kind)
+        self.reduced.add(result)
+
+    def _after(self, op: LaminaOp, reduced: list[int], slots: list[SSAValue | None],
+               result: SSAValue) -> None:
+        infos = [None if v is None else info_of(v) for v in slots]
+        linearity = op.info.linearity_for(infos, info_of(result))
+        if isinstance(op, CastOp) or linearity is Linearity.ADDITIVE:
+            self.lone_term |= len(reduced) < sum(v is not None for v in slots)
+        elif linearity is not Linearity.ONE_SIDED or len(reduced) > 1 or \
+                reduced[0] not in op.info.linear_operands:
+            raise error_at(op, f"{PASS}: the loss is not linear in the batch's "
+                           f"{' and '.join(sorted(self.kinds))} after this {op.name}, so the "
+                           "micro-batches' losses would not combine into the full batch's")
+        self.reduced.add(result)
+
+    def kind(self, func: FuncOp, given: str) -> str:
+        """mean or sum: the option when given, else what the reductions say."""
+        if given != AUTO:
+            return given
+        if len(self.kinds) > 1:
+            raise error_at(func, f"{PASS}: the loss of @{func.sym_name.data} both sums and "
+                           "averages over the batch; say which to accumulate with loss=mean|sum")
+        kind = next(iter(self.kinds), MEAN)
+        if kind == SUM.name and self.lone_term:
+            raise error_at(func, f"{PASS}: the loss of @{func.sym_name.data} sums over the batch "
+                           "and adds a term that does not depend on it, which each micro-batch "
+                           "would add again; say loss=sum to accept that")
+        return kind
+
+
+def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue], form: _LossForm
+             ) -> None:
+    """`op` on the mapped operands, its result typed by its row's shape rule (unplaced), seen
+    by `form`."""
     if not op.operands:
         new = op.clone()
         b.block.add_op(new)
@@ -270,10 +345,12 @@ def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue]) -> Non
     if op.results[0].name_hint:
         r.name_hint = op.results[0].name_hint
     mapping[op.results[0]] = r
+    form.see(op, old, new, [None if v is None else mapping.get(v, v) for v in op.operand_slots()],
+             r)
 
 
-def _micro_forward(func: FuncOp, ret: ReturnOp, data: list[_Data], p: AccumulateGradients
-                   ) -> FuncOp:
+def _micro_forward(func: FuncOp, ret: ReturnOp, data: list[_Data], p: AccumulateGradients,
+                   form: _LossForm) -> FuncOp:
     """The forward part of `func` on one micro-batch, every value unplaced: a function of
     `func`'s arguments returning the loss, for derive-backward to differentiate again."""
     args = func.body.block.args
@@ -288,15 +365,15 @@ def _micro_forward(func: FuncOp, ret: ReturnOp, data: list[_Data], p: Accumulate
     b = Builder.at_end(block, func.location)
     for op in _loss_slice(func.body.block, ret.operands[0]):
         b.location = op.location
-        _rebuild(op, b, mapping)
+        _rebuild(op, b, mapping, form)
     finish(micro, block, [mapping.get(ret.operands[0], ret.operands[0])])
     return micro
 
 
-def _micro_gradient(func: FuncOp, ret: ReturnOp, data: list[_Data], p: AccumulateGradients
-                    ) -> FuncOp:
+def _micro_gradient(func: FuncOp, ret: ReturnOp, data: list[_Data], p: AccumulateGradients,
+                    form: _LossForm) -> FuncOp:
     """derive-backward's gradient function of the micro-batch forward, same gradients."""
-    micro = _micro_forward(func, ret, data, p)
+    micro = _micro_forward(func, ret, data, p, form)
     names = arg_names(micro)
     wrt = ",".join(f"arg{i}" if names.count(names[i]) > 1 else names[i]
                    for i in gradient_args(func) or [])
@@ -378,7 +455,9 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     """Rewrite gradient function `func` in place (module docstring)."""
     ret = _check_function(func)
     data = _data(func, p)
-    micro = _micro_gradient(func, ret, data, p)
+    form = _LossForm()
+    micro = _micro_gradient(func, ret, data, p, form)
+    kind = form.kind(func, p.loss)
     outputs = list(func.function_type.outputs.data)
     old = list(ret.operands)
     block = func.body.block
@@ -393,7 +472,7 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
         if p.sync == "micro-batch":   # each micro-batch's gradients placed (reduced) at once
             got = [got[0], *(returned_as(b, v, t) for v, t in zip(got[1:], outputs[1:], strict=True))]
         sums.add(got)
-    scale = 1.0 / p.micro_batches if p.loss == "mean" else 1.0
+    scale = 1.0 / p.micro_batches if kind == MEAN else 1.0
     results = [returned_as(b, v, t) for v, t in zip(sums.results(old, scale), outputs, strict=True)]
     for v, was in zip(results, old, strict=True):   # the step's results keep their names
         if v not in block.args and was.name_hint:
@@ -404,11 +483,11 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     finish(func, block, results)
     assert list(func.function_type.outputs.data) == outputs, "the signature is kept"
     if log is not None:
-        _explain(func, micro, data, p, log)
+        _explain(func, micro, data, p, kind, log)
 
 
 def _explain(func: FuncOp, micro: FuncOp, data: list[_Data], p: AccumulateGradients,
-             log: ExplainLog) -> None:
+             kind: str, log: ExplainLog) -> None:
     names = arg_names(func)
     args = func.body.block.args
     for d in data:
@@ -421,7 +500,9 @@ def _explain(func: FuncOp, micro: FuncOp, data: list[_Data], p: AccumulateGradie
     assert outs is not None
     kinds = sorted({info_of(v).dtype if info_of(v).dtype in WIDE else f"f32 (from {info_of(v).dtype})"
                     for v in outs.operands})
-    combine = f"the mean (sum / {p.micro_batches})" if p.loss == "mean" else "the sum"
+    combine = f"the mean (sum / {p.micro_batches})" if kind == MEAN else "the sum"
+    combine += f" (loss={p.loss})" if p.loss != AUTO else \
+        f" (loss=auto: the loss is a {kind} over the batch)"
     log.add(func, f"@{func.sym_name.data}: loss and gradients are {combine} over the "
             f"micro-batches, accumulated in {', '.join(kinds)}; "
             f"{len(list(micro.body.block.ops)) - 1} op(s) per micro-batch (forward and backward "
@@ -435,13 +516,13 @@ class AccumulateGradients(LaminaPass):
     name: ClassVar[str] = PASS
     minimums: ClassVar[dict[str, int]] = {"micro_batches": 1, "axis": 0}
     # how the loss reduces the batch; a sum loss adds like a collective's `sum` reduce kind
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": ("mean", SUM.name),
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"loss": (AUTO, MEAN, SUM.name),
                                                      "sync": ("step", "micro-batch")}
     func: str = ""
     micro_batches: int = 1
     axis: int = 0
     data: str = ""
-    loss: str = "mean"
+    loss: str = AUTO
     sync: str = "step"
 
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
