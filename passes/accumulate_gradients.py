@@ -23,7 +23,9 @@ default whose arguments disagree on the batch size is refused for that reason.
 
 How: the forward part of `@NAME_grad` (the ops its loss depends on) is rebuilt at the micro-batch
 shape, through the op table's shape rules (a reshape that merges or splits the batch dimension,
-a broadcast or a cast of a batch value follow it), and derive-backward differentiates it again,
+a broadcast or a cast of a batch value follow it, and so does a value of the batch's shape made
+without the batch, an iota across it, a splat constant or a broadcast, where it meets batch
+values in an elementwise op: a one-hot's index grid), and derive-backward differentiates it again,
 so every constant the backward bakes in (reduce_mean's 1/N) is the micro-batch's. An op whose
 shape does not follow the batch (a broadcast to a batch-sized shape out of nothing, a slice of
 part of the batch) is a located error: that program's loss is not a per-row sum or mean.
@@ -68,6 +70,8 @@ from lamina.ir.ops.fused import FusedOp
 from lamina.ir.ops.lamina import (
     BroadcastInDimOp,
     CastOp,
+    ConstantOp,
+    IotaOp,
     MatmulOp,
     ReduceMeanOp,
     ReduceSumOp,
@@ -75,6 +79,7 @@ from lamina.ir.ops.lamina import (
     SliceOp,
 )
 from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
 from lamina.passes.derive_backward import DeriveBackward, derive
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
@@ -86,7 +91,7 @@ from lamina.passes.train_common import (
     returned_as,
 )
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, SSAValue
 
@@ -317,6 +322,53 @@ class _LossForm:
         return kind
 
 
+def _followed(op: LaminaOp, want: tuple[int, ...], b: Builder,
+              mapping: dict[SSAValue, SSAValue]) -> SSAValue | None:
+    """Batch-free `op` (an iota across the resized dims, a splat constant, a broadcast along
+    them) made at shape `want`, or None when its values would change."""
+    info = info_of(op.results[0])
+    resized = {d for d, (a, w) in enumerate(zip(info.shape, want, strict=True)) if a != w}
+    if isinstance(op, IotaOp):
+        dim: int = op.attr_values()["dim"]
+        return None if dim in resized else b.iota(want, info.dtype, dim)
+    if isinstance(op, BroadcastInDimOp):
+        dims: tuple[int, ...] = op.attr_values()["broadcast_dimensions"]
+        src = op.operands[0]
+        if any(d in resized and info_of(src).shape[i] != 1 for i, d in enumerate(dims)):
+            return None
+        return b.broadcast_in_dim(mapping.get(src, src), want, dims)
+    value = op.properties.get("value")
+    if isinstance(op, ConstantOp) and isinstance(value, DenseIntOrFPElementsAttr) and \
+            value.is_splat():
+        return b.splat(float(value.get_values()[0]), TensorInfo(want, info.dtype))
+    return None
+
+
+def _follow_batch(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue]) -> None:
+    """Before elementwise `op` is rebuilt: an operand made without the batch (an iota, a splat
+    constant, a broadcast: a one-hot's index grid) at the full batch's shape is made again at
+    the shape its other operands now have, along the dims where they follow the micro-batch."""
+    if op.info.fusion is not Fusion.ELEMENTWISE:
+        return
+    out = info_of(op.results[0]).shape
+    want = list(out)
+    for v in op.operands:
+        old, new = info_of(v).shape, info_of(mapping.get(v, v)).shape
+        for i, (a, c) in enumerate(zip(old, new, strict=True)):
+            if a != c:
+                want[len(out) - len(old) + i] = c
+    for v in op.operands:
+        src = v.owner
+        shape = info_of(v).shape
+        if not isinstance(src, LaminaOp) or len(shape) != len(out) or \
+                info_of(mapping.get(v, v)).shape != shape or \
+                any(info_of(mapping.get(u, u)) != info_of(u) for u in src.operands):
+            continue
+        target = tuple(w if s_ == d else s_ for s_, d, w in zip(shape, out, want, strict=True))
+        if target != shape and (made := _followed(src, target, b, mapping)) is not None:
+            mapping[v] = made
+
+
 def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue], form: _LossForm
              ) -> None:
     """`op` on the mapped operands, its result typed by its row's shape rule (unplaced), seen
@@ -326,6 +378,7 @@ def _rebuild(op: LaminaOp, b: Builder, mapping: dict[SSAValue, SSAValue], form: 
         b.block.add_op(new)
         mapping[op.results[0]] = new.results[0]
         return
+    _follow_batch(op, b, mapping)
     groups: list[Operand] = []
     for spec in op.info.operands:
         got: SSAValue | Sequence[SSAValue] | None = getattr(op, spec.name)

@@ -43,7 +43,7 @@ func.func @g(%x: tensor<4x4xf32>, %w: tensor<4xf32>) -> (tensor<f32>, tensor<4xf
 // -----
 
 func.func @g(%x: tensor<4x4xf32>, %w: tensor<4xf32>) -> (tensor<f32>, tensor<4xf32>) attributes {lamina.gradients = array<i64: 1>} {
-  %c = lamina.constant dense<1.0> : tensor<4x4xf32>
+  %c = lamina.iota {dim = 0 : i64} : () -> tensor<4x4xf32>
   // expected-error @+1 {{accumulate-gradients: this op's shape does not follow the micro-batch}}
   %m = lamina.mul %x, %c : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   %l = lamina.reduce_mean %m {axes = array<i64: 0, 1>} : (tensor<4x4xf32>) -> tensor<f32>
