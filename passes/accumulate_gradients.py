@@ -10,10 +10,16 @@ gradients from `micro-batches` = K slices of its data: each data argument is cut
 after micro-batch k-1's, so annotate-lifetimes frees one micro-batch's activations before the
 next starts (peak activation memory about 1/K). The gradients (and the loss) are summed over the
 micro-batches in f32, or in their own type when it is wider (f64): a bf16/f16 gradient is cast
-up before the sum and back after it. `loss=mean` (the default: the loss is a mean over the batch,
-as every sample's is) scales the sums by 1/K, `loss=sum` keeps them; then the full-batch step's
-loss and gradients are the accumulated ones up to summation order (the micro-batches are equal,
-so a mean of means is the mean). `append-optimizer` then makes one update from them.
+up before the sum and back after it. A loss that is a mean over the batch has its sums scaled by
+1/K, a sum keeps them; then the full-batch step's loss and gradients are the accumulated ones up
+to summation order (the micro-batches are equal, so a mean of means is the mean).
+`append-optimizer` then makes one update from them. Which one: `loss=auto` (the default) reads
+it off the ops that reduce the batch (reduce_mean: a mean; reduce_sum, a matmul contracting the
+batch: a sum; a sum divided by a sum: a mean, cross-entropy's losses over their count, exact when
+every micro-batch counts the same rows), and what follows them must be linear (scaling, adding
+like with like, casts); a max over the batch, a log of the mean, a batch statistic used by the
+rows, a sum added to a mean or a batch-free term added to a sum is refused at its op.
+`loss=mean|sum` says it instead (and accepts mixed or batch-free terms).
 
 The data arguments: `data=` names them (as derive-backward's data= did); by default every
 argument that is neither differentiated nor `frozen` and has a dimension `axis` (what
@@ -27,8 +33,8 @@ a broadcast or a cast of a batch value follow it, and so does a value of the bat
 without the batch, an iota across it, a splat constant or a broadcast, where it meets batch
 values in an elementwise op: a one-hot's index grid), and derive-backward differentiates it again,
 so every constant the backward bakes in (reduce_mean's 1/N) is the micro-batch's. An op whose
-shape does not follow the batch (a broadcast to a batch-sized shape out of nothing, a slice of
-part of the batch) is a located error: that program's loss is not a per-row sum or mean.
+shape does not follow the batch (an iota along the batch, a slice of part of the batch, a
+reshape moving the batch off its group's major dimension) is a located error.
 
 Placed programs (place-batch first): a data argument whose `axis` is split over mesh axes of n
 devices keeps its rows local: micro-batch k is the k-th chunk of each device's block (reshape
@@ -46,8 +52,9 @@ naming the order), fuse-elementwise, insert-collectives and the tier passes (a f
 collective, a tier move or a `lamina.free` in the function is refused). Refusals, each one
 located diagnostic: K < 1, `axis` beyond a data argument's rank, K not dividing a data
 argument's batch (per device, on a placed one), a loss of more than one element, a function
-without `lamina.gradients`. With `--explain`: each data argument's micro-batch and how it is
-taken, how the loss and gradients are combined and in which type, and the ops per micro-batch.
+without `lamina.gradients`, the loss forms above. With `--explain`: each data argument's
+micro-batch and how it is taken, how the loss and gradients are combined (and why) and in which
+type, and the ops per micro-batch.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ from lamina.ir.ops.lamina import (
     BroadcastInDimOp,
     CastOp,
     ConstantOp,
+    DivOp,
     IotaOp,
     MatmulOp,
     ReduceMeanOp,
@@ -261,20 +269,22 @@ def _attrs(op: LaminaOp, old: list[TensorInfo | None], new: list[TensorInfo | No
 
 class _LossForm:
     """How the loss reduces the batch, read off the forward while it is rebuilt: the ops where
-    the batch dim disappears (reduce_mean: a mean, reduce_sum or a matmul contracting it: a sum),
-    and what follows them, which must be linear in them (scaling, adding, casts) for the sum of
-    the micro-batches' losses to be the full batch's; anything else is refused at its op."""
+    the batch dim disappears (reduce_mean: a mean, reduce_sum or a matmul contracting it: a sum,
+    a sum divided by a sum: a mean, cross-entropy's sum of losses over its count of rows, exact
+    when every micro-batch counts the same rows), and what follows them, which must be linear in
+    them (scaling, adding like with like, casts) for the micro-batches' losses to combine into
+    the full batch's; anything else is refused at its op."""
 
-    def __init__(self) -> None:
-        self.kinds: set[str] = set()
-        self.reduced: set[SSAValue] = set()   # (micro forward) values computed from a reduction
-        self.lone_term = False   # a batch-free term added to a reduced one (counted K times)
+    def __init__(self, given: str) -> None:
+        self.given = given
+        self.kind_of: dict[SSAValue, str] = {}   # (micro forward) value from a reduction -> kind
+        self.loss: SSAValue | None = None          # the micro forward's loss, once rebuilt
 
     def see(self, op: LaminaOp, old: list[TensorInfo | None], new: list[TensorInfo | None],
             slots: list[SSAValue | None], result: SSAValue) -> None:
         batch = [i for i, (a, b) in enumerate(zip(old, new, strict=True))
                  if a is not None and b is not None and a.shape != b.shape]
-        reduced = [i for i, v in enumerate(slots) if v is not None and v in self.reduced]
+        reduced = [i for i, v in enumerate(slots) if v is not None and v in self.kind_of]
         shrinks = info_of(op.results[0]).shape == info_of(result).shape
         if batch and shrinks:
             self._reduction(op, reduced, result)
@@ -283,7 +293,8 @@ class _LossForm:
                 raise error_at(op, f"{PASS}: this {op.name} combines a statistic of the whole "
                                "batch with its rows, so the micro-batches' losses would not add "
                                "up to the full batch's")
-            self._after(op, reduced, slots, result)
+            self._after(op, [self.kind_of[v] for v in slots if v is not None and v in self.kind_of], reduced,
+                        slots, result)
 
     def _reduction(self, op: LaminaOp, reduced: list[int], result: SSAValue) -> None:
         kind = MEAN if isinstance(op, ReduceMeanOp) else \
@@ -291,35 +302,42 @@ class _LossForm:
         if kind is None or reduced:
             raise error_at(op, f"{PASS}: the loss reduces the batch with this {op.name}; "
                            "accumulation needs a sum or a mean over the rows")
-        self.kinds.add(kind)
-        self.reduced.add(result)
+        self.kind_of[result] = kind
 
-    def _after(self, op: LaminaOp, reduced: list[int], slots: list[SSAValue | None],
-               result: SSAValue) -> None:
+    def _after(self, op: LaminaOp, kinds: list[str], reduced: list[int],
+               slots: list[SSAValue | None], result: SSAValue) -> None:
         infos = [None if v is None else info_of(v) for v in slots]
         linearity = op.info.linearity_for(infos, info_of(result))
+        if isinstance(op, DivOp) and reduced == [0, 1] and kinds == [SUM.name, SUM.name]:
+            self.kind_of[result] = MEAN   # a sum over a count: a mean
+            return
         if isinstance(op, CastOp) or linearity is Linearity.ADDITIVE:
-            self.lone_term |= len(reduced) < sum(v is not None for v in slots)
+            self._check_terms(op, kinds, len(reduced) < sum(v is not None for v in slots))
         elif linearity is not Linearity.ONE_SIDED or len(reduced) > 1 or \
                 reduced[0] not in op.info.linear_operands:
-            raise error_at(op, f"{PASS}: the loss is not linear in the batch's "
-                           f"{' and '.join(sorted(self.kinds))} after this {op.name}, so the "
-                           "micro-batches' losses would not combine into the full batch's")
-        self.reduced.add(result)
+            raise error_at(op, f"{PASS}: the loss is not linear in the batch's {kinds[0]} after "
+                           f"this {op.name}, so the micro-batches' losses would not combine "
+                           "into the full batch's")
+        self.kind_of[result] = kinds[0]
 
-    def kind(self, func: FuncOp, given: str) -> str:
-        """mean or sum: the option when given, else what the reductions say."""
-        if given != AUTO:
-            return given
-        if len(self.kinds) > 1:
-            raise error_at(func, f"{PASS}: the loss of @{func.sym_name.data} both sums and "
-                           "averages over the batch; say which to accumulate with loss=mean|sum")
-        kind = next(iter(self.kinds), MEAN)
-        if kind == SUM.name and self.lone_term:
-            raise error_at(func, f"{PASS}: the loss of @{func.sym_name.data} sums over the batch "
-                           "and adds a term that does not depend on it, which each micro-batch "
-                           "would add again; say loss=sum to accept that")
-        return kind
+    def _check_terms(self, op: LaminaOp, kinds: list[str], lone: bool) -> None:
+        """Terms added together: all means or all sums, and no batch-free term added to a sum
+        (each micro-batch would add it again), unless loss= says how to combine."""
+        if self.given != AUTO:
+            return
+        if len(set(kinds)) > 1:
+            raise error_at(op, f"{PASS}: this {op.name} adds a sum and a mean over the batch; "
+                           "say which to accumulate with loss=mean|sum")
+        if lone and kinds[0] == SUM.name:
+            raise error_at(op, f"{PASS}: this {op.name} adds a term that does not depend on the "
+                           "batch to a sum over it, which each micro-batch would add again; say "
+                           "loss=sum to accept that")
+
+    def kind(self) -> str:
+        """mean or sum: the option when given, else what the reductions say of the loss."""
+        if self.given != AUTO:
+            return self.given
+        return self.kind_of.get(self.loss, MEAN) if self.loss is not None else MEAN
 
 
 def _followed(op: LaminaOp, want: tuple[int, ...], b: Builder,
@@ -419,7 +437,8 @@ def _micro_forward(func: FuncOp, ret: ReturnOp, data: list[_Data], p: Accumulate
     for op in _loss_slice(func.body.block, ret.operands[0]):
         b.location = op.location
         _rebuild(op, b, mapping, form)
-    finish(micro, block, [mapping.get(ret.operands[0], ret.operands[0])])
+    form.loss = mapping.get(ret.operands[0], ret.operands[0])
+    finish(micro, block, [form.loss])
     return micro
 
 
@@ -508,9 +527,9 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     """Rewrite gradient function `func` in place (module docstring)."""
     ret = _check_function(func)
     data = _data(func, p)
-    form = _LossForm()
+    form = _LossForm(p.loss)
     micro = _micro_gradient(func, ret, data, p, form)
-    kind = form.kind(func, p.loss)
+    kind = form.kind()
     outputs = list(func.function_type.outputs.data)
     old = list(ret.operands)
     block = func.body.block

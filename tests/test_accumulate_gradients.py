@@ -344,3 +344,29 @@ def test_reshapes_broadcasts_and_casts_follow_the_micro_batch(k: int, devices: i
     inputs = _inputs(ref)
     run = run_spmd if devices else run_function
     _assert_close(run(acc, inputs).outputs, run_function(ref, inputs).outputs, "f32")
+
+
+RATIO = """\
+func.func @f(%x: tensor<8x4xf32>, %m: tensor<8xf32>, %w: tensor<4xf32>) -> tensor<f32> {
+  %p = lamina.mul %x, %w : (tensor<8x4xf32>, tensor<4xf32>) -> tensor<8x4xf32>
+  %t = lamina.tanh %p : tensor<8x4xf32>
+  %row = lamina.reduce_sum %t {axes = array<i64: 1>} : (tensor<8x4xf32>) -> tensor<8xf32>
+  %kept = lamina.mul %row, %m : tensor<8xf32>
+  %num = lamina.reduce_sum %kept {axes = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  %den = lamina.reduce_sum %m {axes = array<i64: 0>} : (tensor<8xf32>) -> tensor<f32>
+  %l = lamina.div %num, %den : tensor<f32>
+  func.return %l : tensor<f32>
+}
+"""
+
+
+def test_a_sum_over_a_count_is_a_mean() -> None:
+    """Cross-entropy's form (torch's, as imported): the rows' losses summed over the rows' count;
+    with every micro-batch counting the same rows, accumulating it as a mean is exact."""
+    _, ref = _grad(RATIO, "derive-backward{data=x,m}")
+    _, acc = _grad(RATIO, "derive-backward{data=x,m},accumulate-gradients{micro-batches=2}")
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((8, 4)).astype(np.float32),
+              np.array([1, 0, 1, 1, 0, 1, 1, 1], np.float32),   # 3 rows of each half count
+              rng.standard_normal(4).astype(np.float32)]
+    _assert_close(run_function(acc, inputs).outputs, run_function(ref, inputs).outputs, "f32")
