@@ -69,6 +69,12 @@ device of the mesh (the SPMD interpreter), the JAX backend one shard_map over `d
 devices; data, parameters, state and checkpoints stay global arrays (cut into blocks by the
 backend), so the loss curve is the single-device one within rounding.
 
+Gradient accumulation (`accumulate=K`, `lamina-train --accumulate K`): `accumulate-gradients`
+runs between derive-backward and append-optimizer, so each step's batch is K micro-batches
+(forward and backward one after the other, gradients summed in f32, one update, one gradient
+reduction when data parallel); the loss must be a mean over the batch, and the batch must
+divide by K (per device with a mesh). The curve is the full batch's up to summation order.
+
 Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name (and every
 frozen one, unchanged, so a resume needs no `init`), plus the step,
 the data position (step mod N; with a token stream, the windows drawn so far, which is the
@@ -132,6 +138,7 @@ class Hyper:
     lr_schedule: str = "constant"
     warmup: int = 0
     grad_clip: float = 0.0
+    accumulate: int = 1   # micro-batches per step (accumulate-gradients; 1: the whole batch)
 
     def check(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -145,13 +152,17 @@ class Hyper:
         if self.momentum and self.optimizer != "sgd":
             raise LaminaError(f"momentum applies to the sgd optimizer, got momentum="
                               f"{self.momentum} with {self.optimizer}")
+        if isinstance(self.accumulate, bool) or not isinstance(self.accumulate, int) or \
+                self.accumulate < 1:
+            raise LaminaError(f"accumulate must be an integer >= 1, got {self.accumulate!r}")
         for name in ("lr", "weight_decay", "beta1", "beta2", "eps", "momentum", "grad_clip"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise LaminaError(f"{name} must be a finite number >= 0, got {value}")
 
     def pipeline(self, entry: str, data: list[str]) -> str:
-        """derive-backward and append-optimizer for `entry`, the learning rate an input."""
+        """derive-backward and append-optimizer for `entry`, the learning rate an input; with
+        `accumulate` K > 1, accumulate-gradients between them (K micro-batches, one update)."""
         opt = [f"func={entry}_grad", f"kind={self.optimizer}", "lr-input=true",
                f"weight-decay={self.weight_decay!r}"]
         if self.optimizer == "adamw":
@@ -160,7 +171,9 @@ class Hyper:
             opt.append(f"momentum={self.momentum!r}")
         if self.grad_clip:
             opt.append(f"grad-clip={self.grad_clip!r}")
-        return f"derive-backward{{func={entry} data={','.join(data)}}}," \
+        accumulate = f"accumulate-gradients{{func={entry}_grad micro-batches={self.accumulate} " \
+            f"data={','.join(data)}}}," if self.accumulate > 1 else ""
+        return f"derive-backward{{func={entry} data={','.join(data)}}},{accumulate}" \
                f"append-optimizer{{{' '.join(opt)}}}"
 
 
@@ -444,7 +457,8 @@ class Trainer:
                  eval_every: int = 0, eval_name: str = "eval data", mesh: str | None = None,
                  **options: Any) -> None:
         """`options`: the `Hyper` fields (optimizer, lr, weight_decay, beta1, beta2, eps,
-        momentum, lr_schedule, warmup, grad_clip), then the backend's (`lamina.compile`).
+        momentum, lr_schedule, warmup, grad_clip, accumulate), then the backend's
+        (`lamina.compile`).
         `steps` is the run's length, which the cosine schedule decays over (default: the
         `steps` of the first `run`). `data` (batches) or `tokens` (a stream, with `seq`,
         `batch`, `input_arg`, `target_arg`) is the training data, `eval_data` or `eval_tokens`

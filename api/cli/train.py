@@ -4,7 +4,7 @@
                  [--input-arg NAME --target-arg NAME]) --steps N [--init PARAMS.npz | --seed S]
                  [--optimizer adamw|sgd] [--lr LR] [--weight-decay WD] [--beta1 B1 --beta2 B2
                  --eps EPS] [--momentum MU] [--lr-schedule constant|cosine] [--warmup W]
-                 [--grad-clip C] [--log LOG.jsonl] [--save FINAL.npz] [--plot LOSS.png]
+                 [--grad-clip C] [--accumulate K] [--log LOG.jsonl] [--save FINAL.npz] [--plot LOSS.png]
                  [--eval-every K (--eval-data EVAL.npz | --eval-tokens TOKENS.npy)]
                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR]
                  [--entry NAME] [-p PIPELINE] [--backend NAME] [--threads N] [--target T]
@@ -133,6 +133,9 @@ def arg_parser() -> argparse.ArgumentParser:
                    help="steps of linear warmup (default 0)")
     p.add_argument("--grad-clip", type=float, default=0.0, metavar="C",
                    help="clip the gradients' global L2 norm to C (default 0: off)")
+    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+                   help="split each step's batch into K micro-batches whose gradients are summed "
+                   "before one update (accumulate-gradients; default 1)")
     p.add_argument("--log", default=None, metavar="LOG.jsonl", help="one JSON line per step")
     p.add_argument("--save", default=None, metavar="FINAL.npz",
                    help="write the final parameters by name")
@@ -327,7 +330,8 @@ def run(argv: Sequence[str] | None = None) -> int:
                       optimizer=args.optimizer, lr=args.lr, weight_decay=args.weight_decay,
                       beta1=args.beta1, beta2=args.beta2, eps=args.eps, momentum=args.momentum,
                       lr_schedule=args.lr_schedule, warmup=args.warmup,
-                      grad_clip=args.grad_clip, mesh=args.mesh, **options)
+                      grad_clip=args.grad_clip, accumulate=args.accumulate, mesh=args.mesh,
+                      **options)
     if args.resume is not None:
         trainer.load_checkpoint(args.resume)
         was = trainer.checkpoint_steps
