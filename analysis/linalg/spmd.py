@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from lamina.analysis.placed import check_placed
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.shapes import TensorInfo
-from lamina.ir.mesh.collective_kinds import RESHARD
+from lamina.ir.mesh.collective_kinds import RESHARD, Collective
 from lamina.ir.mesh.collectives import PlacementOp
 from lamina.ir.mesh.placement import Mesh, MeshOp, spec_or_replicated
 from lamina.ir.mesh.sharding import Spec
@@ -55,13 +55,25 @@ def local_block(mesh: Mesh, spec: Spec, shape: tuple[int, ...], dev: int
     return tuple(offs), tuple(local)
 
 
+@dataclass(frozen=True)
+class Declaration:
+    """What one `lamina_collectives` declaration does, as its `lamina.collective` attribute says
+    (a binder of the per-device program implements it from these facts)."""
+
+    symbol: str              # `lamina_collectives.<kind>_<n>`
+    collective: Collective   # its record in the collectives table
+    axes: tuple[str, ...]    # the mesh axes of its groups
+    reduce: str              # the reduce kind (a reducing collective)
+    ints: dict[str, int]     # its integer attributes (dim, split_dim, concat_dim)
+
+
 @dataclass
 class PerDevice:
     """What the per-device export needs beyond the single-device one: local shapes, local calls
     and the collective declarations written so far."""
 
     mesh: Mesh
-    decls: dict[str, str] = field(default_factory=dict)   # key -> symbol
+    decls: dict[str, Declaration] = field(default_factory=dict)   # key -> declaration
     decl_lines: list[str] = field(default_factory=list)
 
     def local_shape(self, t: Attribute) -> tuple[int, ...]:
@@ -103,19 +115,21 @@ class PerDevice:
         attrs = [f'kind = "{op.COLLECTIVE.kind}"', f"axes = {_strings(op.axis_names())}"]
         if op.COLLECTIVE.reduces:
             attrs.append(f'reduce = "{op.reduce_kind()}"')
-        attrs += [f"{k} = {op.int_attr(k)} : i64" for k in op.COLLECTIVE.int_attrs
-                  if isinstance(op.properties.get(k), IntegerAttr)]
+        ints = {k: op.int_attr(k) for k in op.COLLECTIVE.int_attrs
+                if isinstance(op.properties.get(k), IntegerAttr)}
+        attrs += [f"{k} = {v} : i64" for k, v in ints.items()]
         m = self.mesh
         attrs.append(f"mesh_axes = {_strings(m.axes)}")
         attrs.append(f"mesh_shape = [{', '.join(f'{s} : i64' for s in m.sizes)}]")
         key = f"{', '.join(attrs)}|{operand}|{result}"
         if key not in self.decls:
             sym = f"{IMPORT_MODULE}.{op.COLLECTIVE.kind}_{len(self.decls)}"
-            self.decls[key] = sym
+            self.decls[key] = Declaration(sym, op.COLLECTIVE, op.axis_names(), op.reduce_kind(),
+                                          ints)
             self.decl_lines.append(
                 f"  func.func private @{sym}({operand}) -> {result} "
                 f"attributes {{lamina.collective = {{{', '.join(attrs)}}}}}\n")
-        return self.decls[key]
+        return self.decls[key].symbol
 
 
 def _strings(xs: tuple[str, ...]) -> str:
