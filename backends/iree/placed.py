@@ -133,8 +133,11 @@ def placed_text(func: FuncOp, mesh: MeshOp) -> tuple[str, list[Declaration]]:
 
 
 def run_devices(func: FuncOp, mesh: Mesh, config: rt.Config, vm_module: rt.VmModule,
-                decls: Sequence[Declaration], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Every device's program in its own thread; the outputs assembled as global values."""
+                decls: Sequence[Declaration], inputs: Sequence[np.ndarray],
+                symbol: str | None = None) -> list[np.ndarray]:
+    """Every device's program (`func` exported as `symbol`, default its name) in its own
+    thread; the outputs assembled as global values. `decls`: every declaration `vm_module`
+    imports (a module of several functions binds them all)."""
     args = [distribute(mesh, spec_or_replicated(v.type), a)
             for v, a in zip(func.body.block.args, inputs, strict=True)]
     exchange = Exchange(mesh)
@@ -145,7 +148,7 @@ def run_devices(func: FuncOp, mesh: Mesh, config: rt.Config, vm_module: rt.VmMod
             ctx = rt.SystemContext(config=config)
             ctx.add_vm_module(collectives_module(config.device, decls, exchange, dev))
             ctx.add_vm_module(vm_module)
-            out = ctx.modules[vm_module.name][func.sym_name.data](
+            out = ctx.modules[vm_module.name][symbol or func.sym_name.data](
                 *[np.asarray(a[dev], order="C") for a in args])
             outs = out if isinstance(out, tuple | list) else () if out is None else (out,)
             results[dev] = [np.array(r.to_host() if hasattr(r, "to_host") else r) for r in outs]
