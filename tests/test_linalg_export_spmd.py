@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lamina.analysis.linalg.export import export_module
+from lamina.analysis.linalg import spmd
+from lamina.analysis.linalg.export import export_function, export_module, wrap_module
+from lamina.analysis.placed import placed_mesh
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
@@ -38,7 +40,7 @@ from strategies import examples
 from strategies.programs import programs
 from test_insert_collectives import reshards
 from test_spmd import place_args, placed_or_scan_refused
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.dialects.func import FuncOp
 
 ic = pytest.importorskip("iree.compiler")
@@ -76,14 +78,9 @@ def _iree_opt(text: str) -> str:
 def _run_per_device(m: ModuleOp, cases: list[tuple[FuncOp, list[np.ndarray]]]
                     ) -> list[list[np.ndarray]]:
     """Every function of `m` (one compile of the module) on IREE, once per device."""
-    from lamina.analysis.linalg import spmd
-    from lamina.analysis.placed import placed_mesh
-
     mesh = placed_mesh(cases[0][0])
     assert mesh is not None
     device = spmd.PerDevice(mesh.mesh)
-    from lamina.analysis.linalg.export import export_function, wrap_module
-
     parts = [export_function(f, device=device) for f, _ in cases]
     text = wrap_module(device.decl_lines + parts, spmd.header(mesh.mesh))
     vmfb = ic.compile_str(text, target_backends=["llvm-cpu"], extra_args=IREE_FLAGS)
@@ -161,10 +158,11 @@ def test_random_placed_programs_run_per_device_on_iree(progs, mesh, data) -> Non
             assert re.search(REFUSALS, str(e)), str(e)
             continue
         func = find_entry(m, None)
-        func.sym_name = type(func.sym_name)(f"p{k}")
+        func.sym_name = StringAttr(f"p{k}")
         cases.append((func, list(prog.inputs), prog.text))
         if not module.ops:
-            mesh_op = m.body.block.first_op
+            mesh_op = placed_mesh(find_entry(m, None))
+            assert mesh_op is not None
             mesh_op.detach()
             module.body.block.add_op(mesh_op)
         func.detach()

@@ -25,8 +25,8 @@ not register).
 from __future__ import annotations
 
 import numpy as np
-from lamina.analysis.linalg.namespace import LinalgNamespace, Node, Unsupported, tensor_type
 from lamina.analysis.linalg import spmd
+from lamina.analysis.linalg.namespace import LinalgNamespace, Node, Unsupported, tensor_type
 from lamina.analysis.placed import check_placed, placed_mesh
 from lamina.ir.buffers.memory import FreeOp, MoveOp
 from lamina.ir.core.diagnostics import LaminaError, error_at

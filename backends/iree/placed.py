@@ -115,6 +115,7 @@ def _bound(device: rt.HalDevice, decl: Declaration, exchange: Exchange, dev: int
            ) -> Callable[[Any, rt.VmRef], rt.VmRef]:
     def call(_self: Any, ref: rt.VmRef) -> rt.VmRef:
         view = ref.deref(rt.HalBufferView)
+        assert view is not None   # the export declares every operand a tensor
         x = np.array(rt.DeviceArray(device, view, implicit_host_transfer=True).to_host())
         out = np.ascontiguousarray(exchange.run(decl, dev, x))
         made = device.allocator.allocate_buffer_copy(
