@@ -49,13 +49,13 @@ placed = pytest.importorskip("lamina.backends.iree.placed")
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
-PLACED_SAMPLES = ("mlp_megatron", "mlp_dp_forward", "mlp_dp_training_step")
+PLACED_SAMPLES = ("mlp_megatron", "mlp_dp_forward", "mlp_dp_training_step", "gpt2_block_parallel")
 IREE_OPT = Path(sys.executable).parent / "iree-opt"
 IREE_FLAGS = ["--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=false"]
 SPLIT = "propagate-sharding,insert-collectives{target=h100-cluster}"
-# what the per-device export may refuse in a random placed program: a position-dependent op on
-# a split dimension, or what the single-device export refuses (a scan, a dtype)
-REFUSALS = r"error: lamina\.\w+: (its per-device form needs|no linalg lowering for )"
+# what the per-device export may refuse in a random placed program: what the single-device
+# export refuses (a scan, a dtype)
+REFUSALS = r"error: lamina\.\w+: no linalg lowering for "
 MESHES = ([("a", 2), ("b", 4)], [("a", 2), ("b", 2), ("c", 2)])
 
 
@@ -112,6 +112,7 @@ def test_megatron_local_shapes_and_its_one_all_reduce_call() -> None:
     # x: 2048x1024 split [data] on data = 2; w1: 1024x4096 split [model] on model = 4
     assert "func.func @mlp_megatron(%arg0: tensor<1024x1024xf32>, %arg1: tensor<1024x1024xf32>" \
         in text, text[:2000]
+    assert "%lamina_device: tensor<2xi64>) -> (tensor<1024x1024xf32>)" in text
     assert text.count("func.call @lamina_collectives.all_reduce_0(") == 1
     assert re.search(r'lamina.collective = \{kind = "all_reduce", axes = \["model"\], '
                      r'reduce = "sum", mesh_axes = \["data", "model"\]', text)
@@ -198,6 +199,35 @@ def test_random_reshards_as_collectives_on_iree(cases) -> None:
                 np.testing.assert_array_equal(g[0], x, err_msg=tin + tout)
 
 
+POSITIONAL = {   # position-dependent ops on a split dimension: offsets from %lamina_device
+    "dropout, rows split over both axes": """lamina.mesh @m [a = 2, b = 2]
+func.func @f(%x: tensor<8x16xf32, #lamina.place<@m, [[b, a], []]>>) -> tensor<8x16xf32, #lamina.place<@m, [[b, a], []]>> {
+  %r = lamina.dropout %x {rate = 0.5 : f64, seed = 7 : i64} : tensor<8x16xf32, #lamina.place<@m, [[b, a], []]>>
+  func.return %r : tensor<8x16xf32, #lamina.place<@m, [[b, a], []]>>
+}
+""",
+    "gather on a vocabulary-split table": """lamina.mesh @m [a = 4]
+func.func @f(%t: tensor<16x8xf32, #lamina.place<@m, [[a], []]>>, %i: tensor<6xi64>) -> tensor<6x8xf32> {
+  %r = lamina.gather %t, %i {axis = 0 : i64} : (tensor<16x8xf32, #lamina.place<@m, [[a], []]>>, tensor<6xi64>) -> tensor<6x8xf32>
+  func.return %r : tensor<6x8xf32>
+}
+""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(POSITIONAL))
+def test_position_dependent_ops_on_split_dimensions_are_the_interpreters(case: str) -> None:
+    """Dropout's mask is a function of the GLOBAL element index and a split table's gather looks
+    up only its block's rows: exact (the same bits, the same rows) device by device."""
+    m = _split(POSITIONAL[case], "p.mlir")
+    func = find_entry(m, None)
+    inputs = random_inputs(func, 0)
+    if len(inputs) > 1:
+        inputs[1] = np.array([0, 15, 4, 9, 3, 12], dtype=np.int64)
+    got = _run_per_device(m, [(func, inputs)])[0]
+    _assert_matches(func, inputs, got, case, exact=True)
+
+
 def test_every_collective_kind_but_reshard_has_a_binding() -> None:
     """reshard is refused by the export (insert-collectives lowers it first)."""
     assert placed.LOWERINGS.missing() == [RESHARD.kind]
@@ -224,12 +254,6 @@ func.func @f(%x: {T}) -> {R} {{
   func.return %r : {R}
 }}
 """, "r:3:3: error: lamina.reshard: not lowered to collectives", "insert-collectives"),
-    "dropout on a split dimension": (f"""lamina.mesh @m [a = 2]
-func.func @f(%x: {T}) -> {T} {{
-  %r = lamina.dropout %x {{rate = 0.5 : f64, seed = 1 : i64}} : {T}
-  func.return %r : {T}
-}}
-""", "r:3:3: error: lamina.dropout: its per-device form needs the device's offsets", ""),
 }
 
 

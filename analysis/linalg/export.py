@@ -98,6 +98,10 @@ def export_function(func: FuncOp, symbol: str | None = None,
     for i, arg in enumerate(block.args):
         sig.append(f"%arg{i}: {tensor_type(shape(arg.type), _storage(arg.type, func))}")
         env[arg] = ns.tensor(f"%arg{i}", shape(arg.type), _storage(arg.type, func))
+    if device is not None:   # the device's mesh coordinates (lamina.analysis.linalg.spmd)
+        rank = len(device.mesh.axes)
+        sig.append(f"%lamina_device: {tensor_type((rank,), np.dtype(np.int64))}")
+        device.coords = ns.tensor("%lamina_device", (rank,), np.int64)
     dropped = _run_block(ns, block, env, lazy=False, device=device)
     outs = [_storage(t, func) for t in func.function_type.outputs.data]
     out_types = [tensor_type(shape(t), d)
@@ -133,7 +137,7 @@ def _run_block(ns: LinalgNamespace, block: Block, env: Env, lazy: bool,
             _fused(ns, op, env, device)
         elif isinstance(op, LaminaOp):
             try:
-                call = device.local_call(op) if device else None
+                call = device.local_call(op, ns) if device else None
                 out = _table_op(ns, op, env, call)
                 env[op.results[0]] = out if lazy else ns.materialize(out)
             except Unsupported as e:

@@ -17,15 +17,21 @@ mlir-opt's sharding pipeline is not what Lamina's own SPMD interpreter checks ag
   (`mesh_axes`, `mesh_shape`, devices numbered row-major). The binder knows its device's number;
   a group is the devices differing only on `axes`, ordered by their index along them.
 
-Refused with one diagnostic at the op: a position-dependent op (dropout, gather) whose block
-differs from device to device (its per-device form needs the device's offsets, not built yet),
-a `lamina.reshard` (run insert-collectives), a partly placed function (`check_placed`).
+Every per-device function takes one more argument, last: `%lamina_device: tensor<Rxi64>`, the
+device's coordinates on the mesh's R axes (in the mesh's axis order). A position-dependent op
+(dropout's mask is a function of (seed, GLOBAL element index); a gather on a split table looks up
+only its block's rows) computes its block's offsets from it where they differ between devices.
+
+Refused with one diagnostic at the op: a `lamina.reshard` (run insert-collectives), a partly
+placed function (`check_placed`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from lamina.analysis.linalg.namespace import LinalgNamespace, Node
 from lamina.analysis.placed import check_placed
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.shapes import TensorInfo
@@ -73,20 +79,58 @@ class PerDevice:
     and the collective declarations written so far."""
 
     mesh: Mesh
+    coords: Node | None = None   # this function's `%lamina_device` argument (export_function)
     decls: dict[str, Declaration] = field(default_factory=dict)   # key -> declaration
     decl_lines: list[str] = field(default_factory=list)
 
     def local_shape(self, t: Attribute) -> tuple[int, ...]:
         return local_block(self.mesh, spec_or_replicated(t), tensor_info(t).shape, 0)[1]
 
-    def local_call(self, op: LaminaOp) -> Call:
-        """The call one device makes; the same on every device, or a diagnostic."""
+    def local_call(self, op: LaminaOp, ns: LinalgNamespace) -> Call:
+        """The call one device makes. Where an offset of a position-dependent op's block differs
+        from device to device (dropout, gather on a split dimension), it is computed from the
+        device's coordinates (`%lamina_device`), as the JAX lowering computes it from
+        `axis_index`."""
         calls = [self._call_on(op, dev) for dev in range(self.mesh.devices)]
-        if op.info.position_dependent and any(c.block != calls[0].block for c in calls):
-            raise error_at(op, f"{op.name}: its per-device form needs the device's offsets "
-                           "(it runs on a split dimension); the per-device export of that is not "
-                           "built yet: run it with --backend numpy or jax")
-        return calls[0]
+        first = calls[0]
+        if not op.info.position_dependent or all(c.block == first.block for c in calls):
+            return first
+        assert first.block is not None
+        values = [op.results[0], *op.operand_slots()]
+        blocks = [first.block, *first.block.operands]
+        per_dev = [[c.block, *c.block.operands] for c in calls if c.block is not None]
+        made = [None if b is None or v is None else
+                Block(b.global_shape, self._offsets(ns, v.type, b.global_shape,
+                                                    [d[k] for d in per_dev]))
+                for k, (v, b) in enumerate(zip(values, blocks, strict=True))]
+        out = made[0]
+        assert out is not None
+        return Call(first.attrs, first.operands, first.result,
+                    Block(out.global_shape, out.offsets, tuple(made[1:])))
+
+    def _offsets(self, ns: LinalgNamespace, t: Attribute, shape: tuple[int, ...],
+                 blocks: list[Block | None]) -> tuple[Any, ...]:
+        """A block's offsets: ints where every device has the same, else expressions of the
+        device's coordinates (the index along the dimension's axes times the block size)."""
+        spec = spec_or_replicated(t)
+        offs: list[Any] = []
+        for d, size in enumerate(shape):
+            if len({b.offsets[d] for b in blocks if b is not None}) <= 1:
+                offs.append(blocks[0].offsets[d] if blocks[0] is not None else 0)
+                continue
+            offs.append(self._axis_index(ns, spec.splits[d]) * (size // self.mesh.size(
+                spec.splits[d])))
+        return tuple(offs)
+
+    def _axis_index(self, ns: LinalgNamespace, axes: tuple[str, ...]) -> Node:
+        """The device's mixed-radix index along `axes` (major to minor), from `%lamina_device`."""
+        assert self.coords is not None
+        index: Any = 0
+        for a in axes:
+            k = self.mesh.axes.index(a)
+            c = ns.reshape(self.coords[k:k + 1], ())
+            index = index * self.mesh.sizes[k] + c
+        return index
 
     def _call_on(self, op: LaminaOp, dev: int) -> Call:
         infos: list[TensorInfo | None] = []

@@ -149,8 +149,10 @@ def run_devices(func: FuncOp, mesh: Mesh, config: rt.Config, vm_module: rt.VmMod
             ctx = rt.SystemContext(config=config)
             ctx.add_vm_module(collectives_module(config.device, decls, exchange, dev))
             ctx.add_vm_module(vm_module)
+            coords = mesh.coords(dev)
             out = ctx.modules[vm_module.name][symbol or func.sym_name.data](
-                *[np.asarray(a[dev], order="C") for a in args])
+                *[np.asarray(a[dev], order="C") for a in args],
+                np.array([coords[a] for a in mesh.axes], dtype=np.int64))
             outs = out if isinstance(out, tuple | list) else () if out is None else (out,)
             results[dev] = [np.array(r.to_host() if hasattr(r, "to_host") else r) for r in outs]
         except BaseException as e:  # noqa: BLE001 - reported by the caller, with the device

@@ -20,7 +20,7 @@ func.func @mlp(%x: tensor<64x32xf32, #lamina.place<@m, [[data], []]>>,
 
 // CHECK:       // lamina: per-device program of mesh @m [data = 2, model = 4] (8 devices
 // CHECK:       func.func private @lamina_collectives.all_reduce_0(tensor<32x32xf32>) -> tensor<32x32xf32> attributes {lamina.collective = {kind = "all_reduce", axes = ["model"], reduce = "sum"
-// CHECK-LABEL: func.func @mlp(%arg0: tensor<32x32xf32>, %arg1: tensor<32x32xf32>, %arg2: tensor<32x32xf32>) -> (tensor<32x32xf32>)
+// CHECK-LABEL: func.func @mlp(%arg0: tensor<32x32xf32>, %arg1: tensor<32x32xf32>, %arg2: tensor<32x32xf32>, %lamina_device: tensor<2xi64>) -> (tensor<32x32xf32>)
 // CHECK:       linalg.matmul ins(%arg0, %arg1 : tensor<32x32xf32>, tensor<32x32xf32>)
 // CHECK:       linalg.matmul
 // CHECK:       %[[S:.*]] = linalg.generic {{.*}} ins(%{{.*}} : tensor<32x32xf32>)
