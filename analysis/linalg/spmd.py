@@ -32,17 +32,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lamina.analysis.linalg.namespace import LinalgNamespace, Node
-from lamina.analysis.placed import check_placed
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.shapes import TensorInfo
 from lamina.ir.mesh.collective_kinds import RESHARD, Collective
 from lamina.ir.mesh.collectives import PlacementOp
-from lamina.ir.mesh.placement import Mesh, MeshOp, spec_or_replicated
+from lamina.ir.mesh.placement import Mesh, spec_or_replicated
 from lamina.ir.mesh.sharding import Spec
 from lamina.ir.ops.formulas import Block, Call
 from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.dialects.builtin import IntegerAttr
-from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute
 
 IMPORT_MODULE = "lamina_collectives"   # the module name IREE imports the declarations from
@@ -180,12 +178,6 @@ def _strings(xs: tuple[str, ...]) -> str:
     return "[" + ", ".join(f'"{x}"' for x in xs) + "]"
 
 
-def per_device(func: FuncOp, mesh: MeshOp) -> PerDevice:
-    """The per-device context of placed `func` (a partly placed one is refused first)."""
-    check_placed(func)
-    return PerDevice(mesh.mesh)
-
-
 def header(mesh: Mesh) -> str:
     """The comment at the top of a per-device module: the mesh and the calling convention."""
     axes = ", ".join(f"{a} = {s}" for a, s in zip(mesh.axes, mesh.sizes, strict=True))
@@ -194,5 +186,7 @@ def header(mesh: Mesh) -> str:
             "// tensor types are one device's shards; every device runs the same functions and "
             f"binds the `{IMPORT_MODULE}` module:\n"
             "// each declaration's `lamina.collective` attribute says which collective it is, over "
-            "which axes (see lamina.analysis.linalg.spmd)")
+            "which axes;\n"
+            "// every function's last argument, %lamina_device, is the device's coordinates on "
+            f"({', '.join(mesh.axes)}) (see lamina.analysis.linalg.spmd)")
 
