@@ -5,7 +5,7 @@
 - a second process loads the compiled module from the disk cache instead of compiling;
 - `lamina.compile` compiles once: three calls on different inputs equal the interpreter;
 - dropout masks are the interpreter's bits; f64 stays f64;
-- a placed program is one `check_supported` diagnostic, a program the export refuses is the
+- a partly placed program is one diagnostic, a program the export refuses is the
   export's diagnostic (exit 1 both), and a target without a device is one diagnostic;
 - a few random programs through the backend interface.
 
@@ -239,11 +239,13 @@ def test_f64_stays_f64(cache_dir: Path) -> None:
     assert np.allclose(got, want, rtol=1e-12, atol=0)
 
 
-def test_a_placed_program_is_one_diagnostic(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_partly_placed_program_is_one_diagnostic(capsys: pytest.CaptureFixture[str]) -> None:
+    """Placed programs run per device (tests/test_linalg_export_spmd.py); one whose values are
+    not all placed is refused, telling the user to place them."""
     assert run_main([str(SAMPLES / "mlp_megatron.mlir"), "--backend", "iree"]) == 1
     out, err = capsys.readouterr()
     assert err.count("error:") == 1, err
-    assert "backend 'iree' does not support placed programs" in err, err
+    assert "run -p propagate-sharding first" in err, err
     assert "Traceback" not in err and out == ""
 
 

@@ -12,19 +12,25 @@ What each op becomes:
   comment at the top of the function saying how many.
 
 An attention kernel (`fuse-attention`) is its body's ops like any other kernel's. Refused with
-one diagnostic at the op: ops outside the table (collectives), a formula the namespace has no
+one diagnostic at the op: ops outside the table, a formula the namespace has no
 form for (`Unsupported`: cumsum's scan; f64 sin/cos, which IREE's CPU runtime lacks), bf16/f16
-(not yet computed the interpreter's way), and a placed program (export after the SPMD split is
-not built yet). The text is a pure function of the module: two runs print the same bytes.
+(not yet computed the interpreter's way). The text is a pure function of the module: two runs
+print the same bytes.
+
+A module with a mesh exports its placed functions as per-device programs whose collectives are
+calls the caller binds (`lamina.analysis.linalg.spmd`; not as `shard` annotations, which IREE does
+not register).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from lamina.analysis.linalg import spmd
 from lamina.analysis.linalg.namespace import LinalgNamespace, Node, Unsupported, tensor_type
-from lamina.analysis.placed import placed_mesh
+from lamina.analysis.placed import check_placed, placed_mesh
 from lamina.ir.buffers.memory import FreeOp, MoveOp
 from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.mesh.collectives import PlacementOp
 from lamina.ir.mesh.placement import MeshOp
 from lamina.ir.ops.formulas import Call, compute_dtype
 from lamina.ir.ops.fused import FusedOp, YieldOp
@@ -40,21 +46,26 @@ Env = dict[SSAValue, Node]
 
 
 def export_module(module: ModuleOp) -> str:
-    """The module's functions as one upstream MLIR module (see the module docstring)."""
+    """The module's functions as one upstream MLIR module (see the module docstring); a module
+    with a mesh exports its placed functions per device (`lamina.analysis.linalg.spmd`)."""
     funcs = [op for op in module.ops if isinstance(op, FuncOp)]
+    meshes = [op for op in module.ops if isinstance(op, MeshOp)]
+    if len(meshes) > 1:
+        raise error_at(meshes[1], f"{meshes[1].name}: the per-device export takes one mesh per "
+                       f"module; this one has {len(meshes)}")
     for op in module.ops:
-        if isinstance(op, MeshOp):
-            raise error_at(op, f"{op.name}: export after the SPMD split is not built yet; export "
-                           "the single-device program (a module without a mesh)")
-        if not isinstance(op, FuncOp):
+        if not isinstance(op, FuncOp | MeshOp):
             raise error_at(op, f"{op.name}: no linalg lowering for {op.name}")
-    parts = [export_function(f) for f in funcs if f.body.blocks]
-    return wrap_module(parts)
+    if not meshes:
+        return wrap_module([export_function(f) for f in funcs if f.body.blocks])
+    device = spmd.PerDevice(meshes[0].mesh)
+    parts = [export_function(f, device=device) for f in funcs if f.body.blocks]
+    return wrap_module(device.decl_lines + parts, spmd.header(meshes[0].mesh))
 
 
-def wrap_module(funcs: list[str]) -> str:
-    """Exported functions as one module's text."""
-    return HEADER + "\nmodule {\n" + "\n".join(funcs) + "}\n"
+def wrap_module(funcs: list[str], comment: str | None = None) -> str:
+    """Exported functions as one module's text (`comment`: lines after the header)."""
+    return HEADER + ("\n" + comment if comment else "") + "\nmodule {\n" + "\n".join(funcs) + "}\n"
 
 
 def _storage(t: Attribute, op: Operation) -> np.dtype:
@@ -65,23 +76,35 @@ def _storage(t: Attribute, op: Operation) -> np.dtype:
     return np.dtype(_STORAGE[info.dtype])
 
 
-def export_function(func: FuncOp, symbol: str | None = None) -> str:
+def export_function(func: FuncOp, symbol: str | None = None,
+                    device: spmd.PerDevice | None = None) -> str:
     """One function as a `func.func` of the export (its text, indented for a module), named
     `symbol` (default: its own name; a caller gathering functions of several modules into one
-    renames them apart)."""
-    if placed_mesh(func) is not None:
-        raise error_at(func, f"@{func.sym_name.data}: export after the SPMD split is not built yet; "
-                       "export the single-device program (before propagate-sharding)")
+    renames them apart). A placed function exports as the per-device program (`device`: the
+    module's collective declarations; without one, a placed function is refused)."""
+    mesh = placed_mesh(func)
+    if mesh is not None:
+        if device is None:
+            raise error_at(func, f"@{func.sym_name.data} is placed: export its module (the "
+                           "per-device program needs the collective declarations)")
+        check_placed(func)
+    elif device is not None:
+        device = None   # an unplaced function of a module with a mesh runs on one device
+    shape = device.local_shape if device else (lambda t: tensor_info(t).shape)
     ns = LinalgNamespace()
     block = func.body.block
     env: Env = {}
     sig = []
     for i, arg in enumerate(block.args):
-        sig.append(f"%arg{i}: {tensor_type(tensor_info(arg.type).shape, _storage(arg.type, func))}")
-        env[arg] = ns.tensor(f"%arg{i}", tensor_info(arg.type).shape, _storage(arg.type, func))
-    dropped = _run_block(ns, block, env, lazy=False)
+        sig.append(f"%arg{i}: {tensor_type(shape(arg.type), _storage(arg.type, func))}")
+        env[arg] = ns.tensor(f"%arg{i}", shape(arg.type), _storage(arg.type, func))
+    if device is not None:   # the device's mesh coordinates (lamina.analysis.linalg.spmd)
+        rank = len(device.mesh.axes)
+        sig.append(f"%lamina_device: {tensor_type((rank,), np.dtype(np.int64))}")
+        device.coords = ns.tensor("%lamina_device", (rank,), np.int64)
+    dropped = _run_block(ns, block, env, lazy=False, device=device)
     outs = [_storage(t, func) for t in func.function_type.outputs.data]
-    out_types = [tensor_type(tensor_info(t).shape, d)
+    out_types = [tensor_type(shape(t), d)
                  for t, d in zip(func.function_type.outputs.data, outs, strict=True)]
     lines = [f"  func.func @{symbol or func.sym_name.data}({', '.join(sig)}) -> ({', '.join(out_types)}) {{"]
     if dropped:
@@ -98,8 +121,10 @@ def export_function(func: FuncOp, symbol: str | None = None) -> str:
     return "\n".join(lines + body + ["  }"]) + "\n"
 
 
-def _run_block(ns: LinalgNamespace, block: Block, env: Env, lazy: bool) -> int:
-    """Every op of `block` into `ns`; returns how many moves and frees were dropped."""
+def _run_block(ns: LinalgNamespace, block: Block, env: Env, lazy: bool,
+               device: spmd.PerDevice | None = None) -> int:
+    """Every op of `block` into `ns` (`device`: on one device's shards); returns how many moves
+    and frees were dropped."""
     dropped = 0
     for op in block.ops:
         if isinstance(op, ReturnOp | YieldOp):
@@ -109,16 +134,33 @@ def _run_block(ns: LinalgNamespace, block: Block, env: Env, lazy: bool) -> int:
                 env[op.result] = env[op.source]
             dropped += 1
         elif isinstance(op, FusedOp):
-            _fused(ns, op, env)
+            _fused(ns, op, env, device)
         elif isinstance(op, LaminaOp):
             try:
-                out = _table_op(ns, op, env)
+                call = device.local_call(op, ns) if device else None
+                out = _table_op(ns, op, env, call)
                 env[op.results[0]] = out if lazy else ns.materialize(out)
             except Unsupported as e:
                 raise _refusal(op, e) from None
+        elif isinstance(op, PlacementOp) and device is not None:
+            _collective(ns, op, env, device)
         else:
             raise error_at(op, f"{op.name}: no linalg lowering for {op.name}")
     return dropped
+
+
+def _collective(ns: LinalgNamespace, op: PlacementOp, env: Env, device: spmd.PerDevice) -> None:
+    """Each operand of a collective through a call of its declaration (a bucket: one call each)."""
+    for x, r in zip(op.inputs, op.outputs, strict=True):
+        try:
+            src = ns.materialize(env[x])
+        except Unsupported as e:
+            raise _refusal(op, e) from None
+        xt = tensor_type(device.local_shape(x.type), _storage(x.type, op))
+        rt = tensor_type(device.local_shape(r.type), _storage(r.type, op))
+        sym = device.declaration(op, xt, rt)
+        name = ns.emit(f"func.call @{sym}({src.value}) : ({xt}) -> {rt}")
+        env[r] = ns.tensor(name, device.local_shape(r.type), _storage(r.type, op))
 
 
 def _refusal(op: Operation, e: Unsupported) -> LaminaError:
@@ -127,10 +169,10 @@ def _refusal(op: Operation, e: Unsupported) -> LaminaError:
     return error_at(op, f"{op.name}: no linalg lowering for {op.name} (its formula uses {e})")
 
 
-def _fused(ns: LinalgNamespace, op: FusedOp, env: Env) -> None:
+def _fused(ns: LinalgNamespace, op: FusedOp, env: Env, device: spmd.PerDevice | None) -> None:
     """The body's formulas chained lazily: each yielded value is one generic of its chain."""
     inner: Env = {a: env[v] for a, v in zip(op.body.block.args, op.inputs, strict=True)}
-    _run_block(ns, op.body.block, inner, lazy=True)
+    _run_block(ns, op.body.block, inner, lazy=True, device=device)
     for r, v in zip(op.results, op.yield_op.operands, strict=True):
         try:
             env[r] = ns.materialize(inner[v])
@@ -138,15 +180,16 @@ def _fused(ns: LinalgNamespace, op: FusedOp, env: Env) -> None:
             raise _refusal(op, e) from None
 
 
-def _table_op(ns: LinalgNamespace, op: LaminaOp, env: Env) -> Node:
+def _table_op(ns: LinalgNamespace, op: LaminaOp, env: Env, local: Call | None = None) -> Node:
     """The row's formula on the operands, under the interpreter's storage rule (arithmetic in
-    the compute type, the result converted to the element type once)."""
+    the compute type, the result converted to the element type once); `local`: the call one
+    device makes on its shards."""
     info = op.info
     result = op.results[0]
     if not isinstance(result.type, TensorType):
         raise error_at(op, f"{op.name}: no linalg lowering for a non-tensor result")
     store = _storage(result.type, op)
-    call = Call(op.attr_values(), op.operand_infos(), tensor_info(result.type))
+    call = local or Call(op.attr_values(), op.operand_infos(), tensor_info(result.type))
     args: list[Node | None] = []
     for v in op.operand_slots():
         if v is None:

@@ -23,8 +23,9 @@ so integer ops, compares and dropout's mask hash are bit-exact, and exp, tanh, e
 own approximations, within `lamina.backends.compare`'s tolerances of NumPy's.
 
 Features: fused kernels (each is one `linalg.generic` or a root op plus its epilogue), tier
-moves and frees (the export drops them: they change no value); not placed programs (the
-export after the SPMD split is not built), which `check_supported` refuses.
+moves and frees (the export drops them: they change no value), and placed programs: the
+per-device export compiled once and run once per device in threads, its collectives bound in
+Python (`lamina.backends.iree.placed`; what the per-device export refuses is its diagnostic).
 
 Donation is accepted and changes nothing: IREE copies each argument into a buffer of its own and
 the results are new arrays, so a donated argument's array is left as it was and no buffer is
@@ -48,10 +49,12 @@ import iree.compiler as ic
 import iree.runtime as rt
 import numpy as np
 from lamina.analysis.linalg.export import export_function, wrap_module
+from lamina.analysis.placed import placed_mesh
 from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import Feature, RunResult
 from lamina.backends.iree.cache import VERSION, CachedModule, compiled_module
 from lamina.backends.iree.options import IreeOptions
+from lamina.backends.iree.placed import placed_text, run_devices
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.core.dtypes import STORAGE
 from lamina.ir.ops.opbase import tensor_info
@@ -111,14 +114,19 @@ class IreeProgram:
         target = check_target(options.iree_target)
         self.func = func
         self.symbol = func.sym_name.data
-        self.text = wrap_module([export_function(func)])
+        self.mesh = placed_mesh(func)
+        if self.mesh is not None:
+            self.text, self.decls = placed_text(func, self.mesh)
+        else:
+            self.text, self.decls = wrap_module([export_function(func)]), []
         self.module: CachedModule = compiled_module(self.text, options.iree_target,
                                                     COMMON_FLAGS + target.flags)
-        config = device_config(target.driver)
-        vm_module = rt.VmModule.mmap(config.vm_instance, str(self.module.path))
-        self.context = rt.SystemContext(config=config)
-        self.context.add_vm_module(vm_module)
-        self.entry = self.context.modules[vm_module.name][self.symbol]
+        self.config = config = device_config(target.driver)
+        self.vm_module = vm_module = rt.VmModule.mmap(config.vm_instance, str(self.module.path))
+        if self.mesh is None:
+            self.context = rt.SystemContext(config=config)
+            self.context.add_vm_module(vm_module)
+            self.entry = self.context.modules[vm_module.name][self.symbol]
         self.storage = [STORAGE[tensor_info(t).dtype] for t in func.function_type.outputs.data]
         self.stats: dict[str, Any] = {
             "backend": "iree", "iree_target": options.iree_target, "iree_version": VERSION,
@@ -129,6 +137,12 @@ class IreeProgram:
         # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1)
         args = [np.asarray(a, order="C") for a in check_inputs(self.func, inputs)]
         start = time.perf_counter()
+        if self.mesh is not None:
+            outs = [np.asarray(o, dtype=d) for o, d in zip(run_devices(
+                self.func, self.mesh.mesh, self.config, self.vm_module, self.decls, args),
+                self.storage, strict=True)]
+            return RunResult(outs, {**self.stats, "devices": self.mesh.mesh.devices,
+                                    "run_seconds": time.perf_counter() - start})
         try:
             results = self.entry(*args)
         except (ValueError, RuntimeError) as e:   # the runtime's own check of what it was given
@@ -153,7 +167,7 @@ class IreeBackend:
 
     name: ClassVar[str] = "iree"
     features: ClassVar[frozenset[Feature]] = frozenset(
-        {Feature.FUSED, Feature.TIERS, Feature.LIFETIMES})
+        {Feature.FUSED, Feature.TIERS, Feature.LIFETIMES, Feature.PLACED})
     Options: ClassVar[type[IreeOptions]] = IreeOptions
 
     def compile(self, module: ModuleOp, func: FuncOp, options: IreeOptions,
