@@ -193,6 +193,10 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     Role("step_count", Domain.COUNT),          # updates done before this call (state['step'])
     Role("momentum_buffer", Domain.REAL),      # SGD's momentum buffer (torch's momentum_buffer)
     Role("learning_rate", Domain.RATE),        # this step's learning rate, an input of the step
+    # mixed-precision's dynamic loss scale and its count of clean steps since the scale last
+    # changed (torch.amp.GradScaler's _scale and _growth_tracker), replaced by their next values
+    Role("loss_scale", Domain.RATE),
+    Role("good_steps", Domain.COUNT),
     # model state that is read, never trained (torch's buffers and lifted constant tensors: a
     # rotary table's inv_freq, BERT's position_ids): derive-backward's default wrt leaves it out,
     # no result replaces it, a trainer takes its value from the init. Named "frozen", not torch's
