@@ -67,7 +67,7 @@ from lamina.passes.train_common import (
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import OpResult, Operation, SSAValue
+from xdsl.ir import Operation, OpResult, SSAValue
 
 PASS = "derive-backward"
 SEED_ATTR = "lamina.loss_seed"   # on the constant 1 that seeds the backward (module docstring)

@@ -17,8 +17,9 @@ AMP's op lists as a per-row fact): `low` (matmul, elementwise math) in `compute`
 norms, softmax, log_softmax, scans: the loss is built on them) in f32, `follow` (layout ops,
 select, gather, compares) in the type of its operands (f32 when they differ), `keep` (cast,
 constant, iota) as written; a `low` op with a one-element result (a scale factor, the seed's
-chain) stays f32, where low precision saves nothing and a loss scale could overflow f16. A float operand of another type is cast first (one cast per value
-and type, placed before its first reader), so parameters stay f32 arguments and are cast where a
+chain) stays f32, where low precision saves nothing and a loss scale could overflow f16. A float
+operand of another type is cast first (one cast per value and type, placed before its first
+reader), so parameters stay f32 arguments and are cast where a
 low op reads them; a training value an optimizer op or the return reads is cast back to f32 (the
 gradients come back f32, and so does the loss). fuse-elementwise fuses the casts into the
 kernels beside them.
@@ -26,7 +27,8 @@ kernels beside them.
 Loss scaling (`loss-scale`): `none`; `static` (the loss cotangent is the constant `init`, every
 gradient is multiplied by 1/init in f32; no skipping, as with a fixed scale in torch: an overflow
 reaches the update); `dynamic`, torch.amp.GradScaler's rule in the IR: the step takes
-`%loss_scale: tensor<f32>` (role `loss_scale`, first value `init`) and `%good_steps: tensor<f32>`
+`%loss_scale: tensor<f32>` (role `loss_scale`, first value `init`, recorded as its argument
+attribute `lamina.init`, which `lamina.train` starts it at) and `%good_steps: tensor<f32>`
 (role `good_steps`, the clean steps since the last change, first value 0) and returns their next
 values (`lamina.updates` names which argument each replaces). The scale replaces the cotangent 1
 that seeds the backward (derive-backward marks it `lamina.loss_seed`), so every intermediate
@@ -60,7 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.ir.buffers.updates import set_roles, set_updates, updates_of
+from lamina.ir.buffers.updates import set_initial_value, set_roles, set_updates, updates_of
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.core.diagnostics import LaminaError, error_at
 from lamina.ir.core.dtypes import element_name, element_type, nbytes
@@ -103,7 +105,7 @@ def _training_ops(func: FuncOp, ret: ReturnOp, loss: SSAValue) -> tuple[list[Ope
             raise error_at(op, f"{PASS} runs before fuse-elementwise: @{func.sym_name.data} "
                            "holds a lamina.fused kernel (fuse the mixed step, which also fuses "
                            "its casts)")
-    grads = [op.results[0] for op in ops if GRADIENT_ATTR in op.attributes]
+    grads: list[SSAValue] = [op.results[0] for op in ops if GRADIENT_ATTR in op.attributes]
     if not grads:
         raise error_at(func, f"{PASS}: @{func.sym_name.data} has no op marked {GRADIENT_ATTR} "
                        "(derive-backward marks each gradient; derive the step with it)")
@@ -301,6 +303,7 @@ class _Step:
                                                      [v.type for v in results])
         set_updates(func, updates)
         set_roles(func, {len(args) - 2: "loss_scale", len(args) - 1: "good_steps"})
+        set_initial_value(func, len(args) - 2, p.init)   # what lamina.train starts the scale at
 
     def explain(self, log: ExplainLog, retype: _Retype, before: int,
                 ops: Sequence[Operation]) -> None:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lamina
 import numpy as np
 import pytest
@@ -22,8 +24,10 @@ from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.ops.fused import FusedOp
 from strategies import examples
 from strategies.programs import GeneratedProgram, programs
+from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 
+TRAIN_SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "mlp_train.mlir"
 MLP = """
 func.func @mlp(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>) -> tensor<f32> {
   %h = lamina.matmul %x, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
@@ -46,24 +50,28 @@ def _step(pipeline: str, text: str = MLP) -> FuncOp:
     return find_entry(derive(text, pipeline), "mlp_step")
 
 
-def _f16_gradient_finite(x: np.ndarray, scale: np.float32) -> bool:
+def _f16_gradient_finite(x: np.ndarray, scale: np.ndarray) -> bool:
     """Whether LINEAR's scaled gradient x^T (scale / 12) is finite in f16: the product of f16
     operands, accumulated in f32, rounded to f16 (as the interpreter computes an f16 matmul)."""
-    ct = np.full((4, 3), np.float16(scale * np.float32(1 / 12)), np.float16)
+    ct = np.full((4, 3), (scale * _f32(1 / 12)).astype(np.float16), np.float16)
     with np.errstate(over="ignore"):
         g = (x.astype(np.float16).astype(np.float32).T @ ct.astype(np.float32)).astype(np.float16)
     return bool(np.all(np.isfinite(g)))
 
 
-def _reference_scaler(scale: np.float32, good: np.float32, finite: bool, growth: float,
-                      backoff: float, interval: int) -> tuple[np.float32, np.float32]:
+def _f32(v: float | np.ndarray) -> np.ndarray:
+    return np.asarray(v, np.float32)
+
+
+def _reference_scaler(scale: np.ndarray, good: np.ndarray, finite: bool, growth: float,
+                      backoff: float, interval: int) -> tuple[np.ndarray, np.ndarray]:
     """torch._amp_update_scale_ (aten/src/ATen/native/cuda/AmpKernels.cu), in f32."""
     if not finite:
-        return np.float32(scale * np.float32(backoff)), np.float32(0)
-    if good + 1 == interval:
-        grown = np.float32(scale * np.float32(growth))
-        return (grown if np.isfinite(grown) else scale), np.float32(0)
-    return scale, np.float32(good + 1)
+        return _f32(scale * _f32(backoff)), _f32(0)
+    if float(good) + 1 == interval:
+        grown = _f32(scale * _f32(growth))
+        return (grown if np.isfinite(grown) else scale), _f32(0)
+    return scale, _f32(good + _f32(1))
 
 
 def test_dynamic_scaling_skips_overflowing_steps_and_grows_after_interval_clean_ones() -> None:
@@ -74,7 +82,7 @@ def test_dynamic_scaling_skips_overflowing_steps_and_grows_after_interval_clean_
     assert updates_of(step) == {0: 1, 1: 2, 2: 3}
     rng = np.random.default_rng(0)
     w = rng.standard_normal((8, 3)).astype(np.float32)
-    scale, good = np.float32(65536.0), np.float32(0)
+    scale, good = _f32(65536.0), _f32(0)
     # |x| ~ 100: x^T (scale / 12) overflows f16 (65504) until the scale has backed off enough
     big = (100 * rng.standard_normal((4, 8))).astype(np.float32)
     small = rng.standard_normal((4, 8)).astype(np.float32)
@@ -85,13 +93,13 @@ def test_dynamic_scaling_skips_overflowing_steps_and_grows_after_interval_clean_
         assert np.isfinite(loss)
         finite = _f16_gradient_finite(x, scale)
         want = _reference_scaler(scale, good, finite, 2.0, 0.5, 3)
-        assert (new_scale, new_good) == want, f"step {k}"
-        assert new_scale.tobytes() == np.asarray(want[0]).tobytes()
+        assert (new_scale.tobytes(), new_good.tobytes()) == (want[0].tobytes(),
+                                                             want[1].tobytes()), f"step {k}"
         if not finite:   # the overflowing step changed nothing but the scale
             assert new_w.tobytes() == w.tobytes()
-            assert new_scale == scale / 2
+            assert float(new_scale) == float(scale) / 2
             skipped += 1
-        grown += bool(new_scale > scale)
+        grown += bool(float(new_scale) > float(scale))
         w, scale, good = new_w, new_scale, new_good
     assert skipped >= 1 and grown >= 1
 
@@ -102,16 +110,16 @@ def test_the_overflow_test_is_the_gradients_and_a_clean_update_matches_f32() -> 
     plain = _step(STEP)
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((8, 3)).astype(np.float32)
-    got = run_function(mixed, [x, w, np.float32(1.0), np.float32(5.0)]).outputs
+    got = run_function(mixed, [x, w, _f32(1.0), _f32(5.0)]).outputs
     want = run_function(plain, [x, w]).outputs
     np.testing.assert_allclose(got[0] - w, want[0] - w, rtol=2e-2, atol=2e-3)
     np.testing.assert_allclose(got[-1], want[-1], rtol=2e-3)
-    assert (got[1], got[2]) == (np.float32(1.0), np.float32(6.0))
+    assert (float(got[1]), float(got[2])) == (1.0, 6.0)
 
 
 def test_static_scale_seeds_the_backward_and_unscales_the_gradients() -> None:
     mixed = _step(f"{STEP},mixed-precision{{compute=bf16 loss-scale=static init=1024}}")
-    text = lamina.to_text(mixed)
+    text = str(mixed)
     assert "lamina.loss_seed" not in text and "1.024000e+03" in text
     plain = _step(STEP)
     rng = np.random.default_rng(2)
@@ -178,7 +186,7 @@ def test_random_mixed_steps_track_the_f32_step(prog: GeneratedProgram) -> None:
         return
     plain = got[1]
     module = plain.parent_op()
-    assert module is not None
+    assert isinstance(module, ModuleOp)
     mixed_module = lamina.parse(lamina.to_text(module), "gen.mlir")
     lamina.apply(mixed_module, "mixed-precision{compute=bf16}")
     printed = lamina.to_text(mixed_module)
@@ -192,3 +200,24 @@ def test_random_mixed_steps_track_the_f32_step(prog: GeneratedProgram) -> None:
             continue
         scale = float(np.abs(b).max(initial=0.0)) + 1.0
         assert float(np.abs(a - b).max(initial=0.0)) <= 0.1 * scale
+
+
+def test_lamina_train_carries_the_scale_and_tracks_the_f32_losses() -> None:
+    """lamina.train starts %loss_scale at init (its `lamina.init`), %good_steps at 0, feeds each
+    step's next values to the next step, and the f16 losses track the f32 ones."""
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((4, 16, 8), dtype=np.float32),
+            "y": rng.standard_normal((4, 16, 4), dtype=np.float32)}
+    options = {"steps": 20, "lr": 0.01}
+    plain = lamina.train(lamina.load(str(TRAIN_SAMPLE)), data, **options)
+    mixed = lamina.train(lamina.load(str(TRAIN_SAMPLE)), data, **options,
+                         pipeline="mixed-precision{compute=f16 loss-scale=dynamic interval=5}")
+    state = mixed.state
+    # carried from step to step: 20 steps at interval 5 moved it off init by powers of two
+    scale = float(state["loss_scale"])
+    assert scale != 65536 and scale in {65536 * 2.0 ** k for k in range(-16, 5)}
+    assert float(state["good_steps"]) in range(5)
+    want = [r.loss for r in plain.history]
+    got = [r.loss for r in mixed.history]
+    # within 10%: the skipped (overflowing) steps leave the f16 run a step or two behind
+    np.testing.assert_allclose(got[-5:], want[-5:], rtol=0.1)
