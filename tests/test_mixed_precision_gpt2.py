@@ -1,0 +1,31 @@
+"""bf16 training of the GPT-2 sample (tests/test_train_gpt2.py's model and batches) tracks the f32
+loss curve: every step's loss within 2% of the f32 run's (20 steps here; 200 under `long`)."""
+
+from __future__ import annotations
+
+import lamina
+import numpy as np
+import pytest
+from strategies import is_long_run
+from test_train_gpt2 import _tokens, imported  # noqa: F401 - `imported` is the module fixture
+from xdsl.dialects.builtin import ModuleOp
+
+
+def _losses(module: ModuleOp, weights: dict[str, np.ndarray], steps: int, pipeline: str
+            ) -> list[float]:
+    toks = _tokens()
+    trainer = lamina.Trainer(module, {"idx": toks, "targets": toks}, init=weights,
+                             optimizer="adamw", steps=steps, lr=3e-3, weight_decay=0.01,
+                             pipeline=pipeline)
+    return [r.loss for r in trainer.run()]
+
+
+@pytest.mark.parametrize("steps", [20, pytest.param(200, marks=pytest.mark.skipif(
+    not is_long_run(), reason="200 steps: make test-long"))])
+def test_bf16_gpt2_tracks_the_f32_loss_curve(imported: tuple[ModuleOp, dict[str, np.ndarray]],  # noqa: F811
+                                             steps: int) -> None:
+    module, weights = imported
+    want = _losses(module, weights, steps, "")
+    got = _losses(module, weights, steps, "mixed-precision{compute=bf16}")
+    np.testing.assert_allclose(got, want, rtol=0.02)
+    assert got[-1] < 0.8 * got[0]   # it learns in bf16 too
