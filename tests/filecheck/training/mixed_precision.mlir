@@ -12,7 +12,7 @@ func.func @mlp(%x: tensor<4x8xf32>, %w: tensor<8x3xf32>) -> tensor<f32> {
   func.return %l : tensor<f32>
 }
 
-// CHECK-LABEL: func.func @mlp_step(%x: tensor<4x8xf32>, %w: tensor<8x3xf32> {lamina.role = "parameter"}, %loss_scale: tensor<f32> {lamina.role = "loss_scale"}, %good_steps: tensor<f32> {lamina.role = "good_steps"}) -> (tensor<8x3xf32>, tensor<f32>, tensor<f32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, -1>} {
+// CHECK-LABEL: func.func @mlp_step(%x: tensor<4x8xf32>, %w: tensor<8x3xf32> {lamina.role = "parameter"}, %loss_scale: tensor<f32> {lamina.role = "loss_scale", lamina.init = 6.553600e+04 : f64}, %good_steps: tensor<f32> {lamina.role = "good_steps"}) -> (tensor<8x3xf32>, tensor<f32>, tensor<f32>, tensor<f32>) attributes {lamina.updates = array<i64: 1, 2, 3, -1>} {
 // CHECK-NEXT:    %[[X:.*]] = lamina.cast %x : (tensor<4x8xf32>) -> tensor<4x8xf16>
 // CHECK-NEXT:    %[[W:.*]] = lamina.cast %w : (tensor<8x3xf32>) -> tensor<8x3xf16>
 // CHECK-NEXT:    %h = lamina.matmul %[[X]], %[[W]] : (tensor<4x8xf16>, tensor<8x3xf16>) -> tensor<4x3xf16>
