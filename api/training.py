@@ -109,7 +109,8 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
 # a loss curve whose positive values span more than this factor is drawn on a log y axis
 LOG_SCALE_SPAN = 20.0
-STATE_ROLES = ("parameter", "first_moment", "second_moment", "momentum_buffer", "step_count")
+STATE_ROLES = ("parameter", "first_moment", "second_moment", "momentum_buffer", "step_count",
+               "loss_scale", "good_steps")
 FROZEN = "frozen"   # `lamina.ir.buffers.updates.FROZEN`: read, never trained (imported lazily)
 
 
@@ -470,7 +471,7 @@ class Trainer:
         from lamina.analysis.placed import placed_mesh
         from lamina.backends.inputs import index_rows
         from lamina.backends.interface import arg_names, find_entry
-        from lamina.ir.buffers.updates import roles_of, updates_of
+        from lamina.ir.buffers.updates import initial_values, roles_of, updates_of
         from lamina.ir.core.diagnostics import error_at
         from lamina.ir.core.dtypes import STORAGE
         from lamina.ir.ops.opbase import tensor_info
@@ -586,9 +587,11 @@ class Trainer:
             for i, a in initializer(step, params, seed).items():
                 self._args[i] = a
         for i, r in roles.items():
-            if r in ("first_moment", "second_moment", "momentum_buffer", "step_count"):
+            if r in ("first_moment", "second_moment", "momentum_buffer", "step_count",
+                     "loss_scale", "good_steps"):   # zeros, or the value the IR states
                 t = tensor_info(step.function_type.inputs.data[i])
-                self._args[i] = np.zeros(t.shape, STORAGE[t.dtype])
+                first = initial_values(step).get(i, 0.0)
+                self._args[i] = np.full(t.shape, first, STORAGE[t.dtype])
         left = [self.arg_names[i] for i, a in enumerate(self._args)
                 if a is None and i != self._lr and i not in self._data_index
                 and self.arg_names[i] not in self.frozen_names]

@@ -11,8 +11,11 @@ as a dropout seed, never do) and without role `frozen` (model state that is read
 the torch importer's buffers, such as a rotary table's inv_freq; torch gives them no gradient).
 A frozen argument named in `wrt` is differentiated all the same: an explicit request is the
 user's. `@NAME_grad` keeps every argument's role (`lamina.role`). A loss with one element is
-seeded with 1; for any other result `@NAME_grad` takes one more argument, `%d_<result name>`, the
-cotangent to pull back (the upstream gradient `dy`), typed as the result (placement included).
+seeded with 1, a `lamina.constant` marked with the discardable attribute `lamina.loss_seed`
+(`SEED_ATTR`), so that `mixed-precision` can put the loss scale in its place (the op of each
+gradient result is marked `GRADIENT_ATTR`, so that pass finds the backward's end after
+append-optimizer); for any other result `@NAME_grad` takes one more argument, `%d_<result name>`,
+the cotangent to pull back (the upstream gradient `dy`), typed as the result (placement included).
 
 How: the ops the loss depends on are copied (the other results' ops are dropped), then walked in
 reverse; each op's row states its VJP (`lamina.ir.autodiff.vjp`, written in Lamina ops through the typed
@@ -62,11 +65,13 @@ from lamina.passes.train_common import (
     returned_as,
 )
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Operation, OpResult, SSAValue
 
 PASS = "derive-backward"
+SEED_ATTR = "lamina.loss_seed"   # on the constant 1 that seeds the backward (module docstring)
+GRADIENT_ATTR = "lamina.gradient"   # on the op of each gradient result (module docstring)
 
 
 @dataclass
@@ -255,6 +260,14 @@ class _Sweep:
                          f"for operand(s) {which}{over}")
 
 
+def _seed(b: Builder, loss: SSAValue) -> SSAValue:
+    """The cotangent 1 of a one-element loss, marked `SEED_ATTR`."""
+    one = b.splat(1.0, info_of(loss))
+    assert isinstance(one, OpResult)
+    one.op.attributes[SEED_ATTR] = UnitAttr()
+    return one
+
+
 def derive(func: FuncOp, p: DeriveBackward, log: ExplainLog | None) -> FuncOp:
     """`@NAME_grad` for `func` (see the module docstring)."""
     plan = _plan(func, p)
@@ -290,7 +303,7 @@ def derive(func: FuncOp, p: DeriveBackward, log: ExplainLog | None) -> FuncOp:
     sweep = _Sweep(block, diff, log, origin, Namer(func))
     tail = sweep.builder(func)
     if diff.get(loss, 0):
-        sweep.ct[loss] = block.args[-1] if plan.seeded else tail.splat(1.0, info_of(loss))
+        sweep.ct[loss] = block.args[-1] if plan.seeded else _seed(tail, loss)
         for op in reversed(ops):
             sweep.op(op)
     results = [loss]
@@ -307,6 +320,8 @@ def derive(func: FuncOp, p: DeriveBackward, log: ExplainLog | None) -> FuncOp:
         g = returned_as(tail, g, args[i].type)
         if not g.name_hint and g.owner is not None and g not in block.args:
             g.name_hint = f"d_{plan.names[i]}"
+        if isinstance(g, OpResult):
+            g.op.attributes[GRADIENT_ATTR] = UnitAttr()
         results.append(g)
     finish(grad, block, results)
     mark_gradients(grad, plan.wrt)

@@ -26,6 +26,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "derive-backward": ("lamina.passes.derive_backward", "DeriveBackward"),
     "append-optimizer": ("lamina.passes.append_optimizer", "AppendOptimizer"),
     "accumulate-gradients": ("lamina.passes.accumulate_gradients", "AccumulateGradients"),
+    "mixed-precision": ("lamina.passes.mixed_precision", "MixedPrecision"),
 }
 
 

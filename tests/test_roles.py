@@ -102,7 +102,7 @@ def test_set_roles_keeps_other_argument_attributes_and_reads_back() -> None:
 
 
 _ONE_OF = ('must be a role, one of "parameter", "first_moment", "second_moment", '
-           '"step_count", "momentum_buffer", "learning_rate", "frozen"')
+           '"step_count", "momentum_buffer", "learning_rate", "loss_scale", "good_steps", "frozen"')
 
 
 @pytest.mark.parametrize("attrs, message", [

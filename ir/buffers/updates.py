@@ -39,7 +39,16 @@ from dataclasses import dataclass
 from enum import Enum
 
 from lamina.ir.core.diagnostics import error_at
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, DictionaryAttr, IntegerType, StringAttr, i64
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    DictionaryAttr,
+    Float64Type,
+    FloatAttr,
+    IntegerType,
+    StringAttr,
+    i64,
+)
 from xdsl.dialects.func import FuncOp
 
 UPDATES_ATTR = "lamina.updates"
@@ -193,6 +202,10 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     Role("step_count", Domain.COUNT),          # updates done before this call (state['step'])
     Role("momentum_buffer", Domain.REAL),      # SGD's momentum buffer (torch's momentum_buffer)
     Role("learning_rate", Domain.RATE),        # this step's learning rate, an input of the step
+    # mixed-precision's dynamic loss scale and its count of clean steps since the scale last
+    # changed (torch.amp.GradScaler's _scale and _growth_tracker), replaced by their next values
+    Role("loss_scale", Domain.RATE),
+    Role("good_steps", Domain.COUNT),
     # model state that is read, never trained (torch's buffers and lifted constant tensors: a
     # rotary table's inv_freq, BERT's position_ids): derive-backward's default wrt leaves it out,
     # no result replaces it, a trainer takes its value from the init. Named "frozen", not torch's
@@ -228,6 +241,27 @@ def set_roles(func: FuncOp, roles: Mapping[int, str]) -> None:
         if name not in ROLES or not 0 <= i < n:
             raise ValueError(f"@{func.sym_name.data}: no role '{name}' for argument #{i}")
         dicts[i][ROLE_ATTR] = StringAttr(name)
+    func.arg_attrs = ArrayAttr([DictionaryAttr(d) for d in dicts])
+
+
+INIT_ATTR = "lamina.init"   # an argument's first value, where a pass states one (a loss scale)
+
+
+def initial_values(func: FuncOp) -> dict[int, float]:
+    """Argument index -> the first value a training loop gives it (`INIT_ATTR`, an f64 float
+    attribute beside the role: mixed-precision's `%loss_scale` starts at its `init` option)."""
+    out: dict[int, float] = {}
+    for i, d in enumerate(_arg_dicts(func)):
+        attr = d.data.get(INIT_ATTR)
+        if isinstance(attr, FloatAttr):
+            out[i] = float(attr.value.data)
+    return out
+
+
+def set_initial_value(func: FuncOp, i: int, value: float) -> None:
+    """Record `value` as argument `i`'s first value (`initial_values`)."""
+    dicts = [dict(d.data) for d in _arg_dicts(func)]
+    dicts[i][INIT_ATTR] = FloatAttr(value, Float64Type())
     func.arg_attrs = ArrayAttr([DictionaryAttr(d) for d in dicts])
 
 

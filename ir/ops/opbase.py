@@ -319,6 +319,8 @@ class LaminaOp(IRDLOperation):
     # -- custom syntax --
     def print(self, printer: Printer) -> None:
         if self.info.name == "constant":
+            if self.attributes:   # discardable ones (derive-backward's seed mark), before the literal
+                printer.print_op_attributes(self.attributes)
             _print_constant(printer, self.properties["value"], self.results[0].type)
             return
         positional: list[SSAValue] = []
@@ -356,8 +358,9 @@ class LaminaOp(IRDLOperation):
     def parse(cls, parser: Parser) -> LaminaOp:
         info = cls.INFO
         if info.name == "constant":
+            marks = parser.parse_optional_attr_dict()
             value, result = _parse_constant(parser)
-            return cls.build(properties={"value": value}, result_types=[result])
+            return cls.build(properties={"value": value}, attributes=marks, result_types=[result])
         pos = parser.pos
         positional: list[UnresolvedOperand] = []
         first = parser.parse_optional_unresolved_operand()

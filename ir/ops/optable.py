@@ -65,6 +65,27 @@ class Fusion(Enum):
     SOURCE = "source"
 
 
+class Amp(Enum):
+    """The type an op computes in under `mixed-precision` (AMP's op lists, as a per-row fact).
+
+    LOW:    matmuls and elementwise math: float operands cast to the compute type (bf16 / f16),
+            the result in it (torch.autocast's lower-precision list).
+    F32:    ops whose accuracy needs the range or the mantissa of f32: reductions, norms,
+            softmax / log_softmax (a loss is built on them), scans; float operands cast to f32
+            (autocast's float32 list).
+    FOLLOW: ops that move or pick values without arithmetic (layout ops, select, gather,
+            compares): operands as they come (widened to f32 when they differ), a float result
+            in their type (autocast's promote list).
+    KEEP:   ops that state their result type (cast, and the sources constant and iota): left as
+            written; a consumer casts what it reads.
+    """
+
+    LOW = "low"
+    F32 = "f32"
+    FOLLOW = "follow"
+    KEEP = "keep"
+
+
 class AttrKind(Enum):
     INT = "int"          # IntegerAttr : i64
     FLOAT = "float"      # FloatAttr : f64
@@ -160,6 +181,9 @@ class OpInfo:
     # -- cost --
     flops: Flops
 
+    # -- mixed precision --
+    amp: Amp   # the type the op computes in under `mixed-precision` (`Amp`)
+
     @property
     def full_name(self) -> str:
         return f"lamina.{self.name}"
@@ -211,13 +235,14 @@ ELEMENTWISE = sh.Elementwise()
 def _elementwise(*, operands: tuple[OperandSpec, ...], shape: ShapeRule, name: str, summary: str,
                  ew: fm.Elementwise, flops: float, interval: IntervalRule, vjp: vj.Vjp,
                  linearity: Linearity, linear_operands: tuple[int, ...],
-                 attrs: tuple[AttrSpec, ...], arith: bool = True) -> OpInfo:
+                 attrs: tuple[AttrSpec, ...], arith: bool = True, amp: Amp = Amp.LOW) -> OpInfo:
     """An elementwise row: `ew` applied element by element is both its formula and its
     per-element form; it shards like its operands and costs `flops` per result element."""
     return OpInfo(name=name, summary=summary, operands=operands, attrs=attrs, shape=shape,
                   formula=fm.elementwise(ew), ew=ew, arith=arith, scalar=fm.elementwise(ew),
                   interval=interval, vjp=vjp, fusion=Fusion.ELEMENTWISE, linearity=linearity,
-                  linear_operands=linear_operands, sharding=ELEMENTWISE, flops=per_output(flops))
+                  linear_operands=linear_operands, sharding=ELEMENTWISE, flops=per_output(flops),
+                  amp=amp)
 
 
 def _unary(*, name: str, summary: str, ew: fm.Elementwise, flops: float, interval: IntervalRule,
@@ -243,7 +268,7 @@ def _compare(*, name: str, symbol: str, fn: str) -> OpInfo:
     return _elementwise(operands=XY, shape=shapes.compare, name=name,
                         summary=f"elementwise lhs {symbol} rhs, an i1 tensor", ew=fm.via(fn),
                         flops=1, interval=iv.COMPARE, vjp=vj.COMPARE, linearity=NONE,
-                        linear_operands=(), attrs=(), arith=False)
+                        linear_operands=(), attrs=(), arith=False, amp=Amp.FOLLOW)
 
 
 _REDUCE_ATTRS = (AttrSpec("axes", AttrKind.INTS, required=True),
@@ -260,7 +285,7 @@ def _reduce(*, name: str, fn: str, shape: ShapeRule, combine: str | None, linear
                   shape=shape, formula=fm.reduction(fn), scalar=fm.reduction(fn),
                   interval=interval, vjp=vjp, fusion=Fusion.REDUCTION, linearity=linearity,
                   linear_operands=(0,) if linearity != NONE else (),
-                  sharding=sh.Reduction(combine), flops=per_input(1))
+                  sharding=sh.Reduction(combine), flops=per_input(1), amp=Amp.F32)
 
 
 _WIDER_FLOAT = {"f16": ("f32", "f64"), "bf16": ("f32", "f64"), "f32": ("f64",), "f64": ()}
@@ -334,26 +359,28 @@ _ROWS: tuple[OpInfo, ...] = (
            operands=(OperandSpec("cond"), OperandSpec("true_value"), OperandSpec("false_value")),
            shape=shapes.select, formula=fm.select, ew=fm.via("where"), arith=False,
            scalar=fm.select, interval=iv.SELECT, vjp=vj.select, fusion=Fusion.ELEMENTWISE,
-           linearity=NONE, sharding=ELEMENTWISE, flops=per_output(1)),
+           linearity=NONE, sharding=ELEMENTWISE, flops=per_output(1), amp=Amp.FOLLOW),
     OpInfo(name="cast", summary="convert the element type", operands=X, shape=shapes.cast,
            declares_result=True, formula=fm.cast, scalar=fm.cast, interval=iv.CAST, vjp=vj.cast,
            fusion=Fusion.ELEMENTWISE, linearity=NONE, linear_operands=(0,),
-           type_linearity=_cast_linearity, sharding=ELEMENTWISE, flops=per_output(1)),
+           type_linearity=_cast_linearity, sharding=ELEMENTWISE, flops=per_output(1), amp=Amp.KEEP),
     OpInfo(name="dropout", summary="zero elements with probability rate, scale the rest by "
            "1/(1-rate)", operands=(OperandSpec("input"), OperandSpec("seed", optional=True)),
            attrs=(AttrSpec("rate", AttrKind.FLOAT, required=True), AttrSpec("seed", AttrKind.INT)),
            shape=shapes.dropout, formula=fm.dropout, position_dependent=True, scalar=sf.dropout,
            interval=iv.DROPOUT, vjp=vj.dropout, fusion=Fusion.ELEMENTWISE, linearity=ONE_SIDED,
-           linear_operands=(0,), sharding=ELEMENTWISE, flops=per_output(8)),
+           linear_operands=(0,), sharding=ELEMENTWISE, flops=per_output(8), amp=Amp.LOW),
     # -- sources --
     OpInfo(name="constant", summary="a splat or dense tensor literal", operands=(),
            attrs=(AttrSpec("value", AttrKind.DENSE, required=True),), shape=shapes.constant,
            formula=fm.constant, arith=False, vjp=vj.CONSTANT, fusion=Fusion.SOURCE,
-           launches_kernel=False, linearity=NONE, sharding=sh.Replicated(), flops=per_output(0)),
+           launches_kernel=False, linearity=NONE, sharding=sh.Replicated(), flops=per_output(0),
+           amp=Amp.KEEP),
     OpInfo(name="iota", summary="0, 1, 2, ... along dim of the result type, broadcast over the "
            "other dims", operands=(), attrs=(AttrSpec("dim", AttrKind.INT, 0),), shape=shapes.iota,
            declares_result=True, formula=fm.iota, interval=iv.IOTA, vjp=vj.IOTA,
-           fusion=Fusion.SOURCE, linearity=NONE, sharding=sh.Replicated(), flops=per_output(0)),
+           fusion=Fusion.SOURCE, linearity=NONE, sharding=sh.Replicated(), flops=per_output(0),
+           amp=Amp.KEEP),
     # -- reductions and the composites built on row reductions --
     _reduce(name="reduce_sum", fn="sum", shape=shapes.reduce, combine="sum", linearity=ADDITIVE,
             interval=iv.REDUCE_SUM, vjp=vj.reduce_sum),
@@ -367,12 +394,12 @@ _ROWS: tuple[OpInfo, ...] = (
            attrs=_NORM_ATTRS, shape=shapes.normalization, formula=fm.layernorm,
            scalar=sf.layernorm, interval=iv.NORMALIZATION, vjp=vj.layernorm,
            fusion=Fusion.REDUCTION, linearity=NONE, sharding=sh.RowReduction(trailing=True),
-           flops=per_input(8)),
+           flops=per_input(8), amp=Amp.F32),
     OpInfo(name="rmsnorm", summary="x / sqrt(mean(x^2) + eps) * scale over dims axis..rank-1",
            operands=(OperandSpec("input"), OperandSpec("scale", optional=True)),
            attrs=_NORM_ATTRS, shape=shapes.normalization, formula=fm.rmsnorm, scalar=sf.rmsnorm,
            interval=iv.NORMALIZATION, vjp=vj.rmsnorm, fusion=Fusion.REDUCTION, linearity=NONE,
-           sharding=sh.RowReduction(trailing=True), flops=per_input(5)),
+           sharding=sh.RowReduction(trailing=True), flops=per_input(5), amp=Amp.F32),
     # `safe`: 0 on a line of only -inf (PyTorch's `_safe_softmax`, sdpa's math path), an attribute
     # rather than a row of its own because every other fact is softmax's: shape, range, VJP
     # (p (g - sum(g p)) is 0 where p is), fusion, sharding, cost, and the attention role, which
@@ -382,12 +409,12 @@ _ROWS: tuple[OpInfo, ...] = (
            attrs=(*_AXIS_ATTRS, AttrSpec("safe", AttrKind.BOOL, False)), shape=shapes.softmax,
            formula=fm.softmax, scalar=fm.softmax,
            interval=iv.SOFTMAX, vjp=vj.softmax, fusion=Fusion.REDUCTION, linearity=NONE,
-           sharding=sh.RowReduction(trailing=False), flops=per_input(6)),
+           sharding=sh.RowReduction(trailing=False), flops=per_input(6), amp=Amp.F32),
     OpInfo(name="log_softmax", summary="x - max - log(sum(exp(x - max))) along axis", operands=X,
            attrs=_AXIS_ATTRS, shape=shapes.softmax, formula=fm.log_softmax,
            scalar=fm.log_softmax, interval=iv.LOG_SOFTMAX, vjp=vj.log_softmax,
            fusion=Fusion.REDUCTION, linearity=NONE, sharding=sh.RowReduction(trailing=False),
-           flops=per_input(7)),
+           flops=per_input(7), amp=Amp.F32),
     # -- scans --
     OpInfo(name="cumsum", summary="running sum along axis (exclusive: of the elements before; "
            "reverse: from the end), ONNX CumSum", operands=X,
@@ -396,42 +423,43 @@ _ROWS: tuple[OpInfo, ...] = (
                   AttrSpec("reverse", AttrKind.BOOL, False)),
            shape=shapes.scan, formula=fm.cumsum, interval=iv.CUMSUM, vjp=vj.cumsum,
            fusion=Fusion.SCAN, linearity=ADDITIVE, linear_operands=(0,), sharding=sh.Scan(),
-           flops=per_output(1)),
+           flops=per_output(1), amp=Amp.F32),
     # -- contraction --
     OpInfo(name="matmul", summary="batched matrix product, batch dims broadcast", operands=XY,
            shape=shapes.matmul, formula=fm.matmul, interval=iv.MATMUL, vjp=vj.matmul,
            fusion=Fusion.OPAQUE, row_tiled=True, linearity=ONE_SIDED, linear_operands=(0, 1),
-           sharding=sh.Matmul(), flops=_matmul_flops),
+           sharding=sh.Matmul(), flops=_matmul_flops, amp=Amp.LOW),
     # -- layout --
     OpInfo(name="transpose", summary="permute dimensions", operands=X,
            attrs=(AttrSpec("permutation", AttrKind.INTS, required=True),), shape=shapes.transpose,
            formula=fm.transpose, arith=False, interval=iv.MOVE, vjp=vj.transpose,
            fusion=Fusion.LAYOUT, view=vr.TransposeView(), linearity=ADDITIVE, linear_operands=(0,),
-           sharding=sh.Transpose(), flops=per_output(0)),
+           sharding=sh.Transpose(), flops=per_output(0), amp=Amp.FOLLOW),
     OpInfo(name="reshape", summary="same elements, new shape (row-major)", operands=X,
            shape=shapes.reshape, declares_result=True, formula=fm.reshape, arith=False,
            interval=iv.MOVE, vjp=vj.reshape, fusion=Fusion.LAYOUT, launches_kernel=False,
            view=vr.ReshapeView(), linearity=ADDITIVE, linear_operands=(0,), sharding=sh.Reshape(),
-           flops=per_output(0)),
+           flops=per_output(0), amp=Amp.FOLLOW),
     OpInfo(name="broadcast_in_dim", summary="replicate along new or size-1 dims (operand dim i -> "
            "result dim broadcast_dimensions[i])", operands=X,
            attrs=(AttrSpec("broadcast_dimensions", AttrKind.INTS, required=True),),
            shape=shapes.broadcast_in_dim, declares_result=True, formula=fm.broadcast_in_dim,
            arith=False, scalar=fm.broadcast_in_dim, interval=iv.MOVE, vjp=vj.broadcast_in_dim,
            fusion=Fusion.BROADCAST, linearity=ADDITIVE, linear_operands=(0,),
-           sharding=sh.Broadcast(), flops=per_output(0)),
+           sharding=sh.Broadcast(), flops=per_output(0), amp=Amp.FOLLOW),
     OpInfo(name="slice", summary="the elements start..limit by strides in each dim", operands=X,
            attrs=(AttrSpec("start", AttrKind.INTS, required=True),
                   AttrSpec("limit", AttrKind.INTS, required=True),
                   AttrSpec("strides", AttrKind.INTS)),
            shape=shapes.slice_, formula=fm.slice_, arith=False, interval=iv.MOVE, vjp=vj.slice_,
            fusion=Fusion.LAYOUT, view=vr.SliceView(), linearity=ADDITIVE, linear_operands=(0,),
-           sharding=sh.Slice(), flops=per_output(0)),
+           sharding=sh.Slice(), flops=per_output(0), amp=Amp.FOLLOW),
     OpInfo(name="concat", summary="join operands along dim",
            operands=(OperandSpec("inputs", variadic=True),),
            attrs=(AttrSpec("dim", AttrKind.INT, required=True),), shape=shapes.concat,
            formula=fm.concat, arith=False, interval=iv.MOVE, vjp=vj.concat, fusion=Fusion.LAYOUT,
-           view=vr.ConcatView(), linearity=ADDITIVE, sharding=sh.Concat(), flops=per_output(0)),
+           view=vr.ConcatView(), linearity=ADDITIVE, sharding=sh.Concat(), flops=per_output(0),
+           amp=Amp.FOLLOW),
     # not linear: a non-zero fill added on every device would be summed with the partials
     OpInfo(name="pad", summary="value around the operand: low[d] elements before and high[d] "
            "after dim d (constant mode; a crop is a slice)", operands=X,
@@ -439,7 +467,7 @@ _ROWS: tuple[OpInfo, ...] = (
                   AttrSpec("high", AttrKind.INTS, required=True),
                   AttrSpec("value", AttrKind.FLOAT, 0.0)),
            shape=shapes.pad, formula=fm.pad, interval=iv.PAD, vjp=vj.pad, fusion=Fusion.LAYOUT,
-           linearity=NONE, sharding=sh.Pad(), flops=per_output(0)),
+           linearity=NONE, sharding=sh.Pad(), flops=per_output(0), amp=Amp.FOLLOW),
     # a lookup: OPAQUE (which element it reads depends on data, so no fused loop absorbs it);
     # linear in the table; position-dependent because on a device's block of a split table it
     # must know which rows the block holds (`Block.operands`)
@@ -448,7 +476,7 @@ _ROWS: tuple[OpInfo, ...] = (
            attrs=(AttrSpec("axis", AttrKind.INT, 0),), shape=shapes.gather, formula=fm.gather,
            arith=False, position_dependent=True, interval=iv.GATHER, vjp=vj.gather,
            fusion=Fusion.OPAQUE, linearity=ONE_SIDED, linear_operands=(0,), sharding=Gather(),
-           flops=per_output(0)),
+           flops=per_output(0), amp=Amp.FOLLOW),
 )
 
 

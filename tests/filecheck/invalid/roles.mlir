@@ -2,14 +2,14 @@
 // strings, and `arg_attrs` holds one dictionary per argument (MLIR's rule).
 // RUN: lamina-opt %s --split-input-file --verify-diagnostics
 
-// expected-error @+1:1 {{func.func @s: argument #1 (%v): attribute 'lamina.role' must be a role, one of "parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", "learning_rate", "frozen", got "variance"}}
+// expected-error @+1:1 {{func.func @s: argument #1 (%v): attribute 'lamina.role' must be a role, one of "parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", "learning_rate", "loss_scale", "good_steps", "frozen", got "variance"}}
 func.func @s(%x: tensor<4xf32>, %v: tensor<4xf32> {lamina.role = "variance"}) -> tensor<4xf32> {
   func.return %v : tensor<4xf32>
 }
 
 // -----
 
-// expected-error @+1:1 {{func.func @s: argument #0 (%step): attribute 'lamina.role' must be a role, one of "parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", "learning_rate", "frozen", got 1 : i64}}
+// expected-error @+1:1 {{func.func @s: argument #0 (%step): attribute 'lamina.role' must be a role, one of "parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", "learning_rate", "loss_scale", "good_steps", "frozen", got 1 : i64}}
 func.func @s(%step: tensor<f32> {lamina.role = 1 : i64}) -> tensor<f32> {
   func.return %step : tensor<f32>
 }
@@ -26,7 +26,7 @@ func.func @s(%step: tensor<f32> {lamina.role = 1 : i64}) -> tensor<f32> {
 
 // -----
 
-// expected-error @+1:1 {{func.func @s: argument #0 (%w): attribute 'lamina.role' must be a role, one of "parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", "learning_rate", "frozen", got ["parameter"]}}
+// expected-error @+1:1 {{func.func @s: argument #0 (%w): attribute 'lamina.role' must be a role, one of "parameter", "first_moment", "second_moment", "step_count", "momentum_buffer", "learning_rate", "loss_scale", "good_steps", "frozen", got ["parameter"]}}
 func.func @s(%w: tensor<f32> {lamina.role = ["parameter"]}) -> tensor<f32> {
   func.return %w : tensor<f32>
 }

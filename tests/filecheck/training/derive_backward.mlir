@@ -24,15 +24,15 @@ func.func @mlp(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) ->
 // CHECK-NEXT:    %r = lamina.relu %hb
 // CHECK-NEXT:    %l = lamina.reduce_sum %r
 // CHECK-NOT:     lamina.tanh
-// CHECK:         %[[ONE:.*]] = lamina.constant dense<1.000000e+00> : tensor<f32>
+// CHECK:         %[[ONE:.*]] = lamina.constant {lamina.loss_seed} dense<1.000000e+00> : tensor<f32>
 // CHECK-NEXT:    %[[G:.*]] = lamina.broadcast_in_dim %[[ONE]] {broadcast_dimensions = array<i64>} : (tensor<f32>) -> tensor<4x16xf32>
 // CHECK-NEXT:    %[[Z:.*]] = lamina.constant dense<0.000000e+00> : tensor<f32>
 // CHECK-NEXT:    %[[POS:.*]] = lamina.gt %hb, %[[Z]]
 // CHECK-NEXT:    %[[GH:.*]] = lamina.select %[[POS]], %[[G]], %[[Z]]
 // CHECK-NEXT:    %[[SB:.*]] = lamina.reduce_sum %[[GH]] {axes = array<i64: 0>, keepdims = true} : (tensor<4x16xf32>) -> tensor<1x16xf32>
-// CHECK-NEXT:    %d_b = lamina.reshape %[[SB]] : (tensor<1x16xf32>) -> tensor<16xf32>
+// CHECK-NEXT:    %d_b = lamina.reshape %[[SB]] {lamina.gradient} : (tensor<1x16xf32>) -> tensor<16xf32>
 // CHECK-NEXT:    %[[XT:.*]] = lamina.transpose %x {permutation = array<i64: 1, 0>} : (tensor<4x8xf32>) -> tensor<8x4xf32>
-// CHECK-NEXT:    %d_w = lamina.matmul %[[XT]], %[[GH]] : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+// CHECK-NEXT:    %d_w = lamina.matmul %[[XT]], %[[GH]] {lamina.gradient} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
 // CHECK-NEXT:    func.return %l, %d_w, %d_b : tensor<f32>, tensor<8x16xf32>, tensor<16xf32>
 
 // EXPLAIN:      [derive-backward] {{.*}}derive_backward.mlir:11:1: @mlp_grad: d(result 0: tensor<f32>)/d(%w, %b), seeded with 1; data arguments (no gradient): %x; 4 forward op(s) copied
@@ -50,7 +50,7 @@ func.func @mlp(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) ->
 // SEED-NEXT:  %[[ONE:.*]] = lamina.constant dense<1.000000e+00> : tensor<f32>
 // SEED-NEXT:  %[[SQ:.*]] = lamina.mul %t, %t : tensor<4x8xf32>
 // SEED-NEXT:  %[[D:.*]] = lamina.sub %[[ONE]], %[[SQ]] : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
-// SEED-NEXT:  %d_x = lamina.mul %d_t, %[[D]] : tensor<4x8xf32>
+// SEED-NEXT:  %d_x = lamina.mul %d_t, %[[D]] {lamina.gradient} : tensor<4x8xf32>
 // SEED-NEXT:  func.return %t, %d_x : tensor<4x8xf32>, tensor<4x8xf32>
 
 // The derived program goes through the rest of the pipeline like any other.
