@@ -10,6 +10,8 @@ trained with AdamW (lr 1e-3, weight decay 0.01). Each row is a Lamina pipeline o
     baseline  place-batch over data=8, derive-backward, append-optimizer, propagate-sharding,
               insert-collectives{target=h100-node}, annotate-lifetimes
     accum4    + accumulate-gradients{micro-batches=4} (after derive-backward)
+    bf16      + mixed-precision{compute=bf16} (after append-optimizer: f32 master weights and
+              moments, matmuls and elementwise math in bf16, norms, softmax and the loss in f32)
 (further rows, as their passes exist: bf16, zero1/2/3 and the combined 2x4 data x model mesh)
 
 For each row:
@@ -73,6 +75,7 @@ DP8 = (("data", 8),)
 ROWS = {r.name: r for r in (
     Row("baseline", DP8),
     Row("accum4", DP8, after_backward="accumulate-gradients{micro-batches=4}"),
+    Row("bf16", DP8, after_optimizer="mixed-precision{compute=bf16}"),
 )}
 
 
