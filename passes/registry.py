@@ -25,6 +25,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "place-batch": ("lamina.passes.place_batch", "PlaceBatch"),
     "derive-backward": ("lamina.passes.derive_backward", "DeriveBackward"),
     "append-optimizer": ("lamina.passes.append_optimizer", "AppendOptimizer"),
+    "shard-optimizer": ("lamina.passes.shard_optimizer", "ShardOptimizer"),
 }
 
 
