@@ -31,10 +31,10 @@ Psi-counts: 2 Psi for stages 1 and 2 as for an all-reduce, 3 Psi for stage 3).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from lamina.analysis.sizes import spec_local_bytes
 from lamina.ir.buffers.memory import MoveOp
 from lamina.ir.buffers.updates import roles_of, updates_of
 from lamina.ir.builder import Builder, retype
@@ -47,7 +47,7 @@ from lamina.ir.ops.lamina import ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
-from lamina.passes.train_common import returned_as
+from lamina.passes.train_common import info_type, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -81,13 +81,6 @@ class Bytes:
             f"state {self.state} B; communicated per step {self.sent} B"
 
 
-def _nbytes(t: TensorType, mesh: Mesh, spec: Spec) -> int:
-    """Bytes one device holds of a tensor of type `t` placed as `spec`."""
-    n = math.prod(t.get_shape()) // math.prod(mesh.size(axes) for axes in spec.splits)
-    width = t.element_type.bitwidth  # type: ignore[attr-defined]
-    return n * max(1, width // 8)
-
-
 def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
     """Whether the update walk continues through `op` (an elementwise op of W's shape)."""
     r = op.results[0] if len(op.results) == 1 else None
@@ -102,7 +95,7 @@ def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
 def _update_of(w: BlockArgument, new: SSAValue, roles: dict[int, str]) -> Update:
     """The update of parameter `w` reaching back from its new value `new` (module docstring)."""
     u = Update(w)
-    shape = tuple(w.type.get_shape())  # type: ignore[attr-defined]
+    shape = tuple(info_type(w).get_shape())
     seen: set[SSAValue] = set()
     todo = [new]
     while todo:
@@ -155,7 +148,7 @@ class _Step:
         if any(self.p.axis in axes for axes in spec.splits) or self.p.axis in spec.partial:
             return None
         n = mesh.axis_sizes[self.p.axis]
-        for d, size in enumerate(w.type.get_shape()):  # type: ignore[attr-defined]
+        for d, size in enumerate(info_type(w).get_shape()):
             local = size // mesh.size(spec.splits[d])
             if local % n == 0:
                 splits = list(spec.splits)
@@ -197,7 +190,8 @@ class _Step:
                 self.ret.operands[k] = self.placed(v, st)
         gathers = self.place_parameter(w, u, ops, st, result)
         self.account(wt, mesh, spec, split, len(u.state), gathers)
-        self.say(f"%{w.name_hint}: state {', '.join(f'%{s.name_hint}' for s in u.state) or 'none'} "
+        state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
+        self.say(f"%{w.name_hint}: state {state or 'none'} "
                  f"and its update split as {split}; gradient reduce_scattered into it"
                  + (f"; parameter split too, all_gathered before each of its {gathers} use(s)"
                     if self.p.stage == 3 else "; new value all_gathered back to " + str(spec)))
@@ -235,8 +229,9 @@ class _Step:
 
     def account(self, wt: TensorType, mesh: Mesh, spec: Spec, split: Spec, n_state: int,
                 gathers: int) -> None:
-        full, shard = _nbytes(wt, mesh, spec), _nbytes(wt, mesh, split)
-        n = mesh.axis_sizes[self.p.axis]
+        sizes = mesh.axis_sizes
+        full, shard = spec_local_bytes(wt, spec, sizes), spec_local_bytes(wt, split, sizes)
+        n = sizes[self.p.axis]
         self.bytes.params += shard if self.p.stage == 3 else full
         self.bytes.grads += shard if self.p.stage >= 2 else full
         self.bytes.state += n_state * shard
