@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lamina.analysis.sizes import spec_local_bytes
-from lamina.ir.buffers.memory import MoveOp
+from lamina.ir.buffers.memory import MoveOp, with_tier
 from lamina.ir.buffers.updates import roles_of, updates_of
 from lamina.ir.builder import Builder, retype
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.mesh.collectives import build as build_placement
-from lamina.ir.mesh.placement import Mesh, find_mesh, place_of, spec_of
+from lamina.ir.mesh.placement import Mesh, find_mesh, place_of, spec_of, tier_of
 from lamina.ir.mesh.sharding import Spec
 from lamina.ir.ops.lamina import ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
@@ -92,31 +92,43 @@ def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
     return isinstance(op, LaminaOp) and op.info.fusion == Fusion.ELEMENTWISE
 
 
-def _update_of(w: BlockArgument, new: SSAValue, roles: dict[int, str]) -> Update:
-    """The update of parameter `w` reaching back from its new value `new` (module docstring)."""
+def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -> Update:
+    """The update of parameter `w` reaching back from its new value and state (module docstring)."""
     u = Update(w)
     shape = tuple(info_type(w).get_shape())
     seen: set[SSAValue] = set()
-    todo = [new]
+    todo = list(roots)
     while todo:
         v = todo.pop()
         if v in seen:
             continue
         seen.add(v)
         if isinstance(v, BlockArgument):
-            if roles.get(v.index) in STATE_ROLES and v not in u.state:
+            if roles.get(v.index) in STATE_ROLES and v not in u.state:  # also at a second visit
                 u.state.append(v)
             continue
         op = v.owner
         assert isinstance(op, Operation)
         if not _passes_through(op, shape):
-            if isinstance(v.type, TensorType) and tuple(v.type.get_shape()) == shape:
+            if isinstance(v.type, TensorType) and tuple(v.type.get_shape()) == shape \
+                    and v not in u.entering:
                 u.entering.append(v)
             continue
         if op not in u.ops:
             u.ops.append(op)
         todo.extend(op.operands)
     return u
+
+
+def _align_moves(u: Update, st: TensorType) -> None:
+    """Give each `lamina.move` of the update (state-tier: the state moved to HBM and back) the
+    split placement on both sides, each side keeping its own tier."""
+    for op in u.ops:
+        if not isinstance(op, MoveOp):
+            continue
+        for v in (op.operands[0], op.results[0]):
+            if spec_of(v.type) != spec_of(st) and not isinstance(v, BlockArgument):
+                retype(v, with_tier(st, tier_of(v.type)))
 
 
 class _Step:
@@ -164,7 +176,10 @@ class _Step:
     def shard(self, w: BlockArgument, result: int) -> None:
         mesh, spec = self.mesh_of(w)
         new = self.ret.operands[result]
-        u = _update_of(w, new, {i: r.name for i, r in roles_of(self.func).items()})
+        roles = {i: r.name for i, r in roles_of(self.func).items()}
+        u = _update_of(w, [new], roles)
+        returned = {a: self.ret.operands[r] for r, a in updates_of(self.func).items()}
+        u = _update_of(w, [new, *(returned[s.index] for s in u.state)], roles)
         wt = w.type
         assert isinstance(wt, TensorType)
         split = self.split_spec(w, mesh, spec)
@@ -182,13 +197,15 @@ class _Step:
             for use in list(g.uses):
                 if use.operation in ops:
                     use.operation.operands[use.index] = placed
-        for s in u.state:
-            retype(s, st)
+        state = {s: with_tier(st, tier_of(s.type)) for s in u.state}  # ZeRO-Offload keeps its tier
+        for s, t in state.items():
+            retype(s, t)
         for k, v in enumerate(self.ret.operands):
             owner = updates_of(self.func).get(k)
-            if owner is not None and self.block.args[owner] in u.state:
-                self.ret.operands[k] = self.placed(v, st)
+            if owner is not None and self.block.args[owner] in state:
+                self.ret.operands[k] = self.placed(v, state[self.block.args[owner]])
         gathers = self.place_parameter(w, u, ops, st, result)
+        _align_moves(u, st)
         self.account(wt, mesh, spec, split, len(u.state), gathers)
         state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
         self.say(f"%{w.name_hint}: state {state or 'none'} "

@@ -47,15 +47,16 @@ def _inputs(func, seed: int = 4) -> list[np.ndarray]:
     return out
 
 
-def _run(text: str, stage: int, entry: str):
-    """(the sharded step after insert-collectives, its SPMD outputs, the plain step's outputs)."""
+def _run(text: str, stage: int, entry: str, step: str = STEP):
+    """The sharded step after insert-collectives (module, function), checked on the SPMD
+    interpreter against the plain step of the unplaced program."""
     module = lamina.parse(text)
-    lamina.apply(module, f"{STEP},{_zero(stage)},{PLACE}")
+    lamina.apply(module, f"{step},{_zero(stage)},{PLACE}")
     func = find_entry(module, entry)
     inputs = _inputs(func)
     got = run_spmd(func, inputs).outputs
     ref_module = lamina.parse(unplaced(text))
-    lamina.apply(ref_module, STEP)
+    lamina.apply(ref_module, step)
     ref = run_function(find_entry(ref_module, entry), inputs).outputs
     for k, (g, r) in enumerate(zip(got, ref, strict=True)):
         d = compare(f"out{k}", "f32", g, r)
@@ -185,6 +186,14 @@ def test_data_by_model_mesh_shards_over_data_beside_model(stage: int) -> None:
     w0 = next(a for a in func.body.block.args if a.name_hint == "m_w0")
     splits = spec_of(w0.type).splits  # type: ignore[union-attr]
     assert "data" in {a for d in splits for a in d} and splits[1] == ("model",)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_offloaded_moments_keep_their_tier_and_are_sharded(stage: int) -> None:
+    step = "derive-backward{data=x},append-optimizer{state-tier=host}"
+    _, func = _run(SAMPLE, stage, "dp_forward_step", step)
+    m = next(a for a in func.body.block.args if a.name_hint == "m_w1")
+    assert "tier = host" in str(m.type) and spec_of(m.type).splits[0] == ("data",)  # type: ignore[union-attr]
 
 
 def test_a_dimension_the_axis_divides_nowhere_stays_replicated() -> None:
