@@ -226,3 +226,16 @@ def test_sharded_step_verifies_and_round_trips(stage: int) -> None:
 def test_refusals_are_one_diagnostic(text: str, pipeline: str, message: str) -> None:
     with pytest.raises(LaminaError, match=message):
         lamina.apply(lamina.parse(text), pipeline)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_jax_on_8_devices_equals_the_spmd_interpreter(stage: int) -> None:
+    """One short check: the sharded step on --backend jax (8 devices) gives the SPMD outputs."""
+    pytest.importorskip("jax")
+    module, func = _run(SAMPLE, stage, "dp_forward_step")
+    inputs = _inputs(func)
+    ref = lamina.run(module, inputs, entry="dp_forward_step")
+    got = lamina.run(module, inputs, entry="dp_forward_step", backend="jax")
+    for name, r in ref.outputs.items():
+        d = compare(name, "f32", got.outputs[name], r)
+        assert d.ok, d.line()
