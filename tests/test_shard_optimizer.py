@@ -119,7 +119,13 @@ def test_sample_step_equals_plain_step_and_zero_formulas(stage: int) -> None:
     gathered = psi if stage < 3 else psi + 4 * 128 * 32
     assert _sent(func) == round((psi + gathered) * (n - 1) / n)
     model = _explained(SAMPLE, stage)
-    assert model["step"] == _sent(func)
+    stats = run_spmd(func, _inputs(func)).stats  # what lamina-run --stats-json reports
+    assert model["step"] == _sent(func) == stats["comm_bytes_per_device"]
+    if stage < 3:  # the plain data-parallel step's all_reduces send as much
+        plain = lamina.parse(SAMPLE)
+        lamina.apply(plain, f"{STEP},{PLACE}")
+        base = find_entry(plain, "dp_forward_step")
+        assert run_spmd(base, _inputs(base)).stats["comm_bytes_per_device"] == model["step"]
     assert model["parameters"] == (psi if stage < 3 else psi // n)
     assert model["gradients"] == (psi if stage == 1 else psi // n)
     assert model["state"] == 2 * psi // n  # AdamW: K = 2 moments, f32
@@ -239,3 +245,16 @@ def test_jax_on_8_devices_equals_the_spmd_interpreter(stage: int) -> None:
     for name, r in ref.outputs.items():
         d = compare(name, "f32", got.outputs[name], r)
         assert d.ok, d.line()
+
+
+def test_peak_live_bytes_fall_with_the_stage() -> None:
+    """The SPMD run's per-device peak: sharded moments (stage 1) below the plain step, sharded
+    parameters (stage 3) below that; stages 1 and 2 are the same IR (module docstring)."""
+    plain = lamina.parse(SAMPLE)
+    lamina.apply(plain, f"{STEP},{PLACE}")
+    base = find_entry(plain, "dp_forward_step")
+    peaks = [run_spmd(base, _inputs(base)).stats["peak_live_bytes"]]
+    for stage in (1, 3):
+        func = _run(SAMPLE, stage, "dp_forward_step")[1]
+        peaks.append(run_spmd(func, _inputs(func)).stats["peak_live_bytes"])
+    assert peaks[0] > peaks[1] > peaks[2], peaks
