@@ -23,7 +23,7 @@ gradient. `axis` is added to the splits of the first dimension of W whose local 
   right before it, so annotate-lifetimes frees each gathered copy after its one use.
 
 Refused (one diagnostic at the function): no step function, an argument off a mesh or a mesh
-without `axis`, values already placed by propagate-sharding, collectives already inserted.
+without `axis`, a pending sum already placed (propagate-sharding ran), collectives already inserted.
 With --explain: each parameter's decision and, per device and step, the modeled bytes of the
 parameters, gradients and optimizer state and the bytes the collectives communicate (ZeRO's
 Psi-counts: 2 Psi for stages 1 and 2 as for an all-reduce, 3 Psi for stage 3).
@@ -280,6 +280,9 @@ def _check(func: FuncOp) -> None:
         raise error_at(func, f"{PASS}: {name} is not a training step (run derive-backward and "
                        "append-optimizer first: it needs lamina.updates and parameter roles)")
     for op in func.walk():
+        if any((sp := spec_of(r.type)) is not None and sp.partial for r in op.results):
+            raise error_at(op, f"{PASS}: {name} has a pending sum placed ({op.name}): "
+                           f"propagate-sharding ran already; run {PASS} before it")
         if isinstance(op, PlacementOp) and not isinstance(op, ReshardOp):
             raise error_at(op, f"{PASS}: {name} already has collectives ({op.name}); run "
                            f"{PASS} before insert-collectives")

@@ -225,7 +225,8 @@ def test_sharded_step_verifies_and_round_trips(stage: int) -> None:
     (SAMPLE, "derive-backward{data=x},shard-optimizer", "no training step"),
     (SAMPLE, "derive-backward{data=x},shard-optimizer{func=dp_forward_grad}", "is not a training step"),
     (SAMPLE, f"{STEP},shard-optimizer{{axis=batch}}", "has no axis 'batch'"),
-    (SAMPLE, f"{STEP},{PLACE},shard-optimizer", "already has collectives"),
+    (SAMPLE, f"{STEP},{PLACE},shard-optimizer", "already has collectives|propagate-sharding ran"),
+    (SAMPLE, f"{STEP},propagate-sharding,shard-optimizer", "propagate-sharding ran already"),
     (unplaced(SAMPLE), STEP + ",shard-optimizer", "is not on a mesh"),
     (SAMPLE, f"{STEP},shard-optimizer{{stage=4}}", "must be 1, 2 or 3"),
 ])
