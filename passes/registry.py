@@ -27,6 +27,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "append-optimizer": ("lamina.passes.append_optimizer", "AppendOptimizer"),
     "accumulate-gradients": ("lamina.passes.accumulate_gradients", "AccumulateGradients"),
     "mixed-precision": ("lamina.passes.mixed_precision", "MixedPrecision"),
+    "shard-optimizer": ("lamina.passes.shard_optimizer", "ShardOptimizer"),
 }
 
 

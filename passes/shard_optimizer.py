@@ -1,0 +1,313 @@
+"""`shard-optimizer`: ZeRO stages 1-3 on a placed training step, as explicit placements.
+
+    -p 'derive-backward{data=x},append-optimizer{kind=adamw},shard-optimizer{stage=1 axis=data},
+        propagate-sharding,insert-collectives'
+
+Input: a training step (`@NAME_step` of append-optimizer: `lamina.updates` and `lamina.role` on its
+arguments), its arguments on a mesh with axis `axis`, before propagate-sharding (no op result
+placed by it yet) and before insert-collectives. For each parameter W (role `parameter`), its
+*update* is the part of the step append-optimizer appended: the elementwise ops (and identity
+reshapes, casts, moves) of W's shape from W's new value back to W, its optimizer state
+(`first_moment`, `second_moment`, `momentum_buffer`) and the values that enter from outside, its
+gradient. `axis` is added to the splits of the first dimension of W whose local size it divides
+(W stays as written, said in --explain, when none does or W is already split over `axis`):
+
+- stage 1: the state is placed split (arguments and results); the gradient gets the split placement
+  where it enters the update (propagate-sharding reduces its pending sum over `axis` there: a
+  reduce_scatter), W is sliced locally for the update (a reshard replicated -> split, no
+  communication) and the new W is resharded back to W's placement (an all_gather).
+- stage 2: the same IR (the step is one function: the full gradient exists only as the pending
+  sum before its reduce_scatter); the per-device gradient bytes count the shard, not the full sum.
+- stage 3: also W itself: its argument and result are split, and every use outside the update
+  (forward and backward) reads a fresh all_gather (a reshard split -> W's placement) placed
+  right before it, so annotate-lifetimes frees each gathered copy after its one use.
+
+Refused (one diagnostic at the function): no step function, an argument off a mesh or a mesh
+without `axis`, a pending sum already placed (propagate-sharding ran), collectives already inserted.
+With --explain: each parameter's decision and, per device and step, the modeled bytes of the
+parameters, gradients and optimizer state and the bytes the collectives communicate (ZeRO's
+Psi-counts: 2 Psi for stages 1 and 2 as for an all-reduce, 3 Psi for stage 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from lamina.analysis.sizes import spec_local_bytes
+from lamina.ir.buffers.memory import MoveOp, with_tier
+from lamina.ir.buffers.updates import roles_of, updates_of
+from lamina.ir.builder import Builder, retype
+from lamina.ir.core.diagnostics import error_at
+from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
+from lamina.ir.mesh.collectives import build as build_placement
+from lamina.ir.mesh.placement import Mesh, find_mesh, place_of, spec_of, tier_of
+from lamina.ir.mesh.sharding import Spec
+from lamina.ir.ops.lamina import ReshapeOp
+from lamina.ir.ops.opbase import LaminaOp
+from lamina.ir.ops.optable import Fusion
+from lamina.passes.explain import ExplainLog, LaminaPass
+from lamina.passes.train_common import info_type, returned_as
+from xdsl.context import Context
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+PASS = "shard-optimizer"
+STATE_ROLES = ("first_moment", "second_moment", "momentum_buffer")
+
+
+@dataclass
+class Update:
+    """One parameter's update: its ops, the state arguments it reads and the values entering it."""
+
+    w: BlockArgument
+    ops: list[Operation] = field(default_factory=list)
+    state: list[BlockArgument] = field(default_factory=list)
+    entering: list[SSAValue] = field(default_factory=list)
+
+
+@dataclass
+class Bytes:
+    """Modeled bytes per device and step (module docstring): memory by kind, communication."""
+
+    params: int = 0
+    grads: int = 0
+    state: int = 0
+    sent: int = 0
+
+    def line(self) -> str:
+        return f"per device: parameters {self.params} B, gradients {self.grads} B, optimizer " \
+            f"state {self.state} B; communicated per step {self.sent} B"
+
+
+def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
+    """Whether the update walk continues through `op` (an elementwise op of W's shape)."""
+    r = op.results[0] if len(op.results) == 1 else None
+    if r is None or not isinstance(r.type, TensorType) or tuple(r.type.get_shape()) != shape:
+        return False
+    if isinstance(op, MoveOp | ReshapeOp):
+        return all(isinstance(o.type, TensorType) and tuple(o.type.get_shape()) == shape
+                   for o in op.operands)
+    return isinstance(op, LaminaOp) and op.info.fusion == Fusion.ELEMENTWISE
+
+
+def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -> Update:
+    """The update of parameter `w` reaching back from its new value and state (module docstring)."""
+    u = Update(w)
+    shape = tuple(info_type(w).get_shape())
+    seen: set[SSAValue] = set()
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v, BlockArgument):
+            if roles.get(v.index) in STATE_ROLES and v not in u.state:  # also at a second visit
+                u.state.append(v)
+            continue
+        op = v.owner
+        assert isinstance(op, Operation)
+        if not _passes_through(op, shape):
+            if isinstance(v.type, TensorType) and tuple(v.type.get_shape()) == shape \
+                    and v not in u.entering:
+                u.entering.append(v)
+            continue
+        if op not in u.ops:
+            u.ops.append(op)
+        todo.extend(op.operands)
+    return u
+
+
+def _align_moves(u: Update, st: TensorType) -> None:
+    """Give each `lamina.move` of the update (state-tier: the state moved to HBM and back) the
+    split placement on both sides, each side keeping its own tier."""
+    for op in u.ops:
+        if not isinstance(op, MoveOp):
+            continue
+        for v in (op.operands[0], op.results[0]):
+            if spec_of(v.type) != spec_of(st) and not isinstance(v, BlockArgument):
+                retype(v, with_tier(st, tier_of(v.type)))
+
+
+class _Step:
+    """Shards one step function's updates."""
+
+    def __init__(self, p: ShardOptimizer, func: FuncOp, log: ExplainLog | None) -> None:
+        self.p, self.func, self.log = p, func, log
+        self.block = func.body.block
+        ret = self.block.last_op
+        assert isinstance(ret, ReturnOp)
+        self.ret = ret
+        self.bytes = Bytes()
+
+    def mesh_of(self, w: SSAValue) -> tuple[Mesh, Spec]:
+        place, spec = place_of(w.type), spec_of(w.type)
+        mesh_op = find_mesh(self.func, place.mesh_name) if place is not None and \
+            place.mesh_name is not None else None
+        if mesh_op is None or spec is None:
+            raise error_at(self.func, f"{PASS}: %{w.name_hint} of @{self.func.sym_name.data} is "
+                           "not on a mesh (place the step first: place-batch or written placements)")
+        mesh = mesh_op.mesh
+        if self.p.axis not in mesh.axes:
+            raise error_at(self.func, f"{PASS}: mesh @{mesh.name} has no axis '{self.p.axis}' "
+                           f"(axes: {', '.join(mesh.axes)})")
+        return mesh, spec
+
+    def split_spec(self, w: SSAValue, mesh: Mesh, spec: Spec) -> Spec | None:
+        """`spec` with `axis` added to the first dimension whose local size it divides."""
+        if any(self.p.axis in axes for axes in spec.splits) or self.p.axis in spec.partial:
+            return None
+        n = mesh.axis_sizes[self.p.axis]
+        for d, size in enumerate(info_type(w).get_shape()):
+            local = size // mesh.size(spec.splits[d])
+            if local % n == 0:
+                splits = list(spec.splits)
+                splits[d] = (*splits[d], self.p.axis)
+                return Spec(tuple(splits))
+        return None
+
+    def reshard(self, v: SSAValue, to: TensorType, before: Operation) -> SSAValue:
+        op = build_placement(ReshardOp, [v], [to])
+        self.block.insert_op_before(op, before)
+        return op.outputs[0]
+
+    def shard(self, w: BlockArgument, result: int) -> None:
+        mesh, spec = self.mesh_of(w)
+        new = self.ret.operands[result]
+        roles = {i: r.name for i, r in roles_of(self.func).items()}
+        u = _update_of(w, [new], roles)
+        returned = {a: self.ret.operands[r] for r, a in updates_of(self.func).items()}
+        u = _update_of(w, [new, *(returned[s.index] for s in u.state)], roles)
+        wt = w.type
+        assert isinstance(wt, TensorType)
+        split = self.split_spec(w, mesh, spec)
+        if split is None:
+            self.account(wt, mesh, spec, spec, len(u.state), gathers=0)
+            self.say(f"%{w.name_hint}: stays as placed ({spec}): '{self.p.axis}' divides none of "
+                     "its dimensions' local sizes, or it is split over it already")
+            return
+        st = with_spec(TensorType(wt.element_type, wt.get_shape()), mesh.name, split)
+        ops = set(u.ops)
+        first = min((self.block.get_operation_index(o) for o in u.ops), default=None)
+        at = self.ret if first is None else list(self.block.ops)[first]
+        for g in u.entering:
+            placed = returned_as(Builder.before_op(at, self.func.location), g, st)
+            for use in list(g.uses):
+                if use.operation in ops:
+                    use.operation.operands[use.index] = placed
+        state = {s: with_tier(st, tier_of(s.type)) for s in u.state}  # ZeRO-Offload keeps its tier
+        for s, t in state.items():
+            retype(s, t)
+        for k, v in enumerate(self.ret.operands):
+            owner = updates_of(self.func).get(k)
+            if owner is not None and self.block.args[owner] in state:
+                self.ret.operands[k] = self.placed(v, state[self.block.args[owner]])
+        gathers = self.place_parameter(w, u, ops, st, result)
+        _align_moves(u, st)
+        self.account(wt, mesh, spec, split, len(u.state), gathers)
+        state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
+        self.say(f"%{w.name_hint}: state {state or 'none'} "
+                 f"and its update split as {split}; gradient reduce_scattered into it"
+                 + (f"; parameter split too, all_gathered before each of its {gathers} use(s)"
+                    if self.p.stage == 3 else "; new value all_gathered back to " + str(spec)))
+
+    def placed(self, v: SSAValue, st: TensorType) -> SSAValue:
+        """`v` (a returned update value) as the split type `st`: retyped when its own op placed
+        it for the return, else through a placed identity."""
+        if isinstance(v, BlockArgument) or spec_of(v.type) is None:
+            return returned_as(Builder.before_op(self.ret, self.func.location), v, st)
+        retype(v, st)
+        return v
+
+    def place_parameter(self, w: BlockArgument, u: Update, ops: set[Operation], st: TensorType,
+                        result: int) -> int:
+        """Slice W for its update and gather the new W (stages 1, 2); or split W and gather it
+        before each other use (stage 3). Returns the number of gathers per step."""
+        wt = w.type
+        assert isinstance(wt, TensorType)
+        inside = [use for use in w.uses if use.operation in ops]
+        outside = [use for use in w.uses if use.operation not in ops and use.operation is not self.ret]
+        new = self.placed(self.ret.operands[result], st)
+        if self.p.stage < 3:
+            if inside:
+                first = min(inside, key=lambda x: self.block.get_operation_index(x.operation))
+                local = self.reshard(w, st, first.operation)
+                for use in inside:
+                    use.operation.operands[use.index] = local
+            self.ret.operands[result] = self.reshard(new, wt, self.ret)
+            return 1
+        retype(w, st)
+        for use in outside:
+            use.operation.operands[use.index] = self.reshard(w, wt, use.operation)
+        self.ret.operands[result] = new
+        return len(outside)
+
+    def account(self, wt: TensorType, mesh: Mesh, spec: Spec, split: Spec, n_state: int,
+                gathers: int) -> None:
+        sizes = mesh.axis_sizes
+        full, shard = spec_local_bytes(wt, spec, sizes), spec_local_bytes(wt, split, sizes)
+        n = sizes[self.p.axis]
+        self.bytes.params += shard if self.p.stage == 3 else full
+        self.bytes.grads += shard if self.p.stage >= 2 else full
+        self.bytes.state += n_state * shard
+        if split == spec:  # unsharded: the data-parallel all_reduce of its gradient
+            self.bytes.sent += 2 * full * (n - 1) // n
+            return
+        self.bytes.sent += (1 + gathers) * full * (n - 1) // n
+
+    def say(self, message: str) -> None:
+        if self.log is not None:
+            self.log.add(self.func, message)
+
+    def run(self) -> Bytes:
+        params = [i for i, r in roles_of(self.func).items() if r.name == "parameter"]
+        results = {a: r for r, a in updates_of(self.func).items()}
+        for i in params:
+            self.shard(self.block.args[i], results[i])
+        self.func.function_type = FunctionType.from_lists(
+            [a.type for a in self.block.args], [v.type for v in self.ret.operands])
+        self.say(f"@{self.func.sym_name.data} stage {self.p.stage} over '{self.p.axis}': "
+                 + self.bytes.line())
+        return self.bytes
+
+
+def _check(func: FuncOp) -> None:
+    """Refuse what is not an unplaced-op training step (module docstring)."""
+    name = f"@{func.sym_name.data}"
+    if not updates_of(func) or not any(r.name == "parameter" for r in roles_of(func).values()):
+        raise error_at(func, f"{PASS}: {name} is not a training step (run derive-backward and "
+                       "append-optimizer first: it needs lamina.updates and parameter roles)")
+    for op in func.walk():
+        if any((sp := spec_of(r.type)) is not None and sp.partial for r in op.results):
+            raise error_at(op, f"{PASS}: {name} has a pending sum placed ({op.name}): "
+                           f"propagate-sharding ran already; run {PASS} before it")
+        if isinstance(op, PlacementOp) and not isinstance(op, ReshardOp):
+            raise error_at(op, f"{PASS}: {name} already has collectives ({op.name}); run "
+                           f"{PASS} before insert-collectives")
+
+
+@dataclass(frozen=True)
+class ShardOptimizer(LaminaPass):
+    """Shard optimizer state, gradients and parameters over a data axis (ZeRO stages 1-3)."""
+
+    name: ClassVar[str] = PASS
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
+    minimums: ClassVar[dict[str, int]] = {"stage": 1}
+    stage: int = 1
+    axis: str = "data"
+    func: str = ""
+
+    def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
+        if self.stage > 3:
+            raise error_at(module, f"{PASS}: option 'stage' must be 1, 2 or 3, got {self.stage}")
+        steps = [op for op in module.ops if isinstance(op, FuncOp) and
+                 (op.sym_name.data == self.func or not self.func and updates_of(op))]
+        if not steps:
+            target = f"@{self.func}" if self.func else "training step"
+            raise error_at(module, f"{PASS}: the module has no {target} (run derive-backward and "
+                           "append-optimizer first)")
+        for func in steps:
+            _check(func)
+            _Step(self, func, log).run()
