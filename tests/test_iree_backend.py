@@ -239,6 +239,26 @@ def test_f64_stays_f64(cache_dir: Path) -> None:
     assert np.allclose(got, want, rtol=1e-12, atol=0)
 
 
+F16 = """func.func @f(%x: tensor<4x8xf16>, %y: tensor<8xf16>) -> tensor<4x8xf16> {
+  %a = lamina.add %x, %y : (tensor<4x8xf16>, tensor<8xf16>) -> tensor<4x8xf16>
+  %g = lamina.gelu %a {approximate = "tanh"} : tensor<4x8xf16>
+  %s = lamina.softmax %g {axis = -1 : i64} : tensor<4x8xf16>
+  func.return %s : tensor<4x8xf16>
+}
+"""
+
+
+def test_f16_is_the_interpreters_bits(cache_dir: Path) -> None:
+    """f16 computed as the interpreter does (f32 per op, one round to nearest even): the same bits."""
+    m = _module(F16)
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(4, 8)).astype(np.float16), rng.normal(size=8).astype(np.float16)
+    got = lamina.compile(m, backend="iree")([x, y]).outputs["s"]
+    want = run_function(find_entry(m, None), [x, y]).outputs[0]
+    assert got.dtype == np.float16
+    assert np.array_equal(got.view(np.uint16), np.asarray(want).view(np.uint16))
+
+
 def test_a_partly_placed_program_is_one_diagnostic(capsys: pytest.CaptureFixture[str]) -> None:
     """Placed programs run per device (tests/test_linalg_export_spmd.py); one whose values are
     not all placed is refused, telling the user to place them."""
@@ -251,7 +271,7 @@ def test_a_partly_placed_program_is_one_diagnostic(capsys: pytest.CaptureFixture
 
 @pytest.mark.parametrize(("text", "message"), [
     (CUMSUM, "prog.mlir:2:3: error: lamina.cumsum: no linalg lowering for lamina.cumsum"),
-    (SMALL.replace("f32", "f16"), "error: func.func: no linalg lowering for f16 tensors")])
+    (SMALL.replace("f32", "bf16"), "error: func.func: no linalg lowering for bf16 tensors")])
 def test_a_program_the_export_refuses_is_its_diagnostic(
         text: str, message: str, tmp_path: Path, compiles: list[str],
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -187,7 +187,7 @@ def test_f64_stays_f64(samples_on_iree) -> None:
 
 def _export_or_refusal(func: FuncOp, symbol: str) -> str | None:
     """The function's export as `symbol`, or None when the export refuses it, after checking
-    that the refusal names the op it has no lowering for (a scan, a cast to f16)."""
+    that the refusal names the op it has no lowering for (a scan, a cast to bf16)."""
     try:
         return export_function(func, symbol)
     except LaminaError as e:
@@ -196,10 +196,10 @@ def _export_or_refusal(func: FuncOp, symbol: str) -> str | None:
 
 
 @settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(min_ops=2, max_ops=10, dtypes=("f32", "f64"), families=ALL_FAMILIES))
+@given(programs(min_ops=2, max_ops=10, dtypes=("f16", "f32", "f64"), families=ALL_FAMILIES))
 def test_random_programs_run_on_iree_as_on_the_interpreter(prog) -> None:
     """A random program (dropout included), as generated and fused, in one IREE compile; one the
-    export refuses (a scan, a cast to f16) is skipped after checking that the refusal names
+    export refuses (a scan, a cast to bf16) is skipped after checking that the refusal names
     the op."""
     parts, cases = [], []
     for pipeline in ("", "fuse-elementwise"):

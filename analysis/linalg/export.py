@@ -13,9 +13,10 @@ What each op becomes:
 
 An attention kernel (`fuse-attention`) is its body's ops like any other kernel's. Refused with
 one diagnostic at the op: ops outside the table, a formula the namespace has no
-form for (`Unsupported`: cumsum's scan; f64 sin/cos, which IREE's CPU runtime lacks), bf16/f16
-(not yet computed the interpreter's way). The text is a pure function of the module: two runs
-print the same bytes.
+form for (`Unsupported`: cumsum's scan; f64 sin/cos, which IREE's CPU runtime lacks), and bf16
+(not yet computed the interpreter's way; f16 is: each op extends to f32, computes, and truncates
+once, `arith.truncf` rounding to nearest even as NumPy's astype does). The text is a pure
+function of the module: two runs print the same bytes.
 
 A module with a mesh exports its placed functions as per-device programs whose collectives are
 calls the caller binds (`lamina.analysis.linalg.spmd`; not as `shard` annotations, which IREE does
@@ -40,7 +41,8 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 HEADER = "// Lamina module exported to upstream MLIR by `lamina-opt -t linalg`"
-_STORAGE = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "i1": np.bool_}
+_STORAGE = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32,
+            "i64": np.int64, "i1": np.bool_}
 
 Env = dict[SSAValue, Node]
 
@@ -72,7 +74,7 @@ def _storage(t: Attribute, op: Operation) -> np.dtype:
     info = tensor_info(t)
     if info.dtype not in _STORAGE:
         raise error_at(op, f"{op.name}: no linalg lowering for {info.dtype} tensors yet (the "
-                       "interpreter rounds them from f32 after every op; export f32 or f64)")
+                       "interpreter rounds them from f32 after every op; export f16, f32 or f64)")
     return np.dtype(_STORAGE[info.dtype])
 
 

@@ -40,8 +40,9 @@ class Unsupported(Exception):
     """A formula used a function or a type this namespace has no linalg form for."""
 
 
-_MLIR_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.int32): "i32",
-               np.dtype(np.int64): "i64", np.dtype(np.bool_): "i1",
+_MLIR_TYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
+               np.dtype(np.float64): "f64", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
+               np.dtype(np.bool_): "i1",
                # the dropout hash's words: signless in MLIR, unsigned in the ops that read them
                np.dtype(np.uint32): "i32", np.dtype(np.uint64): "i64"}
 
@@ -61,7 +62,7 @@ def scalar_literal(value: Any, dtype: np.dtype) -> str:
     """An exact MLIR literal: floats as their bit pattern, so no decimal rounding is involved."""
     v = np.asarray(value).astype(dtype)
     if dtype.kind == "f":
-        bits = v.view(np.uint32 if dtype.itemsize == 4 else np.uint64)
+        bits = v.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize])
         return f"0x{int(bits):0{dtype.itemsize * 2}X}"
     if dtype.kind == "b":
         return "true" if bool(v) else "false"
@@ -326,7 +327,7 @@ class LinalgNamespace:
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _done: dict[int, tuple[Node, Node]] = field(default_factory=dict)  # id -> (node, tensor)
 
-    float32, float64 = np.float32, np.float64
+    float16, float32, float64 = np.float16, np.float32, np.float64
     int32, int64, uint32, uint64 = np.int32, np.int64, np.uint32, np.uint64
     bool = np.bool_
 
