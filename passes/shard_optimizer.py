@@ -89,7 +89,11 @@ def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
     if isinstance(op, MoveOp | ReshapeOp):
         return all(isinstance(o.type, TensorType) and tuple(o.type.get_shape()) == shape
                    for o in op.operands)
-    return isinstance(op, LaminaOp) and op.info.fusion == Fusion.ELEMENTWISE
+    # a placed elementwise op is not the optimizer's (its update ops are unplaced): it is the
+    # gradient's last op, placed by derive-backward like its parameter (a tied weight's sum of
+    # two contributions), so the gradient enters the update there
+    return isinstance(op, LaminaOp) and op.info.fusion == Fusion.ELEMENTWISE \
+        and spec_of(r.type) is None
 
 
 def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -> Update:
