@@ -76,6 +76,11 @@ ROWS = {r.name: r for r in (
     Row("baseline", DP8),
     Row("accum4", DP8, after_backward="accumulate-gradients{micro-batches=4}"),
     Row("bf16", DP8, after_optimizer="mixed-precision{compute=bf16}"),
+    Row("zero1", DP8, after_optimizer="shard-optimizer{stage=1}"),
+    Row("zero2", DP8, after_optimizer="shard-optimizer{stage=2}"),
+    Row("zero3", DP8, after_optimizer="shard-optimizer{stage=3}"),
+    Row("combined", (("data", 2), ("model", 4)), after_backward="accumulate-gradients{micro-batches=4}",
+        after_optimizer="mixed-precision{compute=bf16},shard-optimizer{stage=3}"),
 )}
 
 
