@@ -46,6 +46,7 @@ from lamina.ir.mesh.sharding import Spec
 from lamina.ir.ops.lamina import ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Fusion
+from lamina.passes.derive_backward import GRADIENT_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import info_type, returned_as
 from xdsl.context import Context
@@ -89,11 +90,10 @@ def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
     if isinstance(op, MoveOp | ReshapeOp):
         return all(isinstance(o.type, TensorType) and tuple(o.type.get_shape()) == shape
                    for o in op.operands)
-    # a placed elementwise op is not the optimizer's (its update ops are unplaced): it is the
-    # gradient's last op, placed by derive-backward like its parameter (a tied weight's sum of
-    # two contributions), so the gradient enters the update there
+    # the op derive-backward marks as a gradient's (a tied weight's sum of two contributions is
+    # an elementwise op of W's shape) is where the gradient enters the update, not part of it
     return isinstance(op, LaminaOp) and op.info.fusion == Fusion.ELEMENTWISE \
-        and spec_of(r.type) is None
+        and GRADIENT_ATTR not in op.attributes
 
 
 def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -> Update:

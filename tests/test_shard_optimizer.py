@@ -27,6 +27,7 @@ from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.mesh.collectives import AllGatherOp, AllReduceOp, PlacementOp, ReduceScatterOp
 from lamina.ir.mesh.placement import find_mesh, place_of, spec_of
 from lamina.ir.ops.opbase import tensor_info
+from strategies import examples
 from test_training_spmd import SAMPLE, unplaced
 
 STEP = "derive-backward{data=x},append-optimizer{weight-decay=0.01}"
@@ -177,7 +178,7 @@ def _mlp(widths: list[int], acts: list[str], n: int, *, model: bool = False,
     return "\n".join([mesh, f"func.func @f({', '.join(args)}) -> tensor<f32> {{", *body, "}", ""])
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(n=st.sampled_from([2, 4, 8]), stage=st.sampled_from([1, 2, 3]),
        widths=st.lists(st.sampled_from([3, 4, 8, 12, 16]), min_size=2, max_size=4),
        act=st.sampled_from(["tanh", "gelu", "relu"]))
