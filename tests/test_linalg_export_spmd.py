@@ -136,6 +136,23 @@ def test_lamina_run_backend_iree_checks_a_placed_sample(capsys: pytest.CaptureFi
     assert out.count(": ok ") >= 4 and "error" not in err, (out, err)
 
 
+def test_a_compiled_placed_program_makes_its_device_contexts_once(monkeypatch: pytest.MonkeyPatch
+                                                                    ) -> None:
+    """Compile once, run many: the per-device IREE contexts (and their bound collectives) are
+    made by lamina.compile, so later calls make none and give the first call's outputs."""
+    m = _split((SAMPLES / "mlp_dp_forward.mlir").read_text(encoding="utf-8"), "s.mlir")
+    exe = lamina.compile(m, backend="iree")
+    inputs = random_inputs(find_entry(m, None), 0)
+    first = exe(inputs).outputs
+    made: list[object] = []
+    real = rt.SystemContext
+    monkeypatch.setattr(rt, "SystemContext", lambda *a, **k: made.append(1) or real(*a, **k))
+    for _ in range(2):
+        again = exe(inputs).outputs
+        assert all(np.array_equal(a, b) for a, b in zip(first.values(), again.values(), strict=True))
+    assert made == []
+
+
 @settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(progs=st.lists(programs(min_ops=2, max_ops=8, dtypes=("f32", "f64")), min_size=4,
                       max_size=4),

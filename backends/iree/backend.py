@@ -54,7 +54,7 @@ from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import Feature, RunResult
 from lamina.backends.iree.cache import VERSION, CachedModule, compiled_module
 from lamina.backends.iree.options import IreeOptions
-from lamina.backends.iree.placed import placed_text, run_devices
+from lamina.backends.iree.placed import DeviceGroup, placed_text
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.core.dtypes import STORAGE
 from lamina.ir.ops.opbase import tensor_info
@@ -123,7 +123,9 @@ class IreeProgram:
                                                     COMMON_FLAGS + target.flags)
         self.config = config = device_config(target.driver)
         self.vm_module = vm_module = rt.VmModule.mmap(config.vm_instance, str(self.module.path))
-        if self.mesh is None:
+        if self.mesh is not None:
+            self.devices = DeviceGroup(self.mesh.mesh, config, vm_module, self.decls)
+        else:
             self.context = rt.SystemContext(config=config)
             self.context.add_vm_module(vm_module)
             self.entry = self.context.modules[vm_module.name][self.symbol]
@@ -138,9 +140,8 @@ class IreeProgram:
         args = [np.asarray(a, order="C") for a in check_inputs(self.func, inputs)]
         start = time.perf_counter()
         if self.mesh is not None:
-            outs = [np.asarray(o, dtype=d) for o, d in zip(run_devices(
-                self.func, self.mesh.mesh, self.config, self.vm_module, self.decls, args),
-                self.storage, strict=True)]
+            outs = [np.asarray(o, dtype=d) for o, d in
+                    zip(self.devices.run(self.func, args), self.storage, strict=True)]
             return RunResult(outs, {**self.stats, "devices": self.mesh.mesh.devices,
                                     "run_seconds": time.perf_counter() - start})
         try:

@@ -133,38 +133,59 @@ def placed_text(func: FuncOp, mesh: MeshOp) -> tuple[str, list[Declaration]]:
     return wrap_module(device.decl_lines + [body], header(mesh.mesh)), list(device.decls.values())
 
 
+class DeviceGroup:
+    """Every device's IREE context, made once per compiled program: each binds its own
+    `lamina_collectives` module to one shared `Exchange`, so a call only runs the threads."""
+
+    def __init__(self, mesh: Mesh, config: rt.Config, vm_module: rt.VmModule,
+                 decls: Sequence[Declaration]) -> None:
+        self.mesh, self.vm_module = mesh, vm_module
+        self.exchange = Exchange(mesh)
+        self.contexts = []
+        for dev in range(mesh.devices):
+            ctx = rt.SystemContext(config=config)
+            ctx.add_vm_module(collectives_module(config.device, decls, self.exchange, dev))
+            ctx.add_vm_module(vm_module)
+            self.contexts.append(ctx)
+
+    def run(self, func: FuncOp, inputs: Sequence[np.ndarray], symbol: str | None = None
+            ) -> list[np.ndarray]:
+        """Every device's program (`func` exported as `symbol`, default its name) in its own
+        thread; the outputs assembled as global values."""
+        mesh = self.mesh
+        args = [distribute(mesh, spec_or_replicated(v.type), a)
+                for v, a in zip(func.body.block.args, inputs, strict=True)]
+        self.exchange.barrier.reset()   # a failed call left it broken
+        results: list[list[np.ndarray] | BaseException | None] = [None] * mesh.devices
+        name = symbol or func.sym_name.data
+
+        def device_main(dev: int) -> None:
+            try:
+                coords = mesh.coords(dev)
+                out = self.contexts[dev].modules[self.vm_module.name][name](
+                    *[np.asarray(a[dev], order="C") for a in args],
+                    np.array([coords[a] for a in mesh.axes], dtype=np.int64))
+                outs = out if isinstance(out, tuple | list) else () if out is None else (out,)
+                results[dev] = [np.array(r.to_host() if hasattr(r, "to_host") else r)
+                                for r in outs]
+            except BaseException as e:  # noqa: BLE001 - reported by the caller, with the device
+                self.exchange.barrier.abort()
+                results[dev] = e
+
+        threads = [threading.Thread(target=device_main, args=(d,)) for d in range(mesh.devices)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return _assembled(func, mesh, results)
+
+
 def run_devices(func: FuncOp, mesh: Mesh, config: rt.Config, vm_module: rt.VmModule,
                 decls: Sequence[Declaration], inputs: Sequence[np.ndarray],
                 symbol: str | None = None) -> list[np.ndarray]:
-    """Every device's program (`func` exported as `symbol`, default its name) in its own
-    thread; the outputs assembled as global values. `decls`: every declaration `vm_module`
-    imports (a module of several functions binds them all)."""
-    args = [distribute(mesh, spec_or_replicated(v.type), a)
-            for v, a in zip(func.body.block.args, inputs, strict=True)]
-    exchange = Exchange(mesh)
-    results: list[list[np.ndarray] | BaseException | None] = [None] * mesh.devices
-
-    def device_main(dev: int) -> None:
-        try:
-            ctx = rt.SystemContext(config=config)
-            ctx.add_vm_module(collectives_module(config.device, decls, exchange, dev))
-            ctx.add_vm_module(vm_module)
-            coords = mesh.coords(dev)
-            out = ctx.modules[vm_module.name][symbol or func.sym_name.data](
-                *[np.asarray(a[dev], order="C") for a in args],
-                np.array([coords[a] for a in mesh.axes], dtype=np.int64))
-            outs = out if isinstance(out, tuple | list) else () if out is None else (out,)
-            results[dev] = [np.array(r.to_host() if hasattr(r, "to_host") else r) for r in outs]
-        except BaseException as e:  # noqa: BLE001 - reported by the caller, with the device
-            exchange.barrier.abort()
-            results[dev] = e
-
-    threads = [threading.Thread(target=device_main, args=(d,)) for d in range(mesh.devices)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return _assembled(func, mesh, results)
+    """One run of `func` on a fresh `DeviceGroup` (`decls`: every declaration `vm_module`
+    imports; a module of several functions binds them all)."""
+    return DeviceGroup(mesh, config, vm_module, decls).run(func, inputs, symbol)
 
 
 def _assembled(func: FuncOp, mesh: Mesh, results: list[Any]) -> list[np.ndarray]:
