@@ -105,15 +105,8 @@ def imported(sz: Size) -> tuple[Any, dict[str, Any]]:
     import torch
     from lamina.frontends.torch import import_exported
 
-    from samples.gpt2_model import GPT2Config, make_gpt2
+    from samples.gpt2_model import GPT2Config, LossOnly, make_gpt2
 
-    class LossOnly(torch.nn.Module):
-        def __init__(self, model: torch.nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            return self.model(idx, targets)[1]
 
     cfg = GPT2Config(vocab=sz.vocab, context=sz.seq, dim=sz.dim, heads=sz.heads,
                      layers=sz.layers, dropout=0.0)

@@ -71,7 +71,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from gpt2_model import GPT2Config, make_gpt2  # noqa: E402
+from gpt2_model import GPT2Config, LossOnly, make_gpt2  # noqa: E402
 
 LR, WD, BETA1, BETA2, EPS = 3e-3, 0.01, 0.9, 0.999, 1e-8
 LAMINA = ("numpy", "compiled", "jax")
@@ -101,16 +101,6 @@ def models(quick: bool) -> dict[str, Model]:
               2, 256)
     return {"small": small, "big": big}
 
-
-class LossOnly(torch.nn.Module):
-    """The sample's GPT-2 returning its loss alone: what the Trainer trains (first result)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model(idx, targets)[1]
 
 
 def random_batches(m: Model, n: int, seed: int = 0) -> np.ndarray:

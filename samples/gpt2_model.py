@@ -101,6 +101,18 @@ def make_gpt2(cfg: GPT2Config | None = None, seed: int = 0) -> GPT2:
     return GPT2(cfg or GPT2Config())
 
 
+class LossOnly(nn.Module):
+    """The model returning its loss alone: what a trainer derives a step from (lamina.Trainer
+    and lamina-train train a forward whose first result is the scalar loss)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.model(idx, targets)[1]
+
+
 def example_inputs(cfg: GPT2Config, batch: int = 2, tokens: int = 8,
                    seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)

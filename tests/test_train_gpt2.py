@@ -30,7 +30,7 @@ import lamina
 import numpy as np
 import pytest
 import torch
-from gpt2_model import GPT2Config, make_gpt2
+from gpt2_model import GPT2Config, LossOnly, make_gpt2
 from lamina.frontends.torch import import_exported
 from lamina.training import Hyper, lr_at
 from xdsl.dialects.builtin import ModuleOp
@@ -39,16 +39,6 @@ CFG = GPT2Config(dim=64, layers=2, dropout=0.0)
 BATCH, SEQ, BATCHES, STEPS = 4, 16, 5, 50
 D = CFG.dim
 
-
-class LossOnly(torch.nn.Module):
-    """The sample's GPT-2 returning its loss alone (the Trainer's first result is the loss)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model(idx, targets)[1]
 
 
 @contextlib.contextmanager
