@@ -94,6 +94,7 @@ from lamina.passes.train_common import (
     arg_names,
     finish,
     gradient_args,
+    named_functions,
     new_function,
     resolve_names,
     returned_as,
@@ -600,10 +601,7 @@ class AccumulateGradients(LaminaPass):
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         funcs = [op for op in module.ops if isinstance(op, FuncOp)]
         if self.func:
-            chosen = [f for f in funcs if f.sym_name.data == self.func]
-            if not chosen:
-                raise error_at(None, f"{PASS}: option func names @{self.func}, which is not a "
-                               "function of the module")
+            chosen = named_functions(funcs, self.func, PASS)
         else:
             chosen = [f for f in funcs if GRADIENTS_ATTR in f.attributes]
             if not chosen:

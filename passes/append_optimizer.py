@@ -74,6 +74,7 @@ from lamina.passes.train_common import (
     gradient_args,
     info_type,
     mesh_type_like,
+    named_functions,
     returned_as,
 )
 from xdsl.context import Context
@@ -375,10 +376,7 @@ class AppendOptimizer(LaminaPass):
     def run(self, ctx: Context, module: ModuleOp, log: ExplainLog | None) -> None:
         funcs = [op for op in module.ops if isinstance(op, FuncOp)]
         if self.func:
-            chosen = [f for f in funcs if f.sym_name.data == self.func]
-            if not chosen:
-                raise error_at(None, f"{PASS}: option func names @{self.func}, which is not a "
-                               "function of the module")
+            chosen = named_functions(funcs, self.func, PASS)
         else:
             chosen = [f for f in funcs if gradient_args(f) is not None]
             if not chosen:

@@ -60,6 +60,7 @@ from lamina.passes.train_common import (
     arg_names,
     finish,
     mark_gradients,
+    named_functions,
     new_function,
     resolve_names,
     returned_as,
@@ -345,12 +346,7 @@ class DeriveBackward(LaminaPass):
         funcs = [op for op in module.ops if isinstance(op, FuncOp)]
         names = {f.sym_name.data for f in funcs}
         if self.func:
-            chosen = [f for f in funcs if f.sym_name.data == self.func]
-            if not chosen:
-                raise error_at(None, f"{PASS}: option func names @{self.func}, which is not a "
-                               f"function of the module (functions: "
-                               f"{', '.join(sorted(names)) or 'none'})")
-            funcs = chosen
+            funcs = named_functions(funcs, self.func, PASS)
         for f in funcs:
             target = f"{f.sym_name.data}_grad"
             if target in names:

@@ -72,7 +72,7 @@ from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Amp
 from lamina.passes.derive_backward import GRADIENT_ATTR, SEED_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
-from lamina.passes.train_common import returned_as
+from lamina.passes.train_common import named_functions, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
@@ -324,11 +324,7 @@ class _Step:
 def _steps(module: ModuleOp, name: str) -> list[FuncOp]:
     funcs = [op for op in module.ops if isinstance(op, FuncOp)]
     if name:
-        chosen = [f for f in funcs if f.sym_name.data == name]
-        if not chosen:
-            raise error_at(None, f"{PASS}: option func names @{name}, which is not a function "
-                           "of the module")
-        return chosen
+        return named_functions(funcs, name, PASS)
     chosen = [f for f in funcs if updates_of(f)]
     if not chosen:
         raise error_at(None, f"{PASS}: the module has no training step (a function with "

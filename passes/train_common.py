@@ -74,6 +74,17 @@ def finish(func: FuncOp, block: Block, values: Sequence[SSAValue]) -> None:
                                                  [v.type for v in values])
 
 
+def named_functions(funcs: Sequence[FuncOp], name: str, pass_name: str) -> list[FuncOp]:
+    """The function a pass's `func=` option names (a list of it), or the error naming the
+    module's functions."""
+    chosen = [f for f in funcs if f.sym_name.data == name]
+    if not chosen:
+        names = ", ".join(sorted(f.sym_name.data for f in funcs)) or "none"
+        raise error_at(None, f"{pass_name}: option func names @{name}, which is not a function "
+                       f"of the module (functions: {names})")
+    return chosen
+
+
 def gradient_args(func: FuncOp) -> list[int] | None:
     """The argument index of each gradient result of a gradient function, or None."""
     attr = func.attributes.get(GRADIENTS_ATTR)
