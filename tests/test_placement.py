@@ -51,6 +51,10 @@ def test_mesh_and_placement_round_trip() -> None:
     assert "#lamina.place<tier = host>" in printed(text2)
     partial = T("8x16", P("[[data], []]", "partial = sum[model]"))
     assert "partial = sum[model]" in printed(unary_program("neg", partial, partial))
+    staged = T("8x16", P("[[data], []]", "stage = model[3], tier = hbm"))
+    once = printed(unary_program("neg", staged, staged))
+    assert "#lamina.place<@m, [[data], []], stage = model[3], tier = hbm>" in once
+    assert printed(once) == once
 
 
 @pytest.mark.parametrize("place, message", [
@@ -59,6 +63,10 @@ def test_mesh_and_placement_round_trip() -> None:
     (P("[[data], [data]]"), "mesh axis 'data' is used more than once"),
     (P("[[data], []]", "partial = sum[data]"), "mesh axis 'data' is used more than once"),
     ("#lamina.place<@q, [[data], []]>", "placement refers to unknown mesh @q"),
+    (P("[[data], []]", "stage = pp[0]"), "mesh @m has no stage axis 'pp'"),
+    (P("[[data], []]", "stage = data[0]"), "stage axis 'data' also splits or reduces the value"),
+    (P("[[data], []]", "partial = sum[model], stage = model[1]"), "stage axis 'model' also"),
+    (P("[[data], []]", "stage = model[4]"), "stage 4 is outside mesh axis 'model' of size 4"),
 ])
 def test_invalid_placements(place: str, message: str) -> None:
     t = T("8x16", place)

@@ -59,7 +59,7 @@ def with_tier(t: Attribute, tier: str | None) -> TensorType:
             enc = NoneAttr()
         else:
             enc = PlaceAttr.make(place.mesh_name, place.splits, place.partial_axes,
-                                 place.partial_kind.data, tier)
+                                 place.partial_kind.data, tier, place.stage)
     return TensorType(t.element_type, t.get_shape(), enc)
 
 

@@ -101,12 +101,15 @@ def _fmt(axes: Sequence[str]) -> str:
 
 
 def with_spec(t: Attribute, mesh: str, spec: Spec) -> TensorType:
-    """Tensor type `t` placed by `spec` on `mesh` (its memory tier, if any, is kept)."""
+    """Tensor type `t` placed by `spec` on `mesh` (its memory tier and pipeline stage, if any,
+    are kept: a spec says how a value is split, not on which stage it lives)."""
     assert isinstance(t, TensorType)
     old = place_of(t)
     tier = old.tier_name if old is not None else None
+    stage = old.stage if old is not None and old.mesh_name == mesh else None
     return TensorType(t.element_type, t.get_shape(),
-                      PlaceAttr.make(mesh, spec.splits, spec.partial, spec.partial_kind, tier))
+                      PlaceAttr.make(mesh, spec.splits, spec.partial, spec.partial_kind, tier,
+                                     stage))
 
 
 class PlacementOp(IRDLOperation):

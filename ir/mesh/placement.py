@@ -12,6 +12,10 @@ A tensor value states where it lives in its type's encoding:
   minor (`[data, model]` splits a dimension over both, data-major); axes named nowhere replicate;
 - `partial = sum[axes]` (or `max[...]`) says the value on each device is a pending sum (max) over
   those axes: the true value is the reduction of the per-device values, not yet performed;
+- `stage = AXIS[i]` (a pipeline stage, issue 28) says the value lives only on the devices whose
+  coordinate on mesh axis AXIS is i: stages run different ops (MPMD), so the stage is part of the
+  contract like the splits; AXIS then appears in no split and in no `partial`, and the ops that read
+  and write stage-i values run on those devices only;
 - `tier = sram|hbm|host|nvme` is the memory tier the value lives in;
 - `#lamina.place<tier = host>` places an unsharded value in a tier; a type without an encoding is
   "not yet placed". The syntax follows MLIR's `mesh`/`shard` sharding attributes and Shardy, with
@@ -42,6 +46,7 @@ from lamina.ir.mesh.sharding import OpInfo, ShardingError, Spec, infer
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
+    IntAttr,
     IntegerType,
     NoneAttr,
     StringAttr,
@@ -202,16 +207,21 @@ class PlaceAttr(ParametrizedAttribute):
     partial: ArrayAttr[StringAttr]
     partial_kind: StringAttr       # "sum" or "max"
     tier: StringAttr               # "" when no tier is stated
+    stage_axis: StringAttr         # "" when the value is on every stage (no `stage =`)
+    stage_index: IntAttr           # its coordinate on stage_axis (0 when stage_axis is "")
 
     @staticmethod
     def make(mesh: str | None, dims: Sequence[Sequence[str]], partial: Sequence[str] = (),
-             partial_kind: str = "sum", tier: str | None = None) -> PlaceAttr:
+             partial_kind: str = "sum", tier: str | None = None,
+             stage: tuple[str, int] | None = None) -> PlaceAttr:
         return PlaceAttr(
             StringAttr(mesh or ""),
             ArrayAttr([ArrayAttr([StringAttr(a) for a in d]) for d in dims]),
             ArrayAttr([StringAttr(a) for a in partial]),
             StringAttr(partial_kind),
             StringAttr(tier or ""),
+            StringAttr(stage[0] if stage else ""),
+            IntAttr(stage[1] if stage else 0),
         )
 
     @property
@@ -230,10 +240,16 @@ class PlaceAttr(ParametrizedAttribute):
     def tier_name(self) -> str | None:
         return self.tier.data or None
 
+    @property
+    def stage(self) -> tuple[str, int] | None:
+        """(stage axis, index) of a value on one pipeline stage, or None (on every stage)."""
+        return (self.stage_axis.data, self.stage_index.data) if self.stage_axis.data else None
+
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
         parser.parse_punctuation("<")
         mesh, dims, partial, kind, tier = "", [], [], "sum", ""
+        stage: tuple[str, int] | None = None
 
         def names() -> list[str]:
             return parser.parse_comma_separated_list(
@@ -244,23 +260,26 @@ class PlaceAttr(ParametrizedAttribute):
             parser.parse_punctuation(",")
             dims = parser.parse_comma_separated_list(Parser.Delimiter.SQUARE, names)
             while parser.parse_optional_punctuation(","):
-                key = parser.parse_identifier("'partial' or 'tier'")
+                key = parser.parse_identifier("'partial', 'stage' or 'tier'")
                 parser.parse_punctuation("=")
                 if key == "partial":
                     kind = parser.parse_identifier("partial kind (sum or max)")
                     if kind not in PARTIAL_KINDS:
                         parser.raise_error(f"partial kind must be sum or max, got '{kind}'")
                     partial = names()
+                elif key == "stage":
+                    stage = _parse_stage(parser)
                 elif key == "tier":
                     tier = _parse_tier(parser)
                 else:
-                    parser.raise_error(f"unknown placement field '{key}' (expected partial or tier)")
+                    parser.raise_error(
+                        f"unknown placement field '{key}' (expected partial, stage or tier)")
         else:
             parser.parse_keyword("tier")
             parser.parse_punctuation("=")
             tier = _parse_tier(parser)
         parser.parse_punctuation(">")
-        return PlaceAttr.make(mesh, dims, partial, kind, tier).parameters
+        return PlaceAttr.make(mesh, dims, partial, kind, tier, stage).parameters
 
     def print_parameters(self, printer: Printer) -> None:
         fields: list[str] = []
@@ -269,9 +288,19 @@ class PlaceAttr(ParametrizedAttribute):
             fields.append("[" + ", ".join("[" + ", ".join(d) + "]" for d in self.splits) + "]")
             if self.partial_axes:
                 fields.append(f"partial = {self.partial_kind.data}[{', '.join(self.partial_axes)}]")
+            if (stage := self.stage) is not None:
+                fields.append(f"stage = {stage[0]}[{stage[1]}]")
         if self.tier_name is not None:
             fields.append(f"tier = {self.tier_name}")
         printer.print_string("<" + ", ".join(fields) + ">")
+
+
+def _parse_stage(parser: AttrParser) -> tuple[str, int]:
+    axis = parser.parse_identifier("stage mesh axis name")
+    parser.parse_punctuation("[")
+    index = parser.parse_integer(allow_boolean=False, allow_negative=False)
+    parser.parse_punctuation("]")
+    return axis, index
 
 
 def _parse_tier(parser: AttrParser) -> str:
@@ -343,6 +372,19 @@ def placement_problem(t: Attribute, anchor: Operation) -> str | None:
         if shape[d] % n:
             return (f"dimension {d} of size {shape[d]} does not split evenly over "
                     f"{' x '.join(axes)} ({n} shards)")
+    return _stage_problem(place, sizes, seen)
+
+
+def _stage_problem(place: PlaceAttr, sizes: dict[str, int], used: set[str]) -> str | None:
+    if (stage := place.stage) is None:
+        return None
+    axis, index = stage
+    if axis not in sizes:
+        return f"mesh @{place.mesh_name} has no stage axis '{axis}' (axes: {', '.join(sizes)})"
+    if axis in used:
+        return f"stage axis '{axis}' also splits or reduces the value in placement {place}"
+    if not 0 <= index < sizes[axis]:
+        return f"stage {index} is outside mesh axis '{axis}' of size {sizes[axis]}"
     return None
 
 
@@ -397,6 +439,20 @@ def sharding_problem(op: Operation, info: OpInfo, operand_types: Sequence[Attrib
         return f"result placement {got} does not follow the {info.sharding.name} rule, " \
                f"which gives {expected}"
     return None
+
+
+def stage_of(t: Attribute) -> tuple[str, int] | None:
+    """(stage axis, index) of a tensor type placed on one pipeline stage, or None."""
+    place = place_of(t)
+    return place.stage if place is not None else None
+
+
+def stage_devices(mesh: Mesh, stage: tuple[str, int] | None) -> list[int]:
+    """The devices (row-major numbers) that hold a value of `stage`: all of them for None."""
+    if stage is None:
+        return list(range(mesh.devices))
+    axis, index = stage
+    return [d for d in range(mesh.devices) if mesh.coords(d)[axis] == index]
 
 
 def tier_of(t: Attribute) -> str | None:
