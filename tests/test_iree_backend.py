@@ -59,7 +59,8 @@ SELECTED = [
 ]
 EXPORTED = {   # every sample function the export covers (the rest: f16/bf16, placed programs)
     "attention.mlir": ["causal_attention"], "dropout_seed_operand.mlir": ["seed_arg", "seed_constant"],
-    "dtypes.mlir": ["double", "compare_select"], "elementwise.mlir": ["unary", "binary"],
+    "dtypes.mlir": ["half", "double", "casts", "compare_select"],
+    "elementwise.mlir": ["unary", "binary"],
     "gpt2_block.mlir": ["gpt2_block"], "layernorm_gelu_dropout.mlir": ["ln_gelu_dropout",
                                                                        "ln_gelu_dropout_small"],
     "layout.mlir": ["layout"], "long_chain_frees.mlir": ["long_chain"], "mlp_block.mlir": ["mlp_block"],

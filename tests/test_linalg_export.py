@@ -26,13 +26,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lamina.analysis.linalg.export import export_function, export_module, wrap_module
+from lamina.analysis.linalg.export import boundary_dtype, export_function, export_module, wrap_module
 from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
 from lamina.backends.numpy.runner import run_function
 from lamina.cli.opt import main as opt_main
 from lamina.ir.core.diagnostics import LaminaError
-from lamina.ir.core.dtypes import tensor_dtype
+from lamina.ir.core.dtypes import STORAGE, tensor_dtype
 from lamina.ir.ops.opbase import tensor_info
 from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
@@ -78,15 +78,20 @@ def _compile(funcs: list[str]):
     return rt.load_vm_flatbuffer(vmfb, driver="local-task")
 
 
-def _iree_outputs(module, symbol: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    got = getattr(module, symbol)(*inputs)
+def _iree_outputs(module, symbol: str, func: FuncOp, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The compiled function on the interpreter's storage arrays, its outputs back in storage
+    dtypes (bf16 crosses IREE's boundary as ml_dtypes' bfloat16, the interpreter keeps float32)."""
+    types = func.function_type
+    got = getattr(module, symbol)(*[np.asarray(a, boundary_dtype(tensor_dtype(t)))
+                                    for a, t in zip(inputs, types.inputs.data, strict=True)])
     got = list(got) if isinstance(got, tuple | list) else [got]
-    return [np.asarray(g.to_host()) if hasattr(g, "to_host") else np.asarray(g) for g in got]
+    return [np.asarray(g.to_host() if hasattr(g, "to_host") else g, STORAGE[tensor_dtype(t)])
+            for g, t in zip(got, types.outputs.data, strict=True)]
 
 
 def _assert_matches(module, symbol: str, func: FuncOp, inputs: list[np.ndarray], what: str) -> None:
     want = run_function(func, inputs).outputs
-    got = _iree_outputs(module, symbol, inputs)
+    got = _iree_outputs(module, symbol, func, inputs)
     assert len(got) == len(want), what
     for i, (g, w, t) in enumerate(zip(got, want, func.function_type.outputs.data, strict=True)):
         assert g.dtype == w.dtype, (what, i, g.dtype, w.dtype)
@@ -146,7 +151,7 @@ def test_dropout_is_the_interpreters_bits() -> None:
     module = _compile([export_function(f) for f in funcs])
     for func in funcs:
         inputs = random_inputs(func, 3)
-        (got,) = _iree_outputs(module, func.sym_name.data, inputs)
+        (got,) = _iree_outputs(module, func.sym_name.data, func, inputs)
         (want,) = run_function(func, inputs).outputs
         assert 0 < np.count_nonzero(want == 0) < want.size
         assert got.dtype == want.dtype and np.array_equal(got, want)
@@ -177,7 +182,7 @@ def test_f64_stays_f64(samples_on_iree) -> None:
     own = _compile([export_function(func)])
     for symbol, func in f64:
         inputs = random_inputs(func, 1)
-        got = _iree_outputs(own if symbol == "f64_math" else module, symbol, inputs)
+        got = _iree_outputs(own if symbol == "f64_math" else module, symbol, func, inputs)
         want = run_function(func, inputs).outputs
         for g, w in zip(got, want, strict=True):
             if w.dtype == np.float64:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 from lamina.analysis.linalg import spmd
-from lamina.analysis.linalg.namespace import LinalgNamespace, Node, Unsupported, tensor_type
+from lamina.analysis.linalg.namespace import BF16, LinalgNamespace, Node, Unsupported, tensor_type
 from lamina.analysis.placed import check_placed, placed_mesh
 from lamina.ir.buffers.memory import FreeOp, MoveOp
 from lamina.ir.core.diagnostics import LaminaError, error_at
@@ -41,8 +41,9 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 HEADER = "// Lamina module exported to upstream MLIR by `lamina-opt -t linalg`"
-_STORAGE = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32,
-            "i64": np.int64, "i1": np.bool_}
+_STORAGE = {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
+            "f64": np.dtype(np.float64), "i32": np.dtype(np.int32), "i64": np.dtype(np.int64),
+            "i1": np.dtype(np.bool_), **({"bf16": BF16} if BF16 is not None else {})}
 
 Env = dict[SSAValue, Node]
 
@@ -70,12 +71,19 @@ def wrap_module(funcs: list[str], comment: str | None = None) -> str:
     return HEADER + ("\n" + comment if comment else "") + "\nmodule {\n" + "\n".join(funcs) + "}\n"
 
 
+def boundary_dtype(element: str) -> np.dtype:
+    """The NumPy dtype of an exported function's tensors of Lamina element type `element` at
+    its boundary: the interpreter's storage dtype, but bf16 as ml_dtypes' bfloat16 (IREE's
+    runtime reads and writes those; the interpreter keeps bf16 in float32, rounded)."""
+    return _STORAGE[element]
+
+
 def _storage(t: Attribute, op: Operation) -> np.dtype:
     info = tensor_info(t)
     if info.dtype not in _STORAGE:
-        raise error_at(op, f"{op.name}: no linalg lowering for {info.dtype} tensors yet (the "
-                       "interpreter rounds them from f32 after every op; export f16, f32 or f64)")
-    return np.dtype(_STORAGE[info.dtype])
+        why = " (bf16 needs ml_dtypes: install the iree extra)" if info.dtype == "bf16" else ""
+        raise error_at(op, f"{op.name}: no linalg lowering for {info.dtype} tensors{why}")
+    return _STORAGE[info.dtype]
 
 
 def export_function(func: FuncOp, symbol: str | None = None,

@@ -25,6 +25,7 @@ f64 sin/cos, which IREE's CPU runtime does not link) raises `Unsupported`, namin
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -40,11 +41,25 @@ class Unsupported(Exception):
     """A formula used a function or a type this namespace has no linalg form for."""
 
 
+
+def _bfloat16() -> np.dtype | None:
+    """NumPy has no bfloat16: ml_dtypes' (kind "V"), which IREE's runtime reads and writes; None
+    without it (a base install, no `iree` extra: bf16 is then refused as an element type)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+BF16 = _bfloat16()
+F32 = np.dtype(np.float32)
 _MLIR_TYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
                np.dtype(np.float64): "f64", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
                np.dtype(np.bool_): "i1",
                # the dropout hash's words: signless in MLIR, unsigned in the ops that read them
-               np.dtype(np.uint32): "i32", np.dtype(np.uint64): "i64"}
+               np.dtype(np.uint32): "i32", np.dtype(np.uint64): "i64",
+               **({BF16: "bf16"} if BF16 is not None else {})}
 
 
 def mlir_type(dtype: np.dtype) -> str:
@@ -54,6 +69,11 @@ def mlir_type(dtype: np.dtype) -> str:
     return _MLIR_TYPES[dtype]
 
 
+def kind_of(dtype: np.dtype) -> str:
+    """NumPy's `dtype.kind`, but "f" for bf16 (ml_dtypes' bfloat16 says "V": a void record)."""
+    return "f" if dtype == BF16 else dtype.kind
+
+
 def tensor_type(shape: Sequence[int], dtype: np.dtype) -> str:
     return "tensor<" + "".join(f"{d}x" for d in shape) + mlir_type(dtype) + ">"
 
@@ -61,12 +81,12 @@ def tensor_type(shape: Sequence[int], dtype: np.dtype) -> str:
 def scalar_literal(value: Any, dtype: np.dtype) -> str:
     """An exact MLIR literal: floats as their bit pattern, so no decimal rounding is involved."""
     v = np.asarray(value).astype(dtype)
-    if dtype.kind == "f":
+    if kind_of(dtype) == "f":
         bits = v.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize])
         return f"0x{int(bits):0{dtype.itemsize * 2}X}"
-    if dtype.kind == "b":
+    if kind_of(dtype) == "b":
         return "true" if bool(v) else "false"
-    if dtype.kind == "u":   # the same bits, written as the signless type's signed value
+    if kind_of(dtype) == "u":   # the same bits, written as the signless type's signed value
         return str(int(v.view(np.int32 if dtype.itemsize == 4 else np.int64)))
     return str(int(v))
 
@@ -76,7 +96,7 @@ def dense_literal(arr: np.ndarray) -> str:
     flat = arr.reshape(-1)
     if flat.size > 0 and bool(np.all(flat == flat[0])) and not np.isnan(flat[0]):
         return f"dense<{scalar_literal(flat[0], arr.dtype)}>"
-    if arr.dtype.kind == "b":
+    if kind_of(arr.dtype) == "b":
         return f"dense<{_nested(arr)}>"
     little = arr.astype(arr.dtype.newbyteorder("<"))
     return f'dense<"0x{little.tobytes().hex().upper()}">'
@@ -211,9 +231,19 @@ class Body:
         if node.kind == "bcast":
             return args[0]
         assert node.common is not None
-        args = [self.convert(v, a.dtype, node.common) if node.value not in ("where", "astype")
-                else v for v, a in zip(args, node.args, strict=True)]
+        if node.value in ("where", "astype"):
+            return self.scalar_op(node, args)
+        args = [self.convert(v, a.dtype, node.common) for v, a in zip(args, node.args, strict=True)]
+        if node.common == BF16:
+            return self.bf16_op(node, args)
         return self.scalar_op(node, args)
+
+    def bf16_op(self, node: Node, args: list[str]) -> str:
+        """An op on bf16 (a compare, or a formula that computes in its storage type) as the
+        interpreter runs it: in f32, a bf16 result rounded once to nearest even."""
+        wide = [self.convert(v, BF16, F32) for v in args]
+        r = self.scalar_op(dataclasses.replace(node, common=F32), wide)
+        return self.convert(r, F32, BF16) if node.dtype == BF16 else r
 
     def scalar_op(self, node: Node, args: list[str]) -> str:
         name, common = node.value, node.common
@@ -226,12 +256,12 @@ class Body:
             b = self.convert(args[2], node.args[2].dtype, node.dtype)
             c = self.convert(args[0], node.args[0].dtype, np.dtype(np.bool_))
             return self.emit(f"arith.select {c}, {a}, {b} : {mlir_type(node.dtype)}")
-        kind = common.kind
+        k = kind_of(common)
         if name in _FLOAT_CMP:
-            op = "arith.cmpf" if kind == "f" else "arith.cmpi"
-            return self.emit(f"{op} {_CMP[kind][name]}, {args[0]}, {args[1]} : {t}")
+            op = "arith.cmpf" if k == "f" else "arith.cmpi"
+            return self.emit(f"{op} {_CMP[k][name]}, {args[0]}, {args[1]} : {t}")
         if name in _BINARY:
-            op = _BINARY[name][_KINDS.index(kind)]
+            op = _BINARY[name][_KINDS.index(k)]
             if op is None:
                 raise Unsupported(f"{name} on {common}")
             return self.emit(f"{op} {args[0]}, {args[1]} : {t}")
@@ -241,7 +271,7 @@ class Body:
         t = mlir_type(dtype)
         if dtype == np.float64 and name in _F64_LIBM_GAPS:
             return self.f64_form(name, x)
-        if dtype.kind == "f":
+        if kind_of(dtype) == "f":
             if name in _UNARY_FLOAT:
                 return self.emit(f"math.{name} {x} : {t}")
             if name in ("negative", "abs"):
@@ -250,12 +280,12 @@ class Body:
                 a = self.emit(f"math.absf {x} : {t}")
                 inf = self.emit(f"arith.constant {scalar_literal(math.inf, dtype)} : {t}")
                 return self.emit(f"arith.cmpf olt, {a}, {inf} : {t}")
-        if dtype.kind == "i" and name in ("negative", "abs"):
+        if kind_of(dtype) == "i" and name in ("negative", "abs"):
             if name == "abs":
                 return self.emit(f"math.absi {x} : {t}")
             zero = self.emit(f"arith.constant 0 : {t}")
             return self.emit(f"arith.subi {zero}, {x} : {t}")
-        if dtype.kind == "b" and name == "logical_not":
+        if kind_of(dtype) == "b" and name == "logical_not":
             one = self.emit("arith.constant true")
             return self.emit(f"arith.xori {x}, {one} : i1")
         raise Unsupported(f"{name} on {dtype}")
@@ -283,19 +313,21 @@ class Body:
     def convert(self, x: str, src: np.dtype, dst: np.dtype) -> str:
         """NumPy's astype on one element (float -> int truncates, number -> bool is != 0)."""
         s, d = mlir_type(src), mlir_type(dst)
-        if src == dst or (s == d and src.kind in "iu" and dst.kind in "iu"):
+        if src == dst or (s == d and kind_of(src) in "iu" and kind_of(dst) in "iu"):
             return x   # signless: int64 <-> uint64 keeps the bits
-        if dst.kind == "b":
+        if kind_of(dst) == "b":
             zero = self.emit(f"arith.constant {scalar_literal(0, src)} : {s}")
-            cmp = "arith.cmpf une" if src.kind == "f" else "arith.cmpi ne"
+            cmp = "arith.cmpf une" if kind_of(src) == "f" else "arith.cmpi ne"
             return self.emit(f"{cmp}, {x}, {zero} : {s}")
-        if src.kind == "f" and dst.kind == "f":
+        if kind_of(src) == "f" and kind_of(dst) == "f":
+            if src.itemsize == dst.itemsize:   # f16 <-> bf16: exactly to f32, rounded once from it
+                return self.convert(self.convert(x, src, F32), F32, dst)
             op = "arith.extf" if dst.itemsize > src.itemsize else "arith.truncf"
-        elif dst.kind == "f":
-            op = "arith.uitofp" if src.kind in "bu" else "arith.sitofp"
-        elif src.kind == "f":
-            op = "arith.fptoui" if dst.kind == "u" else "arith.fptosi"
-        elif src.kind in "bu" and dst.itemsize > src.itemsize:
+        elif kind_of(dst) == "f":
+            op = "arith.uitofp" if kind_of(src) in "bu" else "arith.sitofp"
+        elif kind_of(src) == "f":
+            op = "arith.fptoui" if kind_of(dst) == "u" else "arith.fptosi"
+        elif kind_of(src) in "bu" and dst.itemsize > src.itemsize:
             op = "arith.extui"
         else:
             op = "arith.extsi" if dst.itemsize > src.itemsize else "arith.trunci"
@@ -367,7 +399,7 @@ class LinalgNamespace:
         with np.errstate(all="ignore"):   # the probes are zeros: only their dtypes matter
             out = getattr(np, name)(*probes)
         common = np.result_type(*probes[1:]) if name == "where" else np.result_type(*probes)
-        if out.dtype.kind == "f" and common.kind != "f":
+        if kind_of(out.dtype) == "f" and kind_of(common) != "f":
             common = out.dtype
         if name == "where":
             common = out.dtype
@@ -476,7 +508,7 @@ class LinalgNamespace:
     def _reduce(self, combine: str, x: Any, axis: Any, keepdims: bool) -> Node:
         """One reduction `linalg.generic` into an init filled with `combine`'s identity."""
         node = self.asarray(x)
-        if node.dtype.kind == "b":
+        if kind_of(node.dtype) == "b":
             node = self.astype(node, np.int64)
         axes = _axes(axis, node.ndim)
         if not axes:
@@ -485,11 +517,11 @@ class LinalgNamespace:
         kept = tuple(d for d in range(node.ndim) if d not in axes)
         shape = tuple(node.shape[d] for d in kept)
         dt, t = node.dtype, mlir_type(node.dtype)
-        ident = {"add": 0, "maximum": -math.inf if dt.kind == "f" else np.iinfo(dt).min,
-                 "minimum": math.inf if dt.kind == "f" else np.iinfo(dt).max}[combine]
+        ident = {"add": 0, "maximum": -math.inf if kind_of(dt) == "f" else np.iinfo(dt).min,
+                 "minimum": math.inf if kind_of(dt) == "f" else np.iinfo(dt).max}[combine]
         init = self._filled(shape, dt, ident)
         body = Body(self, node.ndim)
-        op = _BINARY[combine][0 if dt.kind == "f" else 1]
+        op = _BINARY[combine][0 if kind_of(dt) == "f" else 1]
         acc = body.emit(f"{op} %in0, %out : {t}")
         out_t = tensor_type(shape, dt)
         name = self.fresh()
@@ -536,7 +568,7 @@ class LinalgNamespace:
         amap = (*_aligned(x.shape[:-2], batch, bdims), nb, nb + 2)
         bmap = (*_aligned(y.shape[:-2], batch, bdims), nb + 2, nb + 1)
         maps = [affine_map(rank, m) for m in (amap, bmap, (*bdims, nb, nb + 1))]
-        mul, add = ("arith.mulf", "arith.addf") if dt.kind == "f" else ("arith.muli", "arith.addi")
+        mul, add = ("arith.mulf", "arith.addf") if kind_of(dt) == "f" else ("arith.muli", "arith.addi")
         self.lines += [
             f"    {name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = "
             f"{_iterators(['parallel'] * (nb + 2) + ['reduction'])}}} {ins} outs({init} : {out_t}) {{",
@@ -613,7 +645,7 @@ class LinalgNamespace:
         """`x` along `axis` at a vector of in-range indices: a generic whose body reads `x` with
         `tensor.extract` (the loop index elsewhere, the loaded index on `axis`)."""
         src, idx = self.materialize(x), self.materialize(indices)
-        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        if idx.ndim != 1 or kind_of(idx.dtype) not in "iu":
             raise Unsupported("take with indices other than a vector of integers")
         axis %= src.ndim
         shape = (*src.shape[:axis], idx.shape[0], *src.shape[axis + 1:])

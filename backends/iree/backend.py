@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 import iree.compiler as ic
 import iree.runtime as rt
 import numpy as np
-from lamina.analysis.linalg.export import export_function, wrap_module
+from lamina.analysis.linalg.export import boundary_dtype, export_function, wrap_module
 from lamina.analysis.placed import placed_mesh
 from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import Feature, RunResult
@@ -130,14 +130,17 @@ class IreeProgram:
             self.context.add_vm_module(vm_module)
             self.entry = self.context.modules[vm_module.name][self.symbol]
         self.storage = [STORAGE[tensor_info(t).dtype] for t in func.function_type.outputs.data]
+        self.boundary = [boundary_dtype(tensor_info(t).dtype) for t in func.function_type.inputs.data]
         self.stats: dict[str, Any] = {
             "backend": "iree", "iree_target": options.iree_target, "iree_version": VERSION,
             "module_compiled": self.module.compiled, "module_seconds": self.module.seconds,
             "module_path": str(self.module.path)}
 
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
-        # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1)
-        args = [np.asarray(a, order="C") for a in check_inputs(self.func, inputs)]
+        # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1);
+        # bf16 from its float32 storage to bfloat16 (exact: the values are bf16's)
+        args = [np.asarray(a, dtype=d, order="C")
+                for a, d in zip(check_inputs(self.func, inputs), self.boundary, strict=True)]
         start = time.perf_counter()
         if self.mesh is not None:
             outs = [np.asarray(o, dtype=d) for o, d in

@@ -76,7 +76,7 @@ def _all_slice(bs: list[np.ndarray], j: int, d: Declaration) -> np.ndarray:
 def _dtype_name(a: np.ndarray) -> str:
     """The Lamina element type of a storage array (what `reduce_parts` widens by)."""
     return {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64",
-            "bool": "i1"}[a.dtype.name]
+            "bool": "i1", "bfloat16": "bf16", "float16": "f16"}[a.dtype.name]
 
 
 class Exchange:
@@ -117,7 +117,8 @@ def _bound(device: rt.HalDevice, decl: Declaration, exchange: Exchange, dev: int
         view = ref.deref(rt.HalBufferView)
         assert view is not None   # the export declares every operand a tensor
         x = np.array(rt.DeviceArray(device, view, implicit_host_transfer=True).to_host())
-        out = np.ascontiguousarray(exchange.run(decl, dev, x))
+        # in the block's dtype: a bf16 sum is computed in f32 and rounded, but stored in float32
+        out = np.ascontiguousarray(np.asarray(exchange.run(decl, dev, x)).astype(x.dtype, copy=False))
         made = device.allocator.allocate_buffer_copy(
             memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
             device=device, buffer=out, element_type=map_dtype_to_element_type(out.dtype))
