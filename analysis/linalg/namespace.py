@@ -657,6 +657,45 @@ class LinalgNamespace:
                       f"{tensor_type(src.shape, src.dtype)}")
         return self._emit_generic(body, v, shape, src.dtype)
 
+    def flip(self, x: Any, axis: int) -> Node:
+        """`x` reversed along `axis`: a generic reading it with `tensor.extract` at n - 1 - i."""
+        src = self.materialize(x)
+        axis %= src.ndim
+        body = Body(self, src.ndim)
+        last = body.emit(f"arith.constant {src.shape[axis] - 1} : index")
+        subs = [body.emit(f"linalg.index {d} : index") for d in range(src.ndim)]
+        subs[axis] = body.emit(f"arith.subi {last}, {subs[axis]} : index")
+        v = body.emit(f"tensor.extract {src.value}[{', '.join(subs)}] : "
+                      f"{tensor_type(src.shape, src.dtype)}")
+        return self._emit_generic(body, v, src.shape, src.dtype)
+
+    def cumulative_sum(self, x: Any, axis: int, dtype: Any = None,
+                       include_initial: bool = False) -> Node:
+        """The running sum along `axis` (`include_initial`: a leading 0, one element more): a
+        parallel generic whose body sums its element's prefix in an `scf.for`, left to right
+        from 0, the interpreter's order (`np.cumulative_sum`'s running sum rounds as this does),
+        so the bits are its bits. Each element sums its prefix anew: n(n+1)/2 adds per line of
+        n, one dispatch (a loop carrying the running sum across slices would be n dispatches)."""
+        src = self.materialize(self.astype(x, dtype) if dtype is not None else x)
+        axis %= src.ndim
+        dt, t = src.dtype, mlir_type(src.dtype)
+        shape = tuple(n + int(include_initial) if d == axis else n for d, n in enumerate(src.shape))
+        body = Body(self, src.ndim)
+        subs = [body.emit(f"linalg.index {d} : index") for d in range(src.ndim)]
+        zero, one = body.emit("arith.constant 0 : index"), body.emit("arith.constant 1 : index")
+        end = subs[axis] if include_initial else body.emit(f"arith.addi {subs[axis]}, {one} : index")
+        init = body.emit(f"arith.constant {scalar_literal(0, dt)} : {t}")
+        k, acc, v, s, total = (self.fresh() for _ in range(5))
+        subs[axis] = k
+        body.lines += [
+            f"  {total} = scf.for {k} = {zero} to {end} step {one} iter_args({acc} = {init}) "
+            f"-> ({t}) {{",
+            f"    {v} = tensor.extract {src.value}[{', '.join(subs)}] : {tensor_type(src.shape, dt)}",
+            f"    {s} = {'arith.addf' if kind_of(dt) == 'f' else 'arith.addi'} {acc}, {v} : {t}",
+            f"    scf.yield {s} : {t}",
+            "  }"]
+        return self._emit_generic(body, total, shape, dt)
+
     def concat(self, xs: Sequence[Any], axis: int = 0) -> Node:
         """Each part `tensor.insert_slice`d into an empty result at its offset."""
         parts = [self.materialize(x) for x in xs]
