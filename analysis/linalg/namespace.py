@@ -399,6 +399,22 @@ class Body:
                   op("subf", op("mulf", z, r), op("mulf", y0, y1)))
         return op("addf", w, rest)
 
+    def round_bf16(self, x: str) -> str:
+        """f32 `x` rounded to bf16's precision to nearest even, still an f32: the interpreter's
+        `round_bf16` in integer ops (NaN kept). Not a bare `arith.truncf`: IREE's
+        iree-convert-bf16-arith-to-f32 rewrites bf16 arithmetic to f32 and drops an extf of a
+        truncf in between, so a fused chain would skip the rounding of each op; this way the
+        truncf that follows is exact, kept or dropped."""
+        def i(v: int) -> str:
+            return self.emit(f"arith.constant {v} : i32")
+
+        b = self.emit(f"arith.bitcast {x} : f32 to i32")
+        lsb = self.emit(f"arith.andi {self.emit(f'arith.shrui {b}, {i(16)} : i32')}, {i(1)} : i32")
+        up = self.emit(f"arith.addi {self.emit(f'arith.addi {b}, {i(0x7FFF)} : i32')}, {lsb} : i32")
+        r = self.emit(f"arith.bitcast {self.emit(f'arith.andi {up}, {i(-0x10000)} : i32')} : i32 to f32")
+        nan = self.emit(f"arith.cmpf uno, {x}, {x} : f32")
+        return self.emit(f"arith.select {nan}, {x}, {r} : f32")
+
     def convert(self, x: str, src: np.dtype, dst: np.dtype) -> str:
         """NumPy's astype on one element (float -> int truncates, number -> bool is != 0)."""
         s, d = mlir_type(src), mlir_type(dst)
@@ -411,6 +427,8 @@ class Body:
         if kind_of(src) == "f" and kind_of(dst) == "f":
             if src.itemsize == dst.itemsize:   # f16 <-> bf16: exactly to f32, rounded once from it
                 return self.convert(self.convert(x, src, F32), F32, dst)
+            if src == F32 and dst == BF16:
+                return self.emit(f"arith.truncf {self.round_bf16(x)} : f32 to bf16")
             op = "arith.extf" if dst.itemsize > src.itemsize else "arith.truncf"
         elif kind_of(dst) == "f":
             op = "arith.uitofp" if kind_of(src) in "bu" else "arith.sitofp"
