@@ -4,7 +4,8 @@
   covering every family in `make test`, every one in the long run, as parsed and fused);
 - a second process loads the compiled module from the disk cache instead of compiling;
 - `lamina.compile` compiles once: three calls on different inputs equal the interpreter;
-- dropout masks are the interpreter's bits; f64 stays f64;
+- dropout masks are the interpreter's bits; f64 stays f64; bf16 crosses the runtime's boundary
+  and back as the interpreter's float32 storage, its bits, with scans and f64 sin/cos;
 - a partly placed program is one diagnostic, a program the export refuses is the
   export's diagnostic (exit 1 both), and a target without a device is one diagnostic;
 - a few random programs through the backend interface.

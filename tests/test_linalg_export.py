@@ -5,9 +5,11 @@
   run on the inputs `lamina-run` draws: IREE's outputs match the NumPy interpreter's (float
   tolerance by element type, exact for integers and i1); f64 stays f64 (IREE is told not to
   demote it);
-- dropout masks are the interpreter's bits (the hash is computed in the generic's body);
-- random programs of the fusion property test's generator (f32 and f64), unfused and fused, the
-  same way;
+- dropout masks are the interpreter's bits (the hash is computed in the generic's body), and
+  so are bf16 ops whose f32 value is exact and cumsum (f64, f32, integers);
+- f64 sin and cos (computed in the body) are within 2 ulp of NumPy's;
+- random programs of the fusion property test's generator (f16, bf16, f32 and f64), unfused and
+  fused, the same way: every one exports;
 - what the export refuses is one diagnostic naming the op (the CLI exits 1), a placed program is
   refused as such, and the output is the same bytes on every run.
 

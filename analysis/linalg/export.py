@@ -11,12 +11,14 @@ What each op becomes:
 - `lamina.move` / `lamina.free`: dropped (they move or end a buffer, never change a value), with a
   comment at the top of the function saying how many.
 
-An attention kernel (`fuse-attention`) is its body's ops like any other kernel's. Refused with
-one diagnostic at the op: ops outside the table, a formula the namespace has no
-form for (`Unsupported`: cumsum's scan; f64 sin/cos, which IREE's CPU runtime lacks), and bf16
-(not yet computed the interpreter's way; f16 is: each op extends to f32, computes, and truncates
-once, `arith.truncf` rounding to nearest even as NumPy's astype does). The text is a pure
-function of the module: two runs print the same bytes.
+An attention kernel (`fuse-attention`) is its body's ops like any other kernel's. f16 and bf16
+are computed the interpreter's way: each op extends to f32, computes, and rounds once to
+nearest even (f16: `arith.truncf`, as NumPy's astype; bf16: the interpreter's `round_bf16` in
+integer ops, then an exact `arith.truncf`; f16 <-> bf16 through f32). bf16 tensors are
+ml_dtypes' bfloat16 (without ml_dtypes, a base install, they are refused). Refused with one
+diagnostic at the op: ops outside the table and a formula the namespace has no form for
+(`Unsupported`; every row's formula has one today). The text is a pure function of the
+module: two runs print the same bytes.
 
 A module with a mesh exports its placed functions as per-device programs whose collectives are
 calls the caller binds (`lamina.analysis.linalg.spmd`; not as `shard` annotations, which IREE does

@@ -11,16 +11,19 @@ evaluates and keeps no list of ops. Its arrays (`Node`) are lazy where that is f
 - a `reshape` that only adds or drops size-1 dims stays an expression too (the dropout hash's
   global index is then `linalg.index` arithmetic in the body);
 - reductions (`sum`, `mean`, `max`, `min`), `matmul`, `permute_dims`, other reshapes, slicing,
-  `concat` and `take` materialize their operands and emit their structured op (a reduction
-  `linalg.generic`, `linalg.matmul` or a batched-matmul generic, `linalg.transpose`,
-  `tensor.collapse_shape` / `expand_shape`, `tensor.extract_slice`, `tensor.insert_slice`, a
-  generic reading its table with `tensor.extract`).
+  `concat`, `take`, `flip` and `cumulative_sum` materialize their operands and emit their
+  structured op (a reduction `linalg.generic`, `linalg.matmul` or a batched-matmul generic,
+  `linalg.transpose`, `tensor.collapse_shape` / `expand_shape`, `tensor.extract_slice`,
+  `tensor.insert_slice`, a generic reading its operand with `tensor.extract`: take's table,
+  flip's mirrored index, the scan's prefix summed in an `scf.for`).
 
 Types follow NumPy (2.x, Python scalars weak) exactly: an expression's dtype is what the NumPy
 function gives for zeros of its operands' dtypes, and operands are converted to the common type
-before the scalar op, as NumPy does. Float constants are printed as hexadecimal bit patterns, so
-the output is exact and deterministic. A formula that calls anything else (cumsum's scan, or
-f64 sin/cos, which IREE's CPU runtime does not link) raises `Unsupported`, naming it.
+before the scalar op, as NumPy does. bf16 is ml_dtypes' bfloat16 (`BF16`; NumPy has none): an
+op on it runs in f32 and rounds once (`Body.round_bf16`), as the interpreter does. f64 tanh,
+log2, sin and cos, which IREE's CPU runtime does not link, are computed from what it has
+(`Body.f64_form`). Float constants are printed as hexadecimal bit patterns, so the output is
+exact and deterministic. A formula that calls anything else raises `Unsupported`, naming it.
 """
 
 from __future__ import annotations
@@ -257,9 +260,11 @@ class Body:
     def bf16_op(self, node: Node, args: list[str]) -> str:
         """An op on bf16 (a compare, or a formula that computes in its storage type) as the
         interpreter runs it: in f32, a bf16 result rounded once to nearest even."""
-        wide = [self.convert(v, BF16, F32) for v in args]
+        bf16 = node.common
+        assert bf16 is not None
+        wide = [self.convert(v, bf16, F32) for v in args]
         r = self.scalar_op(dataclasses.replace(node, common=F32), wide)
-        return self.convert(r, F32, BF16) if node.dtype == BF16 else r
+        return self.convert(r, F32, bf16) if node.dtype == bf16 else r
 
     def scalar_op(self, node: Node, args: list[str]) -> str:
         name, common = node.value, node.common
@@ -310,7 +315,8 @@ class Body:
         """f64 tanh and log2 from expm1 and log, which IREE's CPU runtime has (it links no f64
         `tanh`, `log2`, `sin`, `cos`): tanh(x) = sign(x) t / (t + 2), t = expm1(2|x|), 1 past
         |x| = 20 (where tanh rounds to 1); log2(x) = log(x) / ln 2 (within 2 ulp: the
-        normalizations' guard floors it to pick a power-of-two scale, any near one will do)."""
+        normalizations' guard floors it to pick a power-of-two scale, any near one will do);
+        sin and cos from arithmetic alone (`f64_sin_cos`)."""
         def c(v: float) -> str:
             return self.emit(f"arith.constant {scalar_literal(v, np.dtype(np.float64))} : f64")
 
@@ -330,11 +336,15 @@ class Body:
         """f64 sin or cos as fdlibm computes them: x = k pi/2 + (y0 + y1), k = floor(x 2/pi +
         1/2), Cody-Waite with pi/2 in three 33-bit parts (each k * part exact for |k| < 2^20)
         and their tails (`_rem_pio2`); then FreeBSD's __kernel_sin / __kernel_cos on (y0, y1)
-        and the quadrant k mod 4 picks which, and its sign. Measured against NumPy over 4M
-        random x (tests/test_linalg_export.py `test_f64_sin_cos_ulp`): at most 1 ulp for |x| <
-        1e5 (and 1e6); past |x| ~ 1.6e6 (k >= 2^20) k * pi/2's first part is no longer exact
-        and the error grows with |x|, so the result there is only as good as f32's; inf and NaN
-        give NaN."""
+        and the quadrant k mod 4 picks which, and its sign.
+
+        Measured against NumPy (IREE llvm-cpu, 4 x 2^20 random x per range, a quarter of those
+        for |x| < 1e5 the doubles next to k pi/2, where the reduction cancels most): at most 1
+        ulp from NumPy's for |x| < 1e7, 2 ulp (cos) up to 2^30 (past 2^20 k * part is rounded, but
+        each round's `w` carries that error on). Past 2^30 the error grows with |x| (off by
+        1e-7 at 1e15, outside [-1, 1] past 1e16), so the answer there is NaN, not a wrong
+        number; inf and NaN give NaN. IREE's CPU flushes
+        subnormals, so sin(x) of a subnormal x is 0 (NumPy: x)."""
         def c(v: float) -> str:
             return self.emit(f"arith.constant {scalar_literal(v, np.dtype(np.float64))} : f64")
 

@@ -4,12 +4,14 @@
     lamina.compile(module, entry, backend="iree", iree_target="llvm-cpu")
 
 `compile` exports the function (`lamina.analysis.linalg.export.export_function`: what the export
-refuses, bf16/f16 among it, is its diagnostic at the op), compiles the text with IREE
+refuses is its diagnostic at the op), compiles the text with IREE
 (`iree.compiler.compile_str`) or finds it compiled in the on-disk cache
 (`lamina.backends.iree.cache`: a second process maps the file instead of compiling), and loads it
 once into an `iree.runtime` context on the target's device. A call only converts the inputs to
 their storage dtypes (`check_inputs`), invokes the function and copies the results out as NumPy
-arrays of their storage dtypes.
+arrays of their storage dtypes. bf16 crosses IREE's boundary as ml_dtypes' bfloat16 (which
+iree.runtime maps to its BFLOAT_16 element type both ways): the interpreter's float32 storage
+is converted to it going in (exactly: the values are bf16's) and back coming out.
 
 Targets (`IreeOptions.iree_target`): `llvm-cpu` (default) compiles for this machine's CPU and its
 features (`--iree-llvmcpu-target-cpu=host`) and runs on IREE's `local-task` driver; `cuda` emits
@@ -19,8 +21,10 @@ diagnostic before anything compiles.
 
 Numerics: f64 stays f64 (`--iree-input-demote-f64-to-f32=false`: IREE demotes f64 by default),
 integers keep their width; the values are the op table's formulas as the export writes them,
-so integer ops, compares and dropout's mask hash are bit-exact, and exp, tanh, erf ... are IREE's
-own approximations, within `lamina.backends.compare`'s tolerances of NumPy's.
+so integer ops, compares, scans and dropout's mask hash are bit-exact, as are f16/bf16 ops
+whose f32 value is (one rounding per op, as the interpreter), and exp, tanh, erf ... are IREE's
+own approximations, within `lamina.backends.compare`'s tolerances of NumPy's (f64 sin/cos: the
+export's own, within 2 ulp of NumPy's for |x| < 2^30).
 
 Features: fused kernels (each is one `linalg.generic` or a root op plus its epilogue), tier
 moves and frees (the export drops them: they change no value), and placed programs: the
