@@ -154,7 +154,7 @@ def test_a_compiled_placed_program_makes_its_device_contexts_once(monkeypatch: p
 
 
 @settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(progs=st.lists(programs(min_ops=2, max_ops=8, dtypes=("f32", "f64")), min_size=4,
+@given(progs=st.lists(programs(min_ops=2, max_ops=8, dtypes=("bf16", "f32", "f64")), min_size=4,
                       max_size=4),
        mesh=st.sampled_from(MESHES), data=st.data())
 def test_random_placed_programs_run_per_device_on_iree(progs, mesh, data) -> None:

@@ -11,12 +11,14 @@ What each op becomes:
 - `lamina.move` / `lamina.free`: dropped (they move or end a buffer, never change a value), with a
   comment at the top of the function saying how many.
 
-An attention kernel (`fuse-attention`) is its body's ops like any other kernel's. Refused with
-one diagnostic at the op: ops outside the table, a formula the namespace has no
-form for (`Unsupported`: cumsum's scan; f64 sin/cos, which IREE's CPU runtime lacks), and bf16
-(not yet computed the interpreter's way; f16 is: each op extends to f32, computes, and truncates
-once, `arith.truncf` rounding to nearest even as NumPy's astype does). The text is a pure
-function of the module: two runs print the same bytes.
+An attention kernel (`fuse-attention`) is its body's ops like any other kernel's. f16 and bf16
+are computed the interpreter's way: each op extends to f32, computes, and rounds once to
+nearest even (f16: `arith.truncf`, as NumPy's astype; bf16: the interpreter's `round_bf16` in
+integer ops, then an exact `arith.truncf`; f16 <-> bf16 through f32). bf16 tensors are
+ml_dtypes' bfloat16 (without ml_dtypes, a base install, they are refused). Refused with one
+diagnostic at the op: ops outside the table and a formula the namespace has no form for
+(`Unsupported`; every row's formula has one today). The text is a pure function of the
+module: two runs print the same bytes.
 
 A module with a mesh exports its placed functions as per-device programs whose collectives are
 calls the caller binds (`lamina.analysis.linalg.spmd`; not as `shard` annotations, which IREE does
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 from lamina.analysis.linalg import spmd
-from lamina.analysis.linalg.namespace import LinalgNamespace, Node, Unsupported, tensor_type
+from lamina.analysis.linalg.namespace import BF16, LinalgNamespace, Node, Unsupported, tensor_type
 from lamina.analysis.placed import check_placed, placed_mesh
 from lamina.ir.buffers.memory import FreeOp, MoveOp
 from lamina.ir.core.diagnostics import LaminaError, error_at
@@ -41,8 +43,9 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 HEADER = "// Lamina module exported to upstream MLIR by `lamina-opt -t linalg`"
-_STORAGE = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32,
-            "i64": np.int64, "i1": np.bool_}
+_STORAGE = {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
+            "f64": np.dtype(np.float64), "i32": np.dtype(np.int32), "i64": np.dtype(np.int64),
+            "i1": np.dtype(np.bool_), **({"bf16": BF16} if BF16 is not None else {})}
 
 Env = dict[SSAValue, Node]
 
@@ -70,12 +73,19 @@ def wrap_module(funcs: list[str], comment: str | None = None) -> str:
     return HEADER + ("\n" + comment if comment else "") + "\nmodule {\n" + "\n".join(funcs) + "}\n"
 
 
+def boundary_dtype(element: str) -> np.dtype:
+    """The NumPy dtype of an exported function's tensors of Lamina element type `element` at
+    its boundary: the interpreter's storage dtype, but bf16 as ml_dtypes' bfloat16 (IREE's
+    runtime reads and writes those; the interpreter keeps bf16 in float32, rounded)."""
+    return _STORAGE[element]
+
+
 def _storage(t: Attribute, op: Operation) -> np.dtype:
     info = tensor_info(t)
     if info.dtype not in _STORAGE:
-        raise error_at(op, f"{op.name}: no linalg lowering for {info.dtype} tensors yet (the "
-                       "interpreter rounds them from f32 after every op; export f16, f32 or f64)")
-    return np.dtype(_STORAGE[info.dtype])
+        why = " (bf16 needs ml_dtypes: install the iree extra)" if info.dtype == "bf16" else ""
+        raise error_at(op, f"{op.name}: no linalg lowering for {info.dtype} tensors{why}")
+    return _STORAGE[info.dtype]
 
 
 def export_function(func: FuncOp, symbol: str | None = None,

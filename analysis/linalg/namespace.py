@@ -11,20 +11,24 @@ evaluates and keeps no list of ops. Its arrays (`Node`) are lazy where that is f
 - a `reshape` that only adds or drops size-1 dims stays an expression too (the dropout hash's
   global index is then `linalg.index` arithmetic in the body);
 - reductions (`sum`, `mean`, `max`, `min`), `matmul`, `permute_dims`, other reshapes, slicing,
-  `concat` and `take` materialize their operands and emit their structured op (a reduction
-  `linalg.generic`, `linalg.matmul` or a batched-matmul generic, `linalg.transpose`,
-  `tensor.collapse_shape` / `expand_shape`, `tensor.extract_slice`, `tensor.insert_slice`, a
-  generic reading its table with `tensor.extract`).
+  `concat`, `take`, `flip` and `cumulative_sum` materialize their operands and emit their
+  structured op (a reduction `linalg.generic`, `linalg.matmul` or a batched-matmul generic,
+  `linalg.transpose`, `tensor.collapse_shape` / `expand_shape`, `tensor.extract_slice`,
+  `tensor.insert_slice`, a generic reading its operand with `tensor.extract`: take's table,
+  flip's mirrored index, the scan's prefix summed in an `scf.for`).
 
 Types follow NumPy (2.x, Python scalars weak) exactly: an expression's dtype is what the NumPy
 function gives for zeros of its operands' dtypes, and operands are converted to the common type
-before the scalar op, as NumPy does. Float constants are printed as hexadecimal bit patterns, so
-the output is exact and deterministic. A formula that calls anything else (cumsum's scan, or
-f64 sin/cos, which IREE's CPU runtime does not link) raises `Unsupported`, naming it.
+before the scalar op, as NumPy does. bf16 is ml_dtypes' bfloat16 (`BF16`; NumPy has none): an
+op on it runs in f32 and rounds once (`Body.round_bf16`), as the interpreter does. f64 tanh,
+log2, sin and cos, which IREE's CPU runtime does not link, are computed from what it has
+(`Body.f64_form`). Float constants are printed as hexadecimal bit patterns, so the output is
+exact and deterministic. A formula that calls anything else raises `Unsupported`, naming it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -40,11 +44,25 @@ class Unsupported(Exception):
     """A formula used a function or a type this namespace has no linalg form for."""
 
 
+
+def _bfloat16() -> np.dtype | None:
+    """NumPy has no bfloat16: ml_dtypes' (kind "V"), which IREE's runtime reads and writes; None
+    without it (a base install, no `iree` extra: bf16 is then refused as an element type)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+BF16 = _bfloat16()
+F32 = np.dtype(np.float32)
 _MLIR_TYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32",
                np.dtype(np.float64): "f64", np.dtype(np.int32): "i32", np.dtype(np.int64): "i64",
                np.dtype(np.bool_): "i1",
                # the dropout hash's words: signless in MLIR, unsigned in the ops that read them
-               np.dtype(np.uint32): "i32", np.dtype(np.uint64): "i64"}
+               np.dtype(np.uint32): "i32", np.dtype(np.uint64): "i64",
+               **({BF16: "bf16"} if BF16 is not None else {})}
 
 
 def mlir_type(dtype: np.dtype) -> str:
@@ -54,6 +72,11 @@ def mlir_type(dtype: np.dtype) -> str:
     return _MLIR_TYPES[dtype]
 
 
+def kind_of(dtype: np.dtype) -> str:
+    """NumPy's `dtype.kind`, but "f" for bf16 (ml_dtypes' bfloat16 says "V": a void record)."""
+    return "f" if dtype == BF16 else dtype.kind
+
+
 def tensor_type(shape: Sequence[int], dtype: np.dtype) -> str:
     return "tensor<" + "".join(f"{d}x" for d in shape) + mlir_type(dtype) + ">"
 
@@ -61,12 +84,12 @@ def tensor_type(shape: Sequence[int], dtype: np.dtype) -> str:
 def scalar_literal(value: Any, dtype: np.dtype) -> str:
     """An exact MLIR literal: floats as their bit pattern, so no decimal rounding is involved."""
     v = np.asarray(value).astype(dtype)
-    if dtype.kind == "f":
+    if kind_of(dtype) == "f":
         bits = v.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize])
         return f"0x{int(bits):0{dtype.itemsize * 2}X}"
-    if dtype.kind == "b":
+    if kind_of(dtype) == "b":
         return "true" if bool(v) else "false"
-    if dtype.kind == "u":   # the same bits, written as the signless type's signed value
+    if kind_of(dtype) == "u":   # the same bits, written as the signless type's signed value
         return str(int(v.view(np.int32 if dtype.itemsize == 4 else np.int64)))
     return str(int(v))
 
@@ -76,7 +99,7 @@ def dense_literal(arr: np.ndarray) -> str:
     flat = arr.reshape(-1)
     if flat.size > 0 and bool(np.all(flat == flat[0])) and not np.isnan(flat[0]):
         return f"dense<{scalar_literal(flat[0], arr.dtype)}>"
-    if arr.dtype.kind == "b":
+    if kind_of(arr.dtype) == "b":
         return f"dense<{_nested(arr)}>"
     little = arr.astype(arr.dtype.newbyteorder("<"))
     return f'dense<"0x{little.tobytes().hex().upper()}">'
@@ -167,6 +190,22 @@ _F64_LIBM_GAPS = ("tanh", "log2", "sin", "cos")   # see `Body.f64_form`
 _UNARY_FLOAT = ("exp", "log", "tanh", "sin", "cos", "sqrt", "log2", "floor", "trunc")
 
 
+def _f64(bits: int) -> float:
+    return float(np.array(bits, np.uint64).view(np.float64))
+
+
+# fdlibm's constants (e_rem_pio2.c, k_sin.c, k_cos.c), by bit pattern: pi/2 as pio2_1, pio2_2,
+# pio2_2t, pio2_3, pio2_3t (pio2_1 + pio2_2 + pio2_3 in 33-bit parts, a round's tail the parts
+# after it); the sin and cos minimax polynomials' coefficients S1..S6, C1..C6 on [-pi/4, pi/4]
+_PIO2 = tuple(_f64(b) for b in (0x3FF921FB54400000, 0x3DD0B4611A600000, 0x3BA3198A2E037073,
+                                0x3BA3198A2E000000, 0x397B839A252049C1))
+_SIN_COS_MAX = 2.0 ** 30   # past it the reduction loses bits: NaN rather than a wrong value
+_SIN = tuple(_f64(b) for b in (0xBFC5555555555549, 0x3F8111111110F8A6, 0xBF2A01A019C161D5,
+                               0x3EC71DE357B1FE7D, 0xBE5AE5E68A2B9CEB, 0x3DE5D93A5ACFD57C))
+_COS = tuple(_f64(b) for b in (0x3FA555555555554C, 0xBF56C16C16C15177, 0x3EFA01A019CB1590,
+                               0xBE927E4F809C52AD, 0x3E21EE9EBDB4B1C4, 0xBDA8FAE9BE8838D4))
+
+
 class Body:
     """The scalar region of one `linalg.generic` over a loop nest of `rank` dims."""
 
@@ -211,9 +250,21 @@ class Body:
         if node.kind == "bcast":
             return args[0]
         assert node.common is not None
-        args = [self.convert(v, a.dtype, node.common) if node.value not in ("where", "astype")
-                else v for v, a in zip(args, node.args, strict=True)]
+        if node.value in ("where", "astype"):
+            return self.scalar_op(node, args)
+        args = [self.convert(v, a.dtype, node.common) for v, a in zip(args, node.args, strict=True)]
+        if node.common == BF16:
+            return self.bf16_op(node, args)
         return self.scalar_op(node, args)
+
+    def bf16_op(self, node: Node, args: list[str]) -> str:
+        """An op on bf16 (a compare, or a formula that computes in its storage type) as the
+        interpreter runs it: in f32, a bf16 result rounded once to nearest even."""
+        bf16 = node.common
+        assert bf16 is not None
+        wide = [self.convert(v, bf16, F32) for v in args]
+        r = self.scalar_op(dataclasses.replace(node, common=F32), wide)
+        return self.convert(r, F32, bf16) if node.dtype == bf16 else r
 
     def scalar_op(self, node: Node, args: list[str]) -> str:
         name, common = node.value, node.common
@@ -226,12 +277,12 @@ class Body:
             b = self.convert(args[2], node.args[2].dtype, node.dtype)
             c = self.convert(args[0], node.args[0].dtype, np.dtype(np.bool_))
             return self.emit(f"arith.select {c}, {a}, {b} : {mlir_type(node.dtype)}")
-        kind = common.kind
+        k = kind_of(common)
         if name in _FLOAT_CMP:
-            op = "arith.cmpf" if kind == "f" else "arith.cmpi"
-            return self.emit(f"{op} {_CMP[kind][name]}, {args[0]}, {args[1]} : {t}")
+            op = "arith.cmpf" if k == "f" else "arith.cmpi"
+            return self.emit(f"{op} {_CMP[k][name]}, {args[0]}, {args[1]} : {t}")
         if name in _BINARY:
-            op = _BINARY[name][_KINDS.index(kind)]
+            op = _BINARY[name][_KINDS.index(k)]
             if op is None:
                 raise Unsupported(f"{name} on {common}")
             return self.emit(f"{op} {args[0]}, {args[1]} : {t}")
@@ -241,7 +292,7 @@ class Body:
         t = mlir_type(dtype)
         if dtype == np.float64 and name in _F64_LIBM_GAPS:
             return self.f64_form(name, x)
-        if dtype.kind == "f":
+        if kind_of(dtype) == "f":
             if name in _UNARY_FLOAT:
                 return self.emit(f"math.{name} {x} : {t}")
             if name in ("negative", "abs"):
@@ -250,12 +301,12 @@ class Body:
                 a = self.emit(f"math.absf {x} : {t}")
                 inf = self.emit(f"arith.constant {scalar_literal(math.inf, dtype)} : {t}")
                 return self.emit(f"arith.cmpf olt, {a}, {inf} : {t}")
-        if dtype.kind == "i" and name in ("negative", "abs"):
+        if kind_of(dtype) == "i" and name in ("negative", "abs"):
             if name == "abs":
                 return self.emit(f"math.absi {x} : {t}")
             zero = self.emit(f"arith.constant 0 : {t}")
             return self.emit(f"arith.subi {zero}, {x} : {t}")
-        if dtype.kind == "b" and name == "logical_not":
+        if kind_of(dtype) == "b" and name == "logical_not":
             one = self.emit("arith.constant true")
             return self.emit(f"arith.xori {x}, {one} : i1")
         raise Unsupported(f"{name} on {dtype}")
@@ -264,15 +315,16 @@ class Body:
         """f64 tanh and log2 from expm1 and log, which IREE's CPU runtime has (it links no f64
         `tanh`, `log2`, `sin`, `cos`): tanh(x) = sign(x) t / (t + 2), t = expm1(2|x|), 1 past
         |x| = 20 (where tanh rounds to 1); log2(x) = log(x) / ln 2 (within 2 ulp: the
-        normalizations' guard floors it to pick a power-of-two scale, any near one will do)."""
+        normalizations' guard floors it to pick a power-of-two scale, any near one will do);
+        sin and cos from arithmetic alone (`f64_sin_cos`)."""
         def c(v: float) -> str:
             return self.emit(f"arith.constant {scalar_literal(v, np.dtype(np.float64))} : f64")
 
         if name == "log2":
             lg = self.emit(f"math.log {x} : f64")
             return self.emit(f"arith.mulf {lg}, {c(1.0 / math.log(2.0))} : f64")
-        if name != "tanh":
-            raise Unsupported(f"{name} on float64 (IREE's CPU runtime has no f64 {name})")
+        if name in ("sin", "cos"):
+            return self.f64_sin_cos(name, x)
         a = self.emit(f"math.absf {x} : f64")
         t = self.emit(f"math.expm1 {self.emit(f'arith.addf {a}, {a} : f64')} : f64")
         r = self.emit(f"arith.divf {t}, {self.emit(f'arith.addf {t}, {c(2.0)} : f64')} : f64")
@@ -280,22 +332,119 @@ class Body:
         r = self.emit(f"arith.select {big}, {c(1.0)}, {r} : f64")
         return self.emit(f"math.copysign {r}, {x} : f64")
 
+    def f64_sin_cos(self, name: str, x: str) -> str:
+        """f64 sin or cos as fdlibm computes them: x = k pi/2 + (y0 + y1), k = floor(x 2/pi +
+        1/2), Cody-Waite with pi/2 in three 33-bit parts (each k * part exact for |k| < 2^20)
+        and their tails (`_rem_pio2`); then FreeBSD's __kernel_sin / __kernel_cos on (y0, y1)
+        and the quadrant k mod 4 picks which, and its sign.
+
+        Measured against NumPy (IREE llvm-cpu, 4 x 2^20 random x per range, a quarter of those
+        for |x| < 1e5 the doubles next to k pi/2, where the reduction cancels most): at most 1
+        ulp from NumPy's for |x| < 1e7, 2 ulp (cos) up to 2^30 (past 2^20 k * part is rounded, but
+        each round's `w` carries that error on). Past 2^30 the error grows with |x| (off by
+        1e-7 at 1e15, outside [-1, 1] past 1e16), so the answer there is NaN, not a wrong
+        number; inf and NaN give NaN. IREE's CPU flushes
+        subnormals, so sin(x) of a subnormal x is 0 (NumPy: x)."""
+        def c(v: float) -> str:
+            return self.emit(f"arith.constant {scalar_literal(v, np.dtype(np.float64))} : f64")
+
+        def op(o: str, *xs: str) -> str:
+            return self.emit(f"arith.{o} {', '.join(xs)} : f64")
+
+        kx = op("addf", op("mulf", x, c(2.0 / math.pi)), c(0.5))
+        k = self.emit(f"math.floor {kx} : f64")
+        y0, y1 = self._rem_pio2(x, k, op, c)
+        z = op("mulf", y0, y0)
+        sin, cos = self._kernel_sin(y0, y1, z, op, c), self._kernel_cos(y0, y1, z, op, c)
+        q = op("subf", k, op("mulf", c(4.0), self.emit(f"math.floor {op('mulf', k, c(0.25))} : f64")))
+        odd = self.emit(f"arith.ori {self._is(q, 1.0, c)}, {self._is(q, 3.0, c)} : i1")
+        if name == "sin":
+            base = self.emit(f"arith.select {odd}, {cos}, {sin} : f64")
+            neg = self.emit(f"arith.cmpf oge, {q}, {c(2.0)} : f64")
+        else:
+            base = self.emit(f"arith.select {odd}, {sin}, {cos} : f64")
+            neg = self.emit(f"arith.ori {self._is(q, 1.0, c)}, {self._is(q, 2.0, c)} : i1")
+        out = self.emit(f"arith.select {neg}, {op('negf', base)}, {base} : f64")
+        far = self.emit(f"arith.cmpf ogt, {self.emit(f'math.absf {x} : f64')}, {c(_SIN_COS_MAX)} : f64")
+        return self.emit(f"arith.select {far}, {c(math.nan)}, {out} : f64")
+
+    def _is(self, q: str, v: float, c: Callable[[float], str]) -> str:
+        return self.emit(f"arith.cmpf oeq, {q}, {c(v)} : f64")
+
+    def _rem_pio2(self, x: str, k: str, op: Callable[..., str], c: Callable[[float], str]
+                  ) -> tuple[str, str]:
+        """x - k pi/2 as y0 + y1, fdlibm's __ieee754_rem_pio2 medium case with all three rounds
+        (each round's error carried into the next `w`)."""
+        r, w = op("subf", x, op("mulf", k, c(_PIO2[0]))), ""
+        for part, tail in (_PIO2[1:3], _PIO2[3:5]):
+            t = r
+            w = op("mulf", k, c(part))
+            r = op("subf", t, w)
+            w = op("subf", op("mulf", k, c(tail)), op("subf", op("subf", t, r), w))
+        y0 = op("subf", r, w)
+        return y0, op("subf", op("subf", r, y0), w)
+
+    def _kernel_sin(self, y0: str, y1: str, z: str, op: Callable[..., str],
+                    c: Callable[[float], str]) -> str:
+        """FreeBSD k_sin.c: y0 - ((z (y1/2 - v r) - y1) - v S1), v = z y0, on |y0| <= pi/4."""
+        s1, s2, s3, s4, s5, s6 = (c(v) for v in _SIN)
+        w = op("mulf", z, z)
+        r = op("addf", op("addf", s2, op("mulf", z, op("addf", s3, op("mulf", z, s4)))),
+               op("mulf", op("mulf", z, w), op("addf", s5, op("mulf", z, s6))))
+        v = op("mulf", z, y0)
+        inner = op("subf", op("mulf", c(0.5), y1), op("mulf", v, r))
+        return op("subf", y0, op("subf", op("subf", op("mulf", z, inner), y1), op("mulf", v, s1)))
+
+    def _kernel_cos(self, y0: str, y1: str, z: str, op: Callable[..., str],
+                    c: Callable[[float], str]) -> str:
+        """FreeBSD k_cos.c: w + (((1 - w) - z/2) + (z r - y0 y1)), w = 1 - z/2, on |y0| <= pi/4."""
+        c1, c2, c3, c4, c5, c6 = (c(v) for v in _COS)
+        w = op("mulf", z, z)
+        r = op("addf", op("mulf", z, op("addf", c1, op("mulf", z, op("addf", c2, op("mulf", z, c3))))),
+               op("mulf", op("mulf", w, w), op("addf", c4, op("mulf", z, op("addf", c5, op("mulf", z, c6))))))
+        hz = op("mulf", c(0.5), z)
+        one = c(1.0)
+        w = op("subf", one, hz)
+        rest = op("addf", op("subf", op("subf", one, w), hz),
+                  op("subf", op("mulf", z, r), op("mulf", y0, y1)))
+        return op("addf", w, rest)
+
+    def round_bf16(self, x: str) -> str:
+        """f32 `x` rounded to bf16's precision to nearest even, still an f32: the interpreter's
+        `round_bf16` in integer ops (NaN kept). Not a bare `arith.truncf`: IREE's
+        iree-convert-bf16-arith-to-f32 rewrites bf16 arithmetic to f32 and drops an extf of a
+        truncf in between, so a fused chain would skip the rounding of each op; this way the
+        truncf that follows is exact, kept or dropped."""
+        def i(v: int) -> str:
+            return self.emit(f"arith.constant {v} : i32")
+
+        b = self.emit(f"arith.bitcast {x} : f32 to i32")
+        lsb = self.emit(f"arith.andi {self.emit(f'arith.shrui {b}, {i(16)} : i32')}, {i(1)} : i32")
+        up = self.emit(f"arith.addi {self.emit(f'arith.addi {b}, {i(0x7FFF)} : i32')}, {lsb} : i32")
+        r = self.emit(f"arith.bitcast {self.emit(f'arith.andi {up}, {i(-0x10000)} : i32')} : i32 to f32")
+        nan = self.emit(f"arith.cmpf uno, {x}, {x} : f32")
+        return self.emit(f"arith.select {nan}, {x}, {r} : f32")
+
     def convert(self, x: str, src: np.dtype, dst: np.dtype) -> str:
         """NumPy's astype on one element (float -> int truncates, number -> bool is != 0)."""
         s, d = mlir_type(src), mlir_type(dst)
-        if src == dst or (s == d and src.kind in "iu" and dst.kind in "iu"):
+        if src == dst or (s == d and kind_of(src) in "iu" and kind_of(dst) in "iu"):
             return x   # signless: int64 <-> uint64 keeps the bits
-        if dst.kind == "b":
+        if kind_of(dst) == "b":
             zero = self.emit(f"arith.constant {scalar_literal(0, src)} : {s}")
-            cmp = "arith.cmpf une" if src.kind == "f" else "arith.cmpi ne"
+            cmp = "arith.cmpf une" if kind_of(src) == "f" else "arith.cmpi ne"
             return self.emit(f"{cmp}, {x}, {zero} : {s}")
-        if src.kind == "f" and dst.kind == "f":
+        if kind_of(src) == "f" and kind_of(dst) == "f":
+            if src.itemsize == dst.itemsize:   # f16 <-> bf16: exactly to f32, rounded once from it
+                return self.convert(self.convert(x, src, F32), F32, dst)
+            if src == F32 and dst == BF16:
+                return self.emit(f"arith.truncf {self.round_bf16(x)} : f32 to bf16")
             op = "arith.extf" if dst.itemsize > src.itemsize else "arith.truncf"
-        elif dst.kind == "f":
-            op = "arith.uitofp" if src.kind in "bu" else "arith.sitofp"
-        elif src.kind == "f":
-            op = "arith.fptoui" if dst.kind == "u" else "arith.fptosi"
-        elif src.kind in "bu" and dst.itemsize > src.itemsize:
+        elif kind_of(dst) == "f":
+            op = "arith.uitofp" if kind_of(src) in "bu" else "arith.sitofp"
+        elif kind_of(src) == "f":
+            op = "arith.fptoui" if kind_of(dst) == "u" else "arith.fptosi"
+        elif kind_of(src) in "bu" and dst.itemsize > src.itemsize:
             op = "arith.extui"
         else:
             op = "arith.extsi" if dst.itemsize > src.itemsize else "arith.trunci"
@@ -367,7 +516,7 @@ class LinalgNamespace:
         with np.errstate(all="ignore"):   # the probes are zeros: only their dtypes matter
             out = getattr(np, name)(*probes)
         common = np.result_type(*probes[1:]) if name == "where" else np.result_type(*probes)
-        if out.dtype.kind == "f" and common.kind != "f":
+        if kind_of(out.dtype) == "f" and kind_of(common) != "f":
             common = out.dtype
         if name == "where":
             common = out.dtype
@@ -476,7 +625,7 @@ class LinalgNamespace:
     def _reduce(self, combine: str, x: Any, axis: Any, keepdims: bool) -> Node:
         """One reduction `linalg.generic` into an init filled with `combine`'s identity."""
         node = self.asarray(x)
-        if node.dtype.kind == "b":
+        if kind_of(node.dtype) == "b":
             node = self.astype(node, np.int64)
         axes = _axes(axis, node.ndim)
         if not axes:
@@ -485,11 +634,11 @@ class LinalgNamespace:
         kept = tuple(d for d in range(node.ndim) if d not in axes)
         shape = tuple(node.shape[d] for d in kept)
         dt, t = node.dtype, mlir_type(node.dtype)
-        ident = {"add": 0, "maximum": -math.inf if dt.kind == "f" else np.iinfo(dt).min,
-                 "minimum": math.inf if dt.kind == "f" else np.iinfo(dt).max}[combine]
+        ident = {"add": 0, "maximum": -math.inf if kind_of(dt) == "f" else np.iinfo(dt).min,
+                 "minimum": math.inf if kind_of(dt) == "f" else np.iinfo(dt).max}[combine]
         init = self._filled(shape, dt, ident)
         body = Body(self, node.ndim)
-        op = _BINARY[combine][0 if dt.kind == "f" else 1]
+        op = _BINARY[combine][0 if kind_of(dt) == "f" else 1]
         acc = body.emit(f"{op} %in0, %out : {t}")
         out_t = tensor_type(shape, dt)
         name = self.fresh()
@@ -536,7 +685,7 @@ class LinalgNamespace:
         amap = (*_aligned(x.shape[:-2], batch, bdims), nb, nb + 2)
         bmap = (*_aligned(y.shape[:-2], batch, bdims), nb + 2, nb + 1)
         maps = [affine_map(rank, m) for m in (amap, bmap, (*bdims, nb, nb + 1))]
-        mul, add = ("arith.mulf", "arith.addf") if dt.kind == "f" else ("arith.muli", "arith.addi")
+        mul, add = ("arith.mulf", "arith.addf") if kind_of(dt) == "f" else ("arith.muli", "arith.addi")
         self.lines += [
             f"    {name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = "
             f"{_iterators(['parallel'] * (nb + 2) + ['reduction'])}}} {ins} outs({init} : {out_t}) {{",
@@ -613,7 +762,7 @@ class LinalgNamespace:
         """`x` along `axis` at a vector of in-range indices: a generic whose body reads `x` with
         `tensor.extract` (the loop index elsewhere, the loaded index on `axis`)."""
         src, idx = self.materialize(x), self.materialize(indices)
-        if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        if idx.ndim != 1 or kind_of(idx.dtype) not in "iu":
             raise Unsupported("take with indices other than a vector of integers")
         axis %= src.ndim
         shape = (*src.shape[:axis], idx.shape[0], *src.shape[axis + 1:])
@@ -624,6 +773,45 @@ class LinalgNamespace:
         v = body.emit(f"tensor.extract {src.value}[{', '.join(subs)}] : "
                       f"{tensor_type(src.shape, src.dtype)}")
         return self._emit_generic(body, v, shape, src.dtype)
+
+    def flip(self, x: Any, axis: int) -> Node:
+        """`x` reversed along `axis`: a generic reading it with `tensor.extract` at n - 1 - i."""
+        src = self.materialize(x)
+        axis %= src.ndim
+        body = Body(self, src.ndim)
+        last = body.emit(f"arith.constant {src.shape[axis] - 1} : index")
+        subs = [body.emit(f"linalg.index {d} : index") for d in range(src.ndim)]
+        subs[axis] = body.emit(f"arith.subi {last}, {subs[axis]} : index")
+        v = body.emit(f"tensor.extract {src.value}[{', '.join(subs)}] : "
+                      f"{tensor_type(src.shape, src.dtype)}")
+        return self._emit_generic(body, v, src.shape, src.dtype)
+
+    def cumulative_sum(self, x: Any, axis: int, dtype: Any = None,
+                       include_initial: bool = False) -> Node:
+        """The running sum along `axis` (`include_initial`: a leading 0, one element more): a
+        parallel generic whose body sums its element's prefix in an `scf.for`, left to right
+        from 0, the interpreter's order (`np.cumulative_sum`'s running sum rounds as this does),
+        so the bits are its bits. Each element sums its prefix anew: n(n+1)/2 adds per line of
+        n, one dispatch (a loop carrying the running sum across slices would be n dispatches)."""
+        src = self.materialize(self.astype(x, dtype) if dtype is not None else x)
+        axis %= src.ndim
+        dt, t = src.dtype, mlir_type(src.dtype)
+        shape = tuple(n + int(include_initial) if d == axis else n for d, n in enumerate(src.shape))
+        body = Body(self, src.ndim)
+        subs = [body.emit(f"linalg.index {d} : index") for d in range(src.ndim)]
+        zero, one = body.emit("arith.constant 0 : index"), body.emit("arith.constant 1 : index")
+        end = subs[axis] if include_initial else body.emit(f"arith.addi {subs[axis]}, {one} : index")
+        init = body.emit(f"arith.constant {scalar_literal(0, dt)} : {t}")
+        k, acc, v, s, total = (self.fresh() for _ in range(5))
+        subs[axis] = k
+        body.lines += [
+            f"  {total} = scf.for {k} = {zero} to {end} step {one} iter_args({acc} = {init}) "
+            f"-> ({t}) {{",
+            f"    {v} = tensor.extract {src.value}[{', '.join(subs)}] : {tensor_type(src.shape, dt)}",
+            f"    {s} = {'arith.addf' if kind_of(dt) == 'f' else 'arith.addi'} {acc}, {v} : {t}",
+            f"    scf.yield {s} : {t}",
+            "  }"]
+        return self._emit_generic(body, total, shape, dt)
 
     def concat(self, xs: Sequence[Any], axis: int = 0) -> Node:
         """Each part `tensor.insert_slice`d into an empty result at its offset."""

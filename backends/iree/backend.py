@@ -4,12 +4,14 @@
     lamina.compile(module, entry, backend="iree", iree_target="llvm-cpu")
 
 `compile` exports the function (`lamina.analysis.linalg.export.export_function`: what the export
-refuses, bf16/f16 among it, is its diagnostic at the op), compiles the text with IREE
+refuses is its diagnostic at the op), compiles the text with IREE
 (`iree.compiler.compile_str`) or finds it compiled in the on-disk cache
 (`lamina.backends.iree.cache`: a second process maps the file instead of compiling), and loads it
 once into an `iree.runtime` context on the target's device. A call only converts the inputs to
 their storage dtypes (`check_inputs`), invokes the function and copies the results out as NumPy
-arrays of their storage dtypes.
+arrays of their storage dtypes. bf16 crosses IREE's boundary as ml_dtypes' bfloat16 (which
+iree.runtime maps to its BFLOAT_16 element type both ways): the interpreter's float32 storage
+is converted to it going in (exactly: the values are bf16's) and back coming out.
 
 Targets (`IreeOptions.iree_target`): `llvm-cpu` (default) compiles for this machine's CPU and its
 features (`--iree-llvmcpu-target-cpu=host`) and runs on IREE's `local-task` driver; `cuda` emits
@@ -19,8 +21,10 @@ diagnostic before anything compiles.
 
 Numerics: f64 stays f64 (`--iree-input-demote-f64-to-f32=false`: IREE demotes f64 by default),
 integers keep their width; the values are the op table's formulas as the export writes them,
-so integer ops, compares and dropout's mask hash are bit-exact, and exp, tanh, erf ... are IREE's
-own approximations, within `lamina.backends.compare`'s tolerances of NumPy's.
+so integer ops, compares, scans and dropout's mask hash are bit-exact, as are f16/bf16 ops
+whose f32 value is (one rounding per op, as the interpreter), and exp, tanh, erf ... are IREE's
+own approximations, within `lamina.backends.compare`'s tolerances of NumPy's (f64 sin/cos: the
+export's own, within 2 ulp of NumPy's for |x| < 2^30).
 
 Features: fused kernels (each is one `linalg.generic` or a root op plus its epilogue), tier
 moves and frees (the export drops them: they change no value), and placed programs: the
@@ -48,7 +52,7 @@ from typing import Any, ClassVar
 import iree.compiler as ic
 import iree.runtime as rt
 import numpy as np
-from lamina.analysis.linalg.export import export_function, wrap_module
+from lamina.analysis.linalg.export import boundary_dtype, export_function, wrap_module
 from lamina.analysis.placed import placed_mesh
 from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import Feature, RunResult
@@ -130,14 +134,17 @@ class IreeProgram:
             self.context.add_vm_module(vm_module)
             self.entry = self.context.modules[vm_module.name][self.symbol]
         self.storage = [STORAGE[tensor_info(t).dtype] for t in func.function_type.outputs.data]
+        self.boundary = [boundary_dtype(tensor_info(t).dtype) for t in func.function_type.inputs.data]
         self.stats: dict[str, Any] = {
             "backend": "iree", "iree_target": options.iree_target, "iree_version": VERSION,
             "module_compiled": self.module.compiled, "module_seconds": self.module.seconds,
             "module_path": str(self.module.path)}
 
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
-        # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1)
-        args = [np.asarray(a, order="C") for a in check_inputs(self.func, inputs)]
+        # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1);
+        # bf16 from its float32 storage to bfloat16 (exact: the values are bf16's)
+        args = [np.asarray(a, dtype=d, order="C")
+                for a, d in zip(check_inputs(self.func, inputs), self.boundary, strict=True)]
         start = time.perf_counter()
         if self.mesh is not None:
             outs = [np.asarray(o, dtype=d) for o, d in

@@ -20,10 +20,11 @@ from typing import Any
 import iree.runtime as rt
 import numpy as np
 from iree.runtime.array_interop import map_dtype_to_element_type
-from lamina.analysis.linalg.export import export_function, wrap_module
+from lamina.analysis.linalg.export import boundary_dtype, export_function, wrap_module
 from lamina.analysis.linalg.spmd import IMPORT_MODULE, Declaration, PerDevice, header
 from lamina.backends.arrays import Shards, assemble, distribute, reduce_parts
 from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.dtypes import STORAGE
 from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
@@ -76,7 +77,7 @@ def _all_slice(bs: list[np.ndarray], j: int, d: Declaration) -> np.ndarray:
 def _dtype_name(a: np.ndarray) -> str:
     """The Lamina element type of a storage array (what `reduce_parts` widens by)."""
     return {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64",
-            "bool": "i1"}[a.dtype.name]
+            "bool": "i1", "bfloat16": "bf16", "float16": "f16"}[a.dtype.name]
 
 
 class Exchange:
@@ -117,7 +118,8 @@ def _bound(device: rt.HalDevice, decl: Declaration, exchange: Exchange, dev: int
         view = ref.deref(rt.HalBufferView)
         assert view is not None   # the export declares every operand a tensor
         x = np.array(rt.DeviceArray(device, view, implicit_host_transfer=True).to_host())
-        out = np.ascontiguousarray(exchange.run(decl, dev, x))
+        # in the block's dtype: a bf16 sum is computed in f32 and rounded, but stored in float32
+        out = np.ascontiguousarray(np.asarray(exchange.run(decl, dev, x)).astype(x.dtype, copy=False))
         made = device.allocator.allocate_buffer_copy(
             memory_type=rt.MemoryType.DEVICE_LOCAL, allowed_usage=rt.BufferUsage.DEFAULT,
             device=device, buffer=out, element_type=map_dtype_to_element_type(out.dtype))
@@ -153,7 +155,8 @@ class DeviceGroup:
         """Every device's program (`func` exported as `symbol`, default its name) in its own
         thread; the outputs assembled as global values."""
         mesh = self.mesh
-        args = [distribute(mesh, spec_or_replicated(v.type), a)
+        args = [distribute(mesh, spec_or_replicated(v.type),   # bf16 as IREE takes it
+                           np.asarray(a, boundary_dtype(tensor_info(v.type).dtype)))
                 for v, a in zip(func.body.block.args, inputs, strict=True)]
         self.exchange.barrier.reset()   # a failed call left it broken
         results: list[list[np.ndarray] | BaseException | None] = [None] * mesh.devices
@@ -197,5 +200,6 @@ def _assembled(func: FuncOp, mesh: Mesh, results: list[Any]) -> list[np.ndarray]
     for k, t in enumerate(func.function_type.outputs.data):
         info = tensor_info(t)
         shards: Shards = [r[k] for r in results]
-        outs.append(assemble(mesh, spec_or_replicated(t), shards, info.shape, info.dtype))
+        whole = assemble(mesh, spec_or_replicated(t), shards, info.shape, info.dtype)
+        outs.append(np.asarray(whole, STORAGE[info.dtype]))   # bf16 back in float32
     return outs
