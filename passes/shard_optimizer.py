@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lamina.analysis.sizes import spec_local_bytes
+from lamina.analysis.zero_bytes import ParamTraffic, Traffic, marked_sources, step_bytes
 from lamina.ir.buffers.memory import MoveOp, with_tier
 from lamina.ir.buffers.updates import roles_of, updates_of
 from lamina.ir.builder import Builder, retype
@@ -48,11 +49,11 @@ from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Fusion
 from lamina.passes.derive_backward import GRADIENT_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
-from lamina.passes.train_common import info_type, returned_as
+from lamina.passes.train_common import info_type, mesh_type_like, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
 PASS = "shard-optimizer"
 STATE_ROLES = ("first_moment", "second_moment", "momentum_buffer")
@@ -66,20 +67,6 @@ class Update:
     ops: list[Operation] = field(default_factory=list)
     state: list[BlockArgument] = field(default_factory=list)
     entering: list[SSAValue] = field(default_factory=list)
-
-
-@dataclass
-class Bytes:
-    """Modeled bytes per device and step (module docstring): memory by kind, communication."""
-
-    params: int = 0
-    grads: int = 0
-    state: int = 0
-    sent: int = 0
-
-    def line(self) -> str:
-        return f"per device: parameters {self.params} B, gradients {self.grads} B, optimizer " \
-            f"state {self.state} B; communicated per step {self.sent} B"
 
 
 def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
@@ -96,8 +83,10 @@ def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
         and GRADIENT_ATTR not in op.attributes
 
 
-def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -> Update:
-    """The update of parameter `w` reaching back from its new value and state (module docstring)."""
+def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str],
+               stops: set[SSAValue]) -> Update:
+    """The update of parameter `w` reaching back from its new value and state (module
+    docstring); a value in `stops` enters the update (stage 1's accumulated gradient)."""
     u = Update(w)
     shape = tuple(info_type(w).get_shape())
     seen: set[SSAValue] = set()
@@ -113,7 +102,7 @@ def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -
             continue
         op = v.owner
         assert isinstance(op, Operation)
-        if not _passes_through(op, shape):
+        if v in stops or not _passes_through(op, shape):
             if isinstance(v.type, TensorType) and tuple(v.type.get_shape()) == shape \
                     and v not in u.entering:
                 u.entering.append(v)
@@ -122,6 +111,18 @@ def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -
             u.ops.append(op)
         todo.extend(op.operands)
     return u
+
+
+def _optimizer_inputs(func: FuncOp) -> set[SSAValue]:
+    """The values computed from an argument the optimizer adds (its state, step count, learning
+    rate, loss scale): what no gradient depends on."""
+    block = func.body.block
+    out: set[SSAValue] = {block.args[i] for i, r in roles_of(func).items()
+                          if r.name not in ("parameter", "frozen")}
+    for op in block.ops:
+        if any(o in out for o in op.operands):
+            out.update(op.results)
+    return out
 
 
 def _align_moves(u: Update, st: TensorType) -> None:
@@ -144,7 +145,8 @@ class _Step:
         ret = self.block.last_op
         assert isinstance(ret, ReturnOp)
         self.ret = ret
-        self.bytes = Bytes()
+        self.traffic: Traffic | None = None
+        self.optimizer = _optimizer_inputs(func)
 
     def mesh_of(self, w: SSAValue) -> tuple[Mesh, Spec]:
         place, spec = place_of(w.type), spec_of(w.type)
@@ -177,45 +179,90 @@ class _Step:
         self.block.insert_op_before(op, before)
         return op.outputs[0]
 
-    def shard(self, w: BlockArgument, result: int) -> None:
-        mesh, spec = self.mesh_of(w)
+    def accumulated(self, w: BlockArgument, roots: list[SSAValue]) -> set[SSAValue]:
+        """Stage 1: the values where accumulate-gradients' sums of micro-batch gradients end,
+        placed like `w` and computed from no optimizer input, so the update starts there and
+        the whole accumulator is reduced once (stages 2, 3 reach through to each micro-batch's
+        gradient instead)."""
+        if self.p.stage > 1:
+            return set()
+        out: set[SSAValue] = set()
+        for op in self.block.ops:
+            for r in op.results:
+                if r not in roots and r not in self.optimizer and \
+                        spec_of(r.type) == spec_of(w.type) and \
+                        isinstance(r.type, TensorType) and r.type.get_shape() == info_type(w).get_shape() \
+                        and len(marked_sources(r)) > 1:
+                    out.add(r)
+        return out
+
+    def update(self, w: BlockArgument, result: int) -> Update:
+        """W's update (module docstring), its state found from the new value's walk."""
         new = self.ret.operands[result]
         roles = {i: r.name for i, r in roles_of(self.func).items()}
-        u = _update_of(w, [new], roles)
         returned = {a: self.ret.operands[r] for r, a in updates_of(self.func).items()}
-        u = _update_of(w, [new, *(returned[s.index] for s in u.state)], roles)
+        u = _update_of(w, [new], roles, set())
+        roots = [new, *(returned[s.index] for s in u.state)]
+        return _update_of(w, roots, roles, self.accumulated(w, roots))
+
+    def shard(self, w: BlockArgument, result: int, mesh: Mesh, spec: Spec) -> ParamTraffic:
+        u = self.update(w, result)
         wt = w.type
         assert isinstance(wt, TensorType)
         split = self.split_spec(w, mesh, spec)
+        full = spec_local_bytes(wt, spec, mesh.axis_sizes)
         if split is None:
-            self.account(wt, mesh, spec, spec, len(u.state), gathers=0)
             self.say(f"%{w.name_hint}: stays as placed ({spec}): '{self.p.axis}' divides none of "
                      "its dimensions' local sizes, or it is split over it already")
-            return
+            return ParamTraffic(w.name_hint or "", full, 1, 1, all_reduce=True)
         st = with_spec(TensorType(wt.element_type, wt.get_shape()), mesh.name, split)
+        self.place_gradients(u, st)
+        roots = self.place_state(u, st)
+        if self.p.stage > 1:
+            _split_inside(u, spec, split, mesh.name, {self.ret.operands[result], *roots})
+        gathers = self.place_parameter(w, u, set(u.ops), st, result)
+        _align_moves(u, st)
+        state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
+        where = "right after the op that makes it" if self.p.stage > 1 else \
+            "where it enters the update"
+        self.say(f"%{w.name_hint}: state {state or 'none'} and its update split as {split}; "
+                 f"gradient ({len(u.entering)} value(s)) reduce_scattered {where}"
+                 + (f"; parameter split too, all_gathered before each of its {gathers} use(s)"
+                    if self.p.stage == 3 else "; new value all_gathered back to " + str(spec)))
+        return ParamTraffic(w.name_hint or "", full, len(u.entering), gathers)
+
+    def place_gradients(self, u: Update, st: TensorType) -> None:
+        """Each gradient entering the update gets the split placement: stage 1 where the update
+        starts (its full pending sum lives through the backward), stages 2 and 3 right after the
+        op that makes it (so only the shard lives on)."""
         ops = set(u.ops)
         first = min((self.block.get_operation_index(o) for o in u.ops), default=None)
         at = self.ret if first is None else list(self.block.ops)[first]
         for g in u.entering:
-            placed = returned_as(Builder.before_op(at, self.func.location), g, st)
+            where = at
+            if isinstance(g, OpResult) and (self.p.stage > 1 or first is None or
+                                            self.block.get_operation_index(g.op) > first):
+                where = g.op.next_op
+            assert where is not None
+            _place_like_w(g, u.w)
+            placed = returned_as(Builder.before_op(where, self.func.location), g, st)
             for use in list(g.uses):
                 if use.operation in ops:
                     use.operation.operands[use.index] = placed
-        state = {s: with_tier(st, tier_of(s.type)) for s in u.state}  # ZeRO-Offload keeps its tier
+
+    def place_state(self, u: Update, st: TensorType) -> list[SSAValue]:
+        """The state arguments and their returned new values split (ZeRO-Offload keeps the
+        tier); the new values, as returned."""
+        state = {s: with_tier(st, tier_of(s.type)) for s in u.state}
         for s, t in state.items():
             retype(s, t)
+        out: list[SSAValue] = []
         for k, v in enumerate(self.ret.operands):
             owner = updates_of(self.func).get(k)
             if owner is not None and self.block.args[owner] in state:
                 self.ret.operands[k] = self.placed(v, state[self.block.args[owner]])
-        gathers = self.place_parameter(w, u, ops, st, result)
-        _align_moves(u, st)
-        self.account(wt, mesh, spec, split, len(u.state), gathers)
-        state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
-        self.say(f"%{w.name_hint}: state {state or 'none'} "
-                 f"and its update split as {split}; gradient reduce_scattered into it"
-                 + (f"; parameter split too, all_gathered before each of its {gathers} use(s)"
-                    if self.p.stage == 3 else "; new value all_gathered back to " + str(spec)))
+                out.append(self.ret.operands[k])
+        return out
 
     def placed(self, v: SSAValue, st: TensorType) -> SSAValue:
         """`v` (a returned update value) as the split type `st`: retyped when its own op placed
@@ -248,33 +295,66 @@ class _Step:
         self.ret.operands[result] = new
         return len(outside)
 
-    def account(self, wt: TensorType, mesh: Mesh, spec: Spec, split: Spec, n_state: int,
-                gathers: int) -> None:
-        sizes = mesh.axis_sizes
-        full, shard = spec_local_bytes(wt, spec, sizes), spec_local_bytes(wt, split, sizes)
-        n = sizes[self.p.axis]
-        self.bytes.params += shard if self.p.stage == 3 else full
-        self.bytes.grads += shard if self.p.stage >= 2 else full
-        self.bytes.state += n_state * shard
-        if split == spec:  # unsharded: the data-parallel all_reduce of its gradient
-            self.bytes.sent += 2 * full * (n - 1) // n
-            return
-        self.bytes.sent += (1 + gathers) * full * (n - 1) // n
-
     def say(self, message: str) -> None:
         if self.log is not None:
             self.log.add(self.func, message)
 
-    def run(self) -> Bytes:
+    def run(self) -> None:
         params = [i for i, r in roles_of(self.func).items() if r.name == "parameter"]
         results = {a: r for r, a in updates_of(self.func).items()}
+        traffic: list[ParamTraffic] = []
+        n = 0
         for i in params:
-            self.shard(self.block.args[i], results[i])
+            w = self.block.args[i]
+            mesh, spec = self.mesh_of(w)
+            n = mesh.axis_sizes[self.p.axis]
+            traffic.append(self.shard(w, results[i], mesh, spec))
         self.func.function_type = FunctionType.from_lists(
             [a.type for a in self.block.args], [v.type for v in self.ret.operands])
-        self.say(f"@{self.func.sym_name.data} stage {self.p.stage} over '{self.p.axis}': "
-                 + self.bytes.line())
-        return self.bytes
+        self.traffic = Traffic(self.p.stage, n, traffic)
+        self.explain(self.traffic)
+
+    def explain(self, t: Traffic) -> None:
+        """The per-device bytes (measured on the IR) and the traffic beside ZeRO's formula."""
+        if self.log is None:
+            return
+        b = step_bytes(self.func)
+        assert b is not None
+        psi = "3 Psi" if t.stage == 3 else "2 Psi"
+        name = f"@{self.func.sym_name.data}"
+        self.say(f"{name} stage {t.stage} over '{self.p.axis}' (N = {t.n}): per device: "
+                 f"parameters {b.params} B, gradients {b.grads} B, optimizer state {b.state} B; "
+                 f"communicated per step {t.sent()} B, ZeRO's {psi} (N-1)/N {t.formula()} B "
+                 f"(Psi {t.psi()} B)")
+        if t.sent() != t.formula():
+            self.say(f"{name}: {t.sent()} B, not {t.formula()} B, because " + "; ".join(t.why()))
+
+
+def _place_like_w(g: SSAValue, w: BlockArgument) -> None:
+    """An unplaced gradient (a micro-batch's, accumulate-gradients leaves them unplaced) placed
+    like W, as derive-backward places a whole step's, so its split is a reshard right at it
+    (a reduce_scatter once propagate-sharding makes it a pending sum), not an identity reshape
+    before one. Retyped in place only while an operand is unplaced (the verifier checks a
+    fully placed op's rule)."""
+    owner = g.owner
+    if spec_of(g.type) is not None or not isinstance(owner, Operation) or \
+            all(spec_of(o.type) is not None for o in owner.operands):
+        return
+    want = mesh_type_like(g, w.type)
+    if want is not None:
+        retype(g, want)
+
+
+def _split_inside(u: Update, spec: Spec, split: Spec, mesh: str, roots: set[SSAValue]) -> None:
+    """Stages 2, 3: a value inside the update placed like W (accumulate-gradients' sum of the
+    micro-batch gradients, placed like W for its return) becomes split like the update: the
+    accumulator is sharded."""
+    for op in u.ops:
+        if isinstance(op, MoveOp):
+            continue
+        for r in op.results:
+            if r not in roots and spec_of(r.type) == spec:
+                retype(r, with_spec(r.type, mesh, split))
 
 
 def _check(func: FuncOp) -> None:
