@@ -14,19 +14,33 @@ gradient. `axis` is added to the splits of the first dimension of W whose local 
 
 - stage 1: the state is placed split (arguments and results); the gradient gets the split placement
   where it enters the update (propagate-sharding reduces its pending sum over `axis` there: a
-  reduce_scatter), W is sliced locally for the update (a reshard replicated -> split, no
-  communication) and the new W is resharded back to W's placement (an all_gather).
-- stage 2: the same IR (the step is one function: the full gradient exists only as the pending
-  sum before its reduce_scatter); the per-device gradient bytes count the shard, not the full sum.
+  reduce_scatter), so the full gradient, a pending sum, is live from the op that makes it through
+  the rest of the backward (as DeepSpeed's stage 1 keeps full gradients); W is sliced locally for
+  the update (a reshard replicated -> split, no communication) and the new W is resharded back to
+  W's placement (an all_gather).
+- stage 2: also the gradients: each is placed split right after the op that makes it (the op
+  derive-backward marks `lamina.gradient`; DeepSpeed reduce-scatters a bucket as it fills), so
+  annotate-lifetimes frees the full gradient there and only its 1/N shard lives to the update.
 - stage 3: also W itself: its argument and result are split, and every use outside the update
   (forward and backward) reads a fresh all_gather (a reshard split -> W's placement) placed
-  right before it, so annotate-lifetimes frees each gathered copy after its one use.
+  right before it, so annotate-lifetimes frees each gathered copy after its one use; gradients
+  as in stage 2.
+
+After accumulate-gradients (K micro-batches, their gradients summed into one f32 accumulator per
+parameter, placed like W after the last one): stage 1 starts the update at that accumulator, so
+the whole accumulator is reduce_scattered once per step (the same collectives as K = 1); stages
+2 and 3 reach through the sum to each micro-batch's gradient, reduce_scatter each right after it
+is made and sum the shards, a sharded accumulator (1/N of its bytes), at K reduce_scatters per
+parameter: (K + 1) Psi (N-1)/N sent per step instead of 2 Psi (N-1)/N.
 
 Refused (one diagnostic at the function): no step function, an argument off a mesh or a mesh
 without `axis`, a pending sum already placed (propagate-sharding ran), collectives already inserted.
-With --explain: each parameter's decision and, per device and step, the modeled bytes of the
-parameters, gradients and optimizer state and the bytes the collectives communicate (ZeRO's
-Psi-counts: 2 Psi for stages 1 and 2 as for an all-reduce, 3 Psi for stage 3).
+With --explain: each parameter's decision; per device, the bytes of the parameters, gradients and
+optimizer state, read off the step as placed (`lamina.analysis.zero_bytes`, which lamina-run's
+`--stats-json` reports too), and the bytes the collectives send per step beside ZeRO's formula
+(2 Psi (N-1)/N for stages 1 and 2, an all-reduce's; 3 Psi (N-1)/N for stage 3), with a line
+saying why they differ when they do (a parameter the backward does not read gathered once, not
+twice; a gradient reduced once per micro-batch).
 """
 
 from __future__ import annotations
@@ -232,22 +246,22 @@ class _Step:
         return ParamTraffic(w.name_hint or "", full, len(u.entering), gathers)
 
     def place_gradients(self, u: Update, st: TensorType) -> None:
-        """Each gradient entering the update gets the split placement: stage 1 where the update
-        starts (its full pending sum lives through the backward), stages 2 and 3 right after the
-        op that makes it (so only the shard lives on)."""
-        ops = set(u.ops)
-        first = min((self.block.get_operation_index(o) for o in u.ops), default=None)
-        at = self.ret if first is None else list(self.block.ops)[first]
+        """Each gradient entering the update gets the split placement, and every reader takes
+        it (grad-clip's norm too: a sum of the shards' squares, then a scalar all_reduce):
+        stage 1 right before its first reader, the optimizer, so its full pending sum lives
+        through the backward; stages 2 and 3 right after the op that makes it, so only the
+        shard lives on."""
         for g in u.entering:
-            where = at
-            if isinstance(g, OpResult) and (self.p.stage > 1 or first is None or
-                                            self.block.get_operation_index(g.op) > first):
-                where = g.op.next_op
+            users = [use.operation for use in g.uses]
+            if self.p.stage > 1 and isinstance(g, OpResult) or not users:
+                where = g.op.next_op if isinstance(g, OpResult) else self.block.first_op
+            else:
+                where = min(users, key=self.block.get_operation_index)
             assert where is not None
             _place_like_w(g, u.w)
             placed = returned_as(Builder.before_op(where, self.func.location), g, st)
             for use in list(g.uses):
-                if use.operation in ops:
+                if use.operation is not placed.owner:
                     use.operation.operands[use.index] = placed
 
     def place_state(self, u: Update, st: TensorType) -> list[SSAValue]:
