@@ -161,6 +161,8 @@ class _Step:
         self.ret = ret
         self.traffic: Traffic | None = None
         self.optimizer = _optimizer_inputs(func)
+        # placed values by (shape, placement), computed from no optimizer input (stage 1)
+        self.placed_values: dict[tuple[tuple[int, ...], Spec | None], list[SSAValue]] | None = None
 
     def mesh_of(self, w: SSAValue) -> tuple[Mesh, Spec]:
         place, spec = place_of(w.type), spec_of(w.type)
@@ -200,15 +202,17 @@ class _Step:
         gradient instead)."""
         if self.p.stage > 1:
             return set()
-        out: set[SSAValue] = set()
-        for op in self.block.ops:
-            for r in op.results:
-                if r not in roots and r not in self.optimizer and \
-                        spec_of(r.type) == spec_of(w.type) and \
-                        isinstance(r.type, TensorType) and r.type.get_shape() == info_type(w).get_shape() \
-                        and len(marked_sources(r)) > 1:
-                    out.add(r)
-        return out
+        if self.placed_values is None:
+            self.placed_values = {}
+            for op in self.block.ops:
+                for r in op.results:
+                    if r not in self.optimizer and isinstance(r.type, TensorType) and \
+                            spec_of(r.type) is not None:
+                        key = (tuple(r.type.get_shape()), spec_of(r.type))
+                        self.placed_values.setdefault(key, []).append(r)
+        key = (tuple(info_type(w).get_shape()), spec_of(w.type))
+        return {r for r in self.placed_values.get(key, [])
+                if r not in roots and len(marked_sources(r)) > 1}
 
     def update(self, w: BlockArgument, result: int) -> Update:
         """W's update (module docstring), its state found from the new value's walk."""
