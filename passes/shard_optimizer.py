@@ -14,19 +14,33 @@ gradient. `axis` is added to the splits of the first dimension of W whose local 
 
 - stage 1: the state is placed split (arguments and results); the gradient gets the split placement
   where it enters the update (propagate-sharding reduces its pending sum over `axis` there: a
-  reduce_scatter), W is sliced locally for the update (a reshard replicated -> split, no
-  communication) and the new W is resharded back to W's placement (an all_gather).
-- stage 2: the same IR (the step is one function: the full gradient exists only as the pending
-  sum before its reduce_scatter); the per-device gradient bytes count the shard, not the full sum.
+  reduce_scatter), so the full gradient, a pending sum, is live from the op that makes it through
+  the rest of the backward (as DeepSpeed's stage 1 keeps full gradients); W is sliced locally for
+  the update (a reshard replicated -> split, no communication) and the new W is resharded back to
+  W's placement (an all_gather).
+- stage 2: also the gradients: each is placed split right after the op that makes it (the op
+  derive-backward marks `lamina.gradient`; DeepSpeed reduce-scatters a bucket as it fills), so
+  annotate-lifetimes frees the full gradient there and only its 1/N shard lives to the update.
 - stage 3: also W itself: its argument and result are split, and every use outside the update
   (forward and backward) reads a fresh all_gather (a reshard split -> W's placement) placed
-  right before it, so annotate-lifetimes frees each gathered copy after its one use.
+  right before it, so annotate-lifetimes frees each gathered copy after its one use; gradients
+  as in stage 2.
+
+After accumulate-gradients (K micro-batches, their gradients summed into one f32 accumulator per
+parameter, placed like W after the last one): stage 1 starts the update at that accumulator, so
+the whole accumulator is reduce_scattered once per step (the same collectives as K = 1); stages
+2 and 3 reach through the sum to each micro-batch's gradient, reduce_scatter each right after it
+is made and sum the shards, a sharded accumulator (1/N of its bytes), at K reduce_scatters per
+parameter: (K + 1) Psi (N-1)/N sent per step instead of 2 Psi (N-1)/N.
 
 Refused (one diagnostic at the function): no step function, an argument off a mesh or a mesh
 without `axis`, a pending sum already placed (propagate-sharding ran), collectives already inserted.
-With --explain: each parameter's decision and, per device and step, the modeled bytes of the
-parameters, gradients and optimizer state and the bytes the collectives communicate (ZeRO's
-Psi-counts: 2 Psi for stages 1 and 2 as for an all-reduce, 3 Psi for stage 3).
+With --explain: each parameter's decision; per device, the bytes of the parameters, gradients and
+optimizer state, read off the step as placed (`lamina.analysis.zero_bytes`, which lamina-run's
+`--stats-json` reports too), and the bytes the collectives send per step beside ZeRO's formula
+(2 Psi (N-1)/N for stages 1 and 2, an all-reduce's; 3 Psi (N-1)/N for stage 3), with a line
+saying why they differ when they do (a parameter the backward does not read gathered once, not
+twice; a gradient reduced once per micro-batch).
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lamina.analysis.sizes import spec_local_bytes
+from lamina.analysis.zero_bytes import ParamTraffic, Traffic, marked_sources, step_bytes
 from lamina.ir.buffers.memory import MoveOp, with_tier
 from lamina.ir.buffers.updates import roles_of, updates_of
 from lamina.ir.builder import Builder, retype
@@ -48,11 +63,11 @@ from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Fusion
 from lamina.passes.derive_backward import GRADIENT_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
-from lamina.passes.train_common import info_type, returned_as
+from lamina.passes.train_common import info_type, mesh_type_like, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
 PASS = "shard-optimizer"
 STATE_ROLES = ("first_moment", "second_moment", "momentum_buffer")
@@ -66,20 +81,6 @@ class Update:
     ops: list[Operation] = field(default_factory=list)
     state: list[BlockArgument] = field(default_factory=list)
     entering: list[SSAValue] = field(default_factory=list)
-
-
-@dataclass
-class Bytes:
-    """Modeled bytes per device and step (module docstring): memory by kind, communication."""
-
-    params: int = 0
-    grads: int = 0
-    state: int = 0
-    sent: int = 0
-
-    def line(self) -> str:
-        return f"per device: parameters {self.params} B, gradients {self.grads} B, optimizer " \
-            f"state {self.state} B; communicated per step {self.sent} B"
 
 
 def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
@@ -96,8 +97,10 @@ def _passes_through(op: Operation, shape: tuple[int, ...]) -> bool:
         and GRADIENT_ATTR not in op.attributes
 
 
-def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -> Update:
-    """The update of parameter `w` reaching back from its new value and state (module docstring)."""
+def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str],
+               stops: set[SSAValue]) -> Update:
+    """The update of parameter `w` reaching back from its new value and state (module
+    docstring); a value in `stops` enters the update (stage 1's accumulated gradient)."""
     u = Update(w)
     shape = tuple(info_type(w).get_shape())
     seen: set[SSAValue] = set()
@@ -113,7 +116,7 @@ def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -
             continue
         op = v.owner
         assert isinstance(op, Operation)
-        if not _passes_through(op, shape):
+        if v in stops or not _passes_through(op, shape):
             if isinstance(v.type, TensorType) and tuple(v.type.get_shape()) == shape \
                     and v not in u.entering:
                 u.entering.append(v)
@@ -122,6 +125,18 @@ def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str]) -
             u.ops.append(op)
         todo.extend(op.operands)
     return u
+
+
+def _optimizer_inputs(func: FuncOp) -> set[SSAValue]:
+    """The values computed from an argument the optimizer adds (its state, step count, learning
+    rate, loss scale): what no gradient depends on."""
+    block = func.body.block
+    out: set[SSAValue] = {block.args[i] for i, r in roles_of(func).items()
+                          if r.name not in ("parameter", "frozen")}
+    for op in block.ops:
+        if any(o in out for o in op.operands):
+            out.update(op.results)
+    return out
 
 
 def _align_moves(u: Update, st: TensorType) -> None:
@@ -144,7 +159,10 @@ class _Step:
         ret = self.block.last_op
         assert isinstance(ret, ReturnOp)
         self.ret = ret
-        self.bytes = Bytes()
+        self.traffic: Traffic | None = None
+        self.optimizer = _optimizer_inputs(func)
+        # placed values by (shape, placement), computed from no optimizer input (stage 1)
+        self.placed_values: dict[tuple[tuple[int, ...], Spec | None], list[SSAValue]] | None = None
 
     def mesh_of(self, w: SSAValue) -> tuple[Mesh, Spec]:
         place, spec = place_of(w.type), spec_of(w.type)
@@ -177,45 +195,92 @@ class _Step:
         self.block.insert_op_before(op, before)
         return op.outputs[0]
 
-    def shard(self, w: BlockArgument, result: int) -> None:
-        mesh, spec = self.mesh_of(w)
+    def accumulated(self, w: BlockArgument, roots: list[SSAValue]) -> set[SSAValue]:
+        """Stage 1: the values where accumulate-gradients' sums of micro-batch gradients end,
+        placed like `w` and computed from no optimizer input, so the update starts there and
+        the whole accumulator is reduced once (stages 2, 3 reach through to each micro-batch's
+        gradient instead)."""
+        if self.p.stage > 1:
+            return set()
+        if self.placed_values is None:
+            self.placed_values = {}
+            for op in self.block.ops:
+                for r in op.results:
+                    if r not in self.optimizer and isinstance(r.type, TensorType) and \
+                            spec_of(r.type) is not None:
+                        key = (tuple(r.type.get_shape()), spec_of(r.type))
+                        self.placed_values.setdefault(key, []).append(r)
+        key = (tuple(info_type(w).get_shape()), spec_of(w.type))
+        return {r for r in self.placed_values.get(key, [])
+                if r not in roots and len(marked_sources(r)) > 1}
+
+    def update(self, w: BlockArgument, result: int) -> Update:
+        """W's update (module docstring), its state found from the new value's walk."""
         new = self.ret.operands[result]
         roles = {i: r.name for i, r in roles_of(self.func).items()}
-        u = _update_of(w, [new], roles)
         returned = {a: self.ret.operands[r] for r, a in updates_of(self.func).items()}
-        u = _update_of(w, [new, *(returned[s.index] for s in u.state)], roles)
+        u = _update_of(w, [new], roles, set())
+        roots = [new, *(returned[s.index] for s in u.state)]
+        return _update_of(w, roots, roles, self.accumulated(w, roots))
+
+    def shard(self, w: BlockArgument, result: int, mesh: Mesh, spec: Spec) -> ParamTraffic:
+        u = self.update(w, result)
         wt = w.type
         assert isinstance(wt, TensorType)
         split = self.split_spec(w, mesh, spec)
+        full = spec_local_bytes(wt, spec, mesh.axis_sizes)
         if split is None:
-            self.account(wt, mesh, spec, spec, len(u.state), gathers=0)
             self.say(f"%{w.name_hint}: stays as placed ({spec}): '{self.p.axis}' divides none of "
                      "its dimensions' local sizes, or it is split over it already")
-            return
+            return ParamTraffic(w.name_hint or "", full, 1, 1, all_reduce=True)
         st = with_spec(TensorType(wt.element_type, wt.get_shape()), mesh.name, split)
-        ops = set(u.ops)
-        first = min((self.block.get_operation_index(o) for o in u.ops), default=None)
-        at = self.ret if first is None else list(self.block.ops)[first]
+        self.place_gradients(u, st)
+        roots = self.place_state(u, st)
+        if self.p.stage > 1:
+            _split_inside(u, spec, split, mesh.name, {self.ret.operands[result], *roots})
+        gathers = self.place_parameter(w, u, set(u.ops), st, result)
+        _align_moves(u, st)
+        state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
+        where = "right after the op that makes it" if self.p.stage > 1 else \
+            "where it enters the update"
+        self.say(f"%{w.name_hint}: state {state or 'none'} and its update split as {split}; "
+                 f"gradient ({len(u.entering)} value(s)) reduce_scattered {where}"
+                 + (f"; parameter split too, all_gathered before each of its {gathers} use(s)"
+                    if self.p.stage == 3 else "; new value all_gathered back to " + str(spec)))
+        return ParamTraffic(w.name_hint or "", full, len(u.entering), gathers)
+
+    def place_gradients(self, u: Update, st: TensorType) -> None:
+        """Each gradient entering the update gets the split placement, and every reader takes
+        it (grad-clip's norm too: a sum of the shards' squares, then a scalar all_reduce):
+        stage 1 right before its first reader, the optimizer, so its full pending sum lives
+        through the backward; stages 2 and 3 right after the op that makes it, so only the
+        shard lives on."""
         for g in u.entering:
-            placed = returned_as(Builder.before_op(at, self.func.location), g, st)
+            users = [use.operation for use in g.uses]
+            if self.p.stage > 1 and isinstance(g, OpResult) or not users:
+                where = g.op.next_op if isinstance(g, OpResult) else self.block.first_op
+            else:
+                where = min(users, key=self.block.get_operation_index)
+            assert where is not None
+            _place_like_w(g, u.w)
+            placed = returned_as(Builder.before_op(where, self.func.location), g, st)
             for use in list(g.uses):
-                if use.operation in ops:
+                if use.operation is not placed.owner:
                     use.operation.operands[use.index] = placed
-        state = {s: with_tier(st, tier_of(s.type)) for s in u.state}  # ZeRO-Offload keeps its tier
+
+    def place_state(self, u: Update, st: TensorType) -> list[SSAValue]:
+        """The state arguments and their returned new values split (ZeRO-Offload keeps the
+        tier); the new values, as returned."""
+        state = {s: with_tier(st, tier_of(s.type)) for s in u.state}
         for s, t in state.items():
             retype(s, t)
+        out: list[SSAValue] = []
         for k, v in enumerate(self.ret.operands):
             owner = updates_of(self.func).get(k)
             if owner is not None and self.block.args[owner] in state:
                 self.ret.operands[k] = self.placed(v, state[self.block.args[owner]])
-        gathers = self.place_parameter(w, u, ops, st, result)
-        _align_moves(u, st)
-        self.account(wt, mesh, spec, split, len(u.state), gathers)
-        state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
-        self.say(f"%{w.name_hint}: state {state or 'none'} "
-                 f"and its update split as {split}; gradient reduce_scattered into it"
-                 + (f"; parameter split too, all_gathered before each of its {gathers} use(s)"
-                    if self.p.stage == 3 else "; new value all_gathered back to " + str(spec)))
+                out.append(self.ret.operands[k])
+        return out
 
     def placed(self, v: SSAValue, st: TensorType) -> SSAValue:
         """`v` (a returned update value) as the split type `st`: retyped when its own op placed
@@ -248,33 +313,66 @@ class _Step:
         self.ret.operands[result] = new
         return len(outside)
 
-    def account(self, wt: TensorType, mesh: Mesh, spec: Spec, split: Spec, n_state: int,
-                gathers: int) -> None:
-        sizes = mesh.axis_sizes
-        full, shard = spec_local_bytes(wt, spec, sizes), spec_local_bytes(wt, split, sizes)
-        n = sizes[self.p.axis]
-        self.bytes.params += shard if self.p.stage == 3 else full
-        self.bytes.grads += shard if self.p.stage >= 2 else full
-        self.bytes.state += n_state * shard
-        if split == spec:  # unsharded: the data-parallel all_reduce of its gradient
-            self.bytes.sent += 2 * full * (n - 1) // n
-            return
-        self.bytes.sent += (1 + gathers) * full * (n - 1) // n
-
     def say(self, message: str) -> None:
         if self.log is not None:
             self.log.add(self.func, message)
 
-    def run(self) -> Bytes:
+    def run(self) -> None:
         params = [i for i, r in roles_of(self.func).items() if r.name == "parameter"]
         results = {a: r for r, a in updates_of(self.func).items()}
+        traffic: list[ParamTraffic] = []
+        n = 0
         for i in params:
-            self.shard(self.block.args[i], results[i])
+            w = self.block.args[i]
+            mesh, spec = self.mesh_of(w)
+            n = mesh.axis_sizes[self.p.axis]
+            traffic.append(self.shard(w, results[i], mesh, spec))
         self.func.function_type = FunctionType.from_lists(
             [a.type for a in self.block.args], [v.type for v in self.ret.operands])
-        self.say(f"@{self.func.sym_name.data} stage {self.p.stage} over '{self.p.axis}': "
-                 + self.bytes.line())
-        return self.bytes
+        self.traffic = Traffic(self.p.stage, n, traffic)
+        self.explain(self.traffic)
+
+    def explain(self, t: Traffic) -> None:
+        """The per-device bytes (measured on the IR) and the traffic beside ZeRO's formula."""
+        if self.log is None:
+            return
+        b = step_bytes(self.func)
+        assert b is not None
+        psi = "3 Psi" if t.stage == 3 else "2 Psi"
+        name = f"@{self.func.sym_name.data}"
+        self.say(f"{name} stage {t.stage} over '{self.p.axis}' (N = {t.n}): per device: "
+                 f"parameters {b.params} B, gradients {b.grads} B, optimizer state {b.state} B; "
+                 f"communicated per step {t.sent()} B, ZeRO's {psi} (N-1)/N {t.formula()} B "
+                 f"(Psi {t.psi()} B)")
+        if t.sent() != t.formula():
+            self.say(f"{name}: {t.sent()} B, not {t.formula()} B, because " + "; ".join(t.why()))
+
+
+def _place_like_w(g: SSAValue, w: BlockArgument) -> None:
+    """An unplaced gradient (a micro-batch's, accumulate-gradients leaves them unplaced) placed
+    like W, as derive-backward places a whole step's, so its split is a reshard right at it
+    (a reduce_scatter once propagate-sharding makes it a pending sum), not an identity reshape
+    before one. Retyped in place only while an operand is unplaced (the verifier checks a
+    fully placed op's rule)."""
+    owner = g.owner
+    if spec_of(g.type) is not None or not isinstance(owner, Operation) or \
+            all(spec_of(o.type) is not None for o in owner.operands):
+        return
+    want = mesh_type_like(g, w.type)
+    if want is not None:
+        retype(g, want)
+
+
+def _split_inside(u: Update, spec: Spec, split: Spec, mesh: str, roots: set[SSAValue]) -> None:
+    """Stages 2, 3: a value inside the update placed like W (accumulate-gradients' sum of the
+    micro-batch gradients, placed like W for its return) becomes split like the update: the
+    accumulator is sharded."""
+    for op in u.ops:
+        if isinstance(op, MoveOp):
+            continue
+        for r in op.results:
+            if r not in roots and spec_of(r.type) == spec:
+                retype(r, with_spec(r.type, mesh, split))
 
 
 def _check(func: FuncOp) -> None:

@@ -165,6 +165,10 @@ def test_every_stats_field_is_documented_and_every_documented_field_is_written(
                "propagate-sharding,insert-collectives", "--check"),
         _stats(tmp_path, "tiers", str(ROOT / "samples/zero_offload_step.mlir"), "-p",
                "annotate-lifetimes,assign-memory-tiers{target=tiny}", "--target", "tiny"),
+        # a training step (lamina.role): its param_bytes, grad_bytes, optimizer_state_bytes
+        _stats(tmp_path, "step", str(ROOT / "samples/mlp_dp_forward.mlir"), "--entry",
+               "dp_forward_step", "-p", "derive-backward{data=x},append-optimizer,"
+               "shard-optimizer{stage=2},propagate-sharding,insert-collectives"),
     ]
     capsys.readouterr()
     written = {k for r in runs for k in r}

@@ -9,6 +9,7 @@ and the pass's own model (--explain); refusals are one located diagnostic.
 from __future__ import annotations
 
 import io
+import json
 import math
 import re
 from contextlib import redirect_stderr
@@ -19,14 +20,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.analysis.comm_cost import sent_bytes
+from lamina.analysis.zero_bytes import GRADIENT_MARK, step_bytes
 from lamina.backends.compare import compare
 from lamina.backends.interface import find_entry
+from lamina.backends.numpy.memory import MemoryChecker
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
+from lamina.cli.run import main as run_main
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.mesh.collectives import AllGatherOp, AllReduceOp, PlacementOp, ReduceScatterOp
 from lamina.ir.mesh.placement import find_mesh, place_of, spec_of
 from lamina.ir.ops.opbase import tensor_info
+from lamina.passes.derive_backward import GRADIENT_ATTR
 from strategies import examples
 from test_training_spmd import SAMPLE, unplaced
 
@@ -65,11 +70,15 @@ def _run(text: str, stage: int, entry: str, step: str = STEP):
     return module, func
 
 
-def _sent(func) -> int:
-    """Ring bytes each device sends per step, over the collectives in `func`."""
+def _sent(func, params_only: bool = False) -> int:
+    """Ring bytes each device sends per step, over the collectives in `func` (`params_only`:
+    those of values shaped like a parameter, leaving out the loss's and the activations')."""
     total = 0.0
+    shapes = {tuple(tensor_info(a.type).shape) for a in func.body.block.args
+              if (a.name_hint or "")[:1] in ("w", "b")}
     for op in func.walk():
-        if not isinstance(op, PlacementOp):
+        if not isinstance(op, PlacementOp) or \
+                params_only and tuple(tensor_info(op.inputs[0].type).shape) not in shapes:
             continue
         mesh = find_mesh(func, place_of(op.inputs[0].type).mesh_name).mesh  # type: ignore[union-attr]
         n = mesh.size(op.axis_names())
@@ -96,14 +105,24 @@ def _counts(func) -> dict[str, int]:
     return out
 
 
-def _explained(text: str, stage: int) -> dict[str, int]:
+def _explained(text: str, stage: int, step: str = STEP) -> tuple[dict[str, int], list[str]]:
+    """The pass's --explain figures for the step (per device: parameter, gradient and state
+    bytes; bytes sent per step, ZeRO's formula and Psi) and its lines saying why they differ."""
     module = lamina.parse(text)
     err = io.StringIO()
     with redirect_stderr(err):
-        lamina.apply(module, f"{STEP},shard-optimizer{{stage={stage} explain=true}}")
-    line = err.getvalue().splitlines()[-1]
-    keys = ("parameters", "gradients", "state", "step")
-    return dict(zip(keys, map(int, re.findall(r"(\d+) B", line)), strict=True))
+        lamina.apply(module, f"{step},shard-optimizer{{stage={stage} explain=true}}")
+    lines = err.getvalue().splitlines()
+    (line,) = [x for x in lines if "per device:" in x]
+    keys = ("parameters", "gradients", "state", "step", "formula", "psi")
+    return dict(zip(keys, map(int, re.findall(r"(\d+) B", line)), strict=True)), \
+        [x for x in lines if ", not " in x and "because" in x]
+
+
+def _step_bytes(func) -> dict[str, int]:
+    got = step_bytes(func)
+    assert got is not None
+    return got.as_stats()
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
@@ -119,7 +138,7 @@ def test_sample_step_equals_plain_step_and_zero_formulas(stage: int) -> None:
     assert counts["lamina.all_gather"] == (4 if stage < 3 else 5)
     gathered = psi if stage < 3 else psi + 4 * 128 * 32
     assert _sent(func) == round((psi + gathered) * (n - 1) / n)
-    model = _explained(SAMPLE, stage)
+    model, why = _explained(SAMPLE, stage)
     stats = run_spmd(func, _inputs(func)).stats  # what lamina-run --stats-json reports
     assert model["step"] == _sent(func) == stats["comm_bytes_per_device"]
     if stage < 3:  # the plain data-parallel step's all_reduces send as much
@@ -127,9 +146,22 @@ def test_sample_step_equals_plain_step_and_zero_formulas(stage: int) -> None:
         lamina.apply(plain, f"{STEP},{PLACE}")
         base = find_entry(plain, "dp_forward_step")
         assert run_spmd(base, _inputs(base)).stats["comm_bytes_per_device"] == model["step"]
+        assert model["formula"] == model["step"] == 58464 and not why
+    else:  # ZeRO's 3 Psi (N-1)/N gathers every parameter for the backward too; here only w2
+        # is read by the backward (db = sum of dy reads no b; dW1 = x^T dh reads no W1, and dx,
+        # which would read W1, is not computed: x is data), so w1, b1, b2 are gathered once
+        assert (model["formula"], model["step"]) == (87696, 72800)
+        assert 87696 - 72800 == 4 * (32 * 128 + 128 + 32) * (n - 1) // n
+        assert why == [why[0]] and "%w1, %b1, %b2: gradient reduced once, parameter gathered " \
+            "once (read by one op outside the update: the backward does not read it)" in why[0]
+    assert model["psi"] == psi
     assert model["parameters"] == (psi if stage < 3 else psi // n)
     assert model["gradients"] == (psi if stage == 1 else psi // n)
     assert model["state"] == 2 * psi // n  # AdamW: K = 2 moments, f32
+    # the same accounting, read off the step after insert-collectives (lamina-run --stats-json)
+    assert _step_bytes(func) == {"param_bytes": model["parameters"],
+                                 "grad_bytes": model["gradients"],
+                                 "optimizer_state_bytes": model["state"]}
 
 
 def test_stage_1_2_send_what_the_all_reduce_sends_stage_3_at_most_one_and_a_half_times() -> None:
@@ -236,7 +268,7 @@ def test_refusals_are_one_diagnostic(text: str, pipeline: str, message: str) -> 
         lamina.apply(lamina.parse(text), pipeline)
 
 
-@pytest.mark.parametrize("stage", [1, 3])
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_jax_on_8_devices_equals_the_spmd_interpreter(stage: int) -> None:
     """One short check: the sharded step on --backend jax (8 devices) gives the SPMD outputs."""
     pytest.importorskip("jax")
@@ -250,16 +282,109 @@ def test_jax_on_8_devices_equals_the_spmd_interpreter(stage: int) -> None:
 
 
 def test_peak_live_bytes_fall_with_the_stage() -> None:
-    """The SPMD run's per-device peak: sharded moments (stage 1) below the plain step, sharded
-    parameters (stage 3) below that; stages 1 and 2 are the same IR (module docstring)."""
+    """The SPMD run's per-device peak: sharded moments (stage 1) below the plain step, gradients
+    reduce_scattered as they are made (stage 2) below that, sharded parameters (stage 3) below
+    that."""
     plain = lamina.parse(SAMPLE)
     lamina.apply(plain, f"{STEP},{PLACE}")
     base = find_entry(plain, "dp_forward_step")
     peaks = [run_spmd(base, _inputs(base)).stats["peak_live_bytes"]]
-    for stage in (1, 3):
+    for stage in (1, 2, 3):
         func = _run(SAMPLE, stage, "dp_forward_step")[1]
         peaks.append(run_spmd(func, _inputs(func)).stats["peak_live_bytes"])
-    assert peaks[0] > peaks[1] > peaks[2], peaks
+    assert peaks[0] > peaks[1] > peaks[2] > peaks[3], peaks
+
+
+def _modeled_peak(text: str, stage: int, entry: str, step: str = STEP) -> int:
+    """Per-device HBM peak with annotate-lifetimes' frees (the tier model lamina-run's
+    `peak_bytes` reports), after the step equals the plain one on the SPMD interpreter."""
+    module = lamina.parse(text)
+    lamina.apply(module, f"{step},{_zero(stage)},{PLACE},annotate-lifetimes")
+    func = find_entry(module, entry)
+    checker = MemoryChecker(None)
+    run_spmd(func, _inputs(func), observer=checker)
+    return checker.peak["hbm"]
+
+
+def test_stage_2_peak_is_below_stage_1_on_the_sample() -> None:
+    """Stage 1 keeps each full gradient (a pending sum) live from the op that makes it to the
+    update; stage 2 keeps only its shard: the peak falls by about the gradients' (N-1)/N."""
+    one, two = (_modeled_peak(SAMPLE, s, "dp_forward_step") for s in (1, 2))
+    assert two < one, (one, two)
+
+
+@settings(max_examples=examples(2), deadline=None)
+@given(n=st.sampled_from([2, 4]), widths=st.lists(st.sampled_from([8, 12, 16]), min_size=3, max_size=4),
+       act=st.sampled_from(["tanh", "gelu"]))
+def test_stage_2_peak_is_below_stage_1_on_random_mlps(n: int, widths: list[int], act: str) -> None:
+    """Two layers or more: an earlier layer's gradient is held whole by stage 1 while a later
+    one is made. (One layer can tie: the peak is where its weight's gradient, the last made,
+    is live beside its own shard, in both stages.)"""
+    text = _mlp(widths, [act] * (len(widths) - 1), n)  # test_random_mlps_... checks the outputs
+    assert _modeled_peak(text, 2, "f_step") < _modeled_peak(text, 1, "f_step")
+
+
+def test_stage_1_and_2_differ_in_the_ir() -> None:
+    """Stage 2's reduce_scatter follows the gradient's own op; stage 1's waits for the update."""
+    after = {}
+    for stage in (1, 2):
+        module = lamina.parse(SAMPLE)
+        lamina.apply(module, f"{STEP},{_zero(stage)},{PLACE}")
+        ops = list(find_entry(module, "dp_forward_step").body.block.ops)
+        after[stage] = [isinstance(ops[k + 1], ReduceScatterOp) for k, op in enumerate(ops)
+                        if GRADIENT_MARK in op.attributes]
+    assert after == {1: [False] * 4, 2: [True] * 4}
+
+
+def test_the_gradient_mark_is_derive_backwards() -> None:
+    assert GRADIENT_MARK == GRADIENT_ATTR
+
+
+ACCUM = "derive-backward{data=x},accumulate-gradients{micro-batches=2},append-optimizer{weight-decay=0.01}"
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_accumulated_gradients_one_full_accumulator_or_sharded_ones(stage: int) -> None:
+    """K = 2 micro-batches: stage 1 keeps one full f32 accumulator per parameter and reduces it
+    once a step (4 reduce_scatters, 2 Psi (N-1)/N sent); stage 2 reduce_scatters each
+    micro-batch's gradient as it is made into a sharded accumulator (K x 4 reduce_scatters,
+    (K + 1) Psi (N-1)/N sent: K reductions of the whole gradient and one gather), holding
+    1/N of the gradient bytes. Both equal the full-batch step on one device."""
+    text = _mlp([8, 16, 8], ["tanh", "tanh"], 4)
+    _, func = _run(text, stage, "f_step", ACCUM)
+    k, n, psi = 2, 4, 4 * (8 * 16 + 16 + 16 * 8 + 8)
+    assert _counts(func)["lamina.reduce_scatter"] == 4 * (1 if stage == 1 else k)
+    model, why = _explained(text, stage, ACCUM)
+    assert model["step"] == _sent(func, params_only=True) == \
+        (2 if stage == 1 else k + 1) * psi * (n - 1) // n
+    assert model["gradients"] == _step_bytes(func)["grad_bytes"] == (psi if stage == 1 else psi // n)
+    assert bool(why) == (stage == 2) and all("once per micro-batch" in line for line in why)
+    if stage == 2:
+        assert _modeled_peak(text, 2, "f_step", ACCUM) < _modeled_peak(text, 1, "f_step", ACCUM)
+
+
+def test_grad_clip_norm_is_summed_from_the_shards() -> None:
+    """With grad-clip, stage 2 still reduce_scatters each gradient as it is made: the global
+    norm is each shard's sum of squares and one scalar all_reduce (no full gradient reduced)."""
+    step = "derive-backward{data=x},append-optimizer{grad-clip=0.01}"
+    _, func = _run(SAMPLE, 2, "dp_forward_step", step)
+    counts = _counts(func)
+    assert (counts["lamina.reduce_scatter"], counts["lamina.all_reduce"]) == (4, 1)
+    reduced = next(op for op in func.walk() if isinstance(op, AllReduceOp))
+    assert tensor_info(reduced.inputs[0].type).shape == ()
+
+
+def test_lamina_run_stats_report_the_step_bytes(tmp_path) -> None:
+    """`lamina-run --stats-json` has the step's per-device param/grad/state bytes."""
+    src = tmp_path / "step.mlir"
+    src.write_text(SAMPLE)
+    out = tmp_path / "stats.json"
+    assert run_main([str(src), "--entry", "dp_forward_step", "-p", f"{STEP},{_zero(2)},{PLACE}",
+                     "--stats-json", str(out)]) == 0
+    stats = json.loads(out.read_text())
+    psi = 4 * (32 * 128 + 128 + 128 * 32 + 32)
+    assert (stats["param_bytes"], stats["grad_bytes"], stats["optimizer_state_bytes"]) == \
+        (psi, psi // 8, 2 * psi // 8)
 
 
 TIED = """lamina.mesh @m [data = 8]

@@ -73,6 +73,7 @@ from typing import Any, TextIO
 
 import lamina
 import numpy as np
+from lamina.analysis.zero_bytes import step_bytes
 from lamina.backends.arrays import check_inputs
 from lamina.backends.compare import compare
 from lamina.backends.inputs import input_keys, random_inputs, read_inputs
@@ -342,6 +343,9 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
         for line in result.explain:   # the backend's own decisions (a kernel it did not compile)
             print(line, file=sys.stderr)
     stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
+    zero = step_bytes(func)   # a training step: its parameter, gradient and state bytes (ZeRO)
+    if zero is not None:
+        stats.update(zero.as_stats())
     out = Outcome(func, inputs, result, stats, [], False, [])
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
                for n, a, d in zip(out.names, result.outputs, out.dtypes, strict=True)]
