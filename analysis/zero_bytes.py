@@ -31,18 +31,13 @@ from dataclasses import dataclass, field
 
 from lamina.analysis.sizes import local_bytes
 from lamina.ir.buffers.memory import FreeOp
-from lamina.ir.buffers.updates import roles_of, updates_of
+from lamina.ir.buffers.updates import GRADIENT_ATTR, OPTIMIZER_STATE, roles_of, updates_of
 from lamina.ir.core.dtypes import ITEMSIZE, tensor_dtype, tensor_shape
 from lamina.ir.mesh.collectives import PlacementOp
 from lamina.ir.ops.lamina import CastOp
 from xdsl.dialects.builtin import TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import OpResult, SSAValue
-
-# derive-backward's mark on the op of each gradient (passes/derive_backward.py GRADIENT_ATTR;
-# analysis sits below passes, so the name is spelled here and a test keeps the two equal)
-GRADIENT_MARK = "lamina.gradient"
-STATE_ROLES = ("first_moment", "second_moment", "momentum_buffer")
 
 
 @dataclass(frozen=True)
@@ -75,7 +70,7 @@ def marked_sources(v: SSAValue) -> list[OpResult]:
         if u in seen or not isinstance(u, OpResult) or _shape(u) != shape:
             continue
         seen.add(u)
-        if GRADIENT_MARK in u.op.attributes:
+        if GRADIENT_ATTR in u.op.attributes:
             found.append(u)
             continue
         todo.extend(u.op.operands)
@@ -130,7 +125,7 @@ def step_bytes(func: FuncOp) -> StepBytes | None:
     params = [i for i, r in roles.items() if r.name == "parameter"]
     if not params:
         return None
-    state = [i for i, r in roles.items() if r.name in STATE_ROLES]
+    state = [i for i, r in roles.items() if r.name in OPTIMIZER_STATE]
     sources = gradient_sources(func)
     return StepBytes(sum(local_bytes(args[i], func) for i in params),
                      sum(_held(sources.get(i, [])) for i in params),

@@ -49,7 +49,7 @@ from typing import ClassVar
 from lamina.analysis.naming import Namer
 from lamina.ir.autodiff.vjp import NotDifferentiable, VjpCall
 from lamina.ir.buffers.memory import MoveOp
-from lamina.ir.buffers.updates import FROZEN, roles_of, set_roles
+from lamina.ir.buffers.updates import FROZEN, GRADIENT_ATTR, roles_of, set_roles
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.core.diagnostics import error_at, note_at
 from lamina.ir.core.shapes import info_of
@@ -72,7 +72,6 @@ from xdsl.ir import Operation, OpResult, SSAValue
 
 PASS = "derive-backward"
 SEED_ATTR = "lamina.loss_seed"   # on the constant 1 that seeds the backward (module docstring)
-GRADIENT_ATTR = "lamina.gradient"   # on the op of each gradient result (module docstring)
 
 
 @dataclass

@@ -62,7 +62,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.ir.buffers.updates import set_initial_value, set_roles, set_updates, updates_of
+from lamina.ir.buffers.updates import GRADIENT_ATTR, set_initial_value, set_roles, set_updates, updates_of
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.core.diagnostics import LaminaError, error_at
 from lamina.ir.core.dtypes import element_name, element_type, nbytes
@@ -70,7 +70,7 @@ from lamina.ir.core.shapes import info_of
 from lamina.ir.ops.fused import FusedOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Amp
-from lamina.passes.derive_backward import GRADIENT_ATTR, SEED_ATTR
+from lamina.passes.derive_backward import SEED_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import named_functions, returned_as
 from xdsl.context import Context

@@ -51,7 +51,7 @@ from typing import ClassVar
 from lamina.analysis.sizes import spec_local_bytes
 from lamina.analysis.zero_bytes import ParamTraffic, Traffic, marked_sources, step_bytes
 from lamina.ir.buffers.memory import MoveOp, with_tier
-from lamina.ir.buffers.updates import roles_of, updates_of
+from lamina.ir.buffers.updates import GRADIENT_ATTR, OPTIMIZER_STATE, roles_of, updates_of
 from lamina.ir.builder import Builder, retype
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
@@ -61,7 +61,6 @@ from lamina.ir.mesh.sharding import Spec
 from lamina.ir.ops.lamina import ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Fusion
-from lamina.passes.derive_backward import GRADIENT_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import info_type, mesh_type_like, returned_as
 from xdsl.context import Context
@@ -70,7 +69,6 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
 PASS = "shard-optimizer"
-STATE_ROLES = ("first_moment", "second_moment", "momentum_buffer")
 
 
 @dataclass
@@ -111,7 +109,7 @@ def _update_of(w: BlockArgument, roots: list[SSAValue], roles: dict[int, str],
             continue
         seen.add(v)
         if isinstance(v, BlockArgument):
-            if roles.get(v.index) in STATE_ROLES and v not in u.state:  # also at a second visit
+            if roles.get(v.index) in OPTIMIZER_STATE and v not in u.state:  # also at a second visit
                 u.state.append(v)
             continue
         op = v.owner

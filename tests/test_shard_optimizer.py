@@ -20,18 +20,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.analysis.comm_cost import sent_bytes
-from lamina.analysis.zero_bytes import GRADIENT_MARK, step_bytes
+from lamina.analysis.zero_bytes import step_bytes
 from lamina.backends.compare import compare
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.memory import MemoryChecker
 from lamina.backends.numpy.runner import run_function
 from lamina.backends.numpy.spmd import run_spmd
 from lamina.cli.run import main as run_main
+from lamina.ir.buffers.updates import GRADIENT_ATTR
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.mesh.collectives import AllGatherOp, AllReduceOp, PlacementOp, ReduceScatterOp
 from lamina.ir.mesh.placement import find_mesh, place_of, spec_of
 from lamina.ir.ops.opbase import tensor_info
-from lamina.passes.derive_backward import GRADIENT_ATTR
 from strategies import examples
 from test_training_spmd import SAMPLE, unplaced
 
@@ -332,12 +332,8 @@ def test_stage_1_and_2_differ_in_the_ir() -> None:
         lamina.apply(module, f"{STEP},{_zero(stage)},{PLACE}")
         ops = list(find_entry(module, "dp_forward_step").body.block.ops)
         after[stage] = [isinstance(ops[k + 1], ReduceScatterOp) for k, op in enumerate(ops)
-                        if GRADIENT_MARK in op.attributes]
+                        if GRADIENT_ATTR in op.attributes]
     assert after == {1: [False] * 4, 2: [True] * 4}
-
-
-def test_the_gradient_mark_is_derive_backwards() -> None:
-    assert GRADIENT_MARK == GRADIENT_ATTR
 
 
 ACCUM = "derive-backward{data=x},accumulate-gradients{micro-batches=2},append-optimizer{weight-decay=0.01}"

@@ -138,6 +138,9 @@ def verify_updates(func: FuncOp) -> None:
 # ---- gradients: which argument each gradient result differentiates -------------------------
 
 GRADIENTS_ATTR = "lamina.gradients"
+# derive-backward's mark on the op that makes each gradient result (so later passes and analyses
+# find a gradient where it is made, not only where the function returns it)
+GRADIENT_ATTR = "lamina.gradient"
 
 
 def gradients_problem(func: FuncOp) -> str | None:
@@ -193,14 +196,15 @@ class Role:
 
     name: str
     domain: Domain
+    optimizer_state: bool = False   # the optimizer's per-parameter state (ZeRO shards it)
 
 
 ROLES: dict[str, Role] = {r.name: r for r in (
     Role("parameter", Domain.REAL),            # a trained weight, replaced by its new value
-    Role("first_moment", Domain.REAL),         # Adam's running mean of the gradient (m)
-    Role("second_moment", Domain.NONNEGATIVE),  # ... of the squared gradient (v): sqrt is taken
+    Role("first_moment", Domain.REAL, optimizer_state=True),   # Adam's running mean of the gradient
+    Role("second_moment", Domain.NONNEGATIVE, optimizer_state=True),  # ... of its square: sqrt
     Role("step_count", Domain.COUNT),          # updates done before this call (state['step'])
-    Role("momentum_buffer", Domain.REAL),      # SGD's momentum buffer (torch's momentum_buffer)
+    Role("momentum_buffer", Domain.REAL, optimizer_state=True),  # SGD's (torch's momentum_buffer)
     Role("learning_rate", Domain.RATE),        # this step's learning rate, an input of the step
     # mixed-precision's dynamic loss scale and its count of clean steps since the scale last
     # changed (torch.amp.GradScaler's _scale and _growth_tracker), replaced by their next values
@@ -213,6 +217,7 @@ ROLES: dict[str, Role] = {r.name: r for r in (
     # (`lamina.ir.buffers`); nor "constant", which would say a pass may fold its value.
     Role(FROZEN, Domain.REAL),
 )}
+OPTIMIZER_STATE = tuple(r.name for r in ROLES.values() if r.optimizer_state)
 
 
 def _arg_dicts(func: FuncOp) -> list[DictionaryAttr]:
