@@ -19,6 +19,7 @@ other outputs (`lamina.cli.outputs`), so it is written whole or not at all.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
 from typing import Any, BinaryIO
@@ -102,9 +103,11 @@ def timeline_figure(tl: Timeline, title: str, times: str) -> Any:
     """The matplotlib figure of `tl` (see the module docstring); the caller closes it."""
     plt = pyplot(FLAG)
     n = max(1, tl.devices)
-    fig, ax = plt.subplots(figsize=(13, min(60.0, 1.6 + 0.6 * n)))
+    colors = legend_colors(tl.bars)
+    ncol = 1 if len(colors) <= 20 else 2
+    legend_rows = math.ceil((len(colors) + 1) / ncol)
+    fig, ax = plt.subplots(figsize=(13, min(60.0, max(1.6 + 0.6 * n, 1.4 + 0.17 * legend_rows))))
     try:
-        colors = legend_colors(tl.bars)
         spans: dict[tuple[int, str, Any], list[tuple[float, float]]] = defaultdict(list)
         for b in tl.bars:
             color = colors.get((b.kind, b.name), OTHER)
@@ -125,7 +128,7 @@ def timeline_figure(tl: Timeline, title: str, times: str) -> Any:
         ax.set_title(f"{title}\n{summary_line(tl)} ({times})")
         if colors or tl.bars:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small",
-                      borderaxespad=0, ncol=1 if len(colors) <= 20 else 2)
+                      borderaxespad=0, ncol=ncol)
         fig.tight_layout()
     except BaseException:
         plt.close(fig)
