@@ -58,11 +58,12 @@ A backend's flag given to another backend (`--devices` to numpy,
 which runs every device of the program's mesh, or `--threads` to jax) is refused, never ignored.
 
 `--timeline OUT.png|OUT.json` draws the step's timeline (`lamina.cli.timeline_plot`) with the
-times the backend measured where it can time kernels: on the NumPy backends each compute op's
+times the backend measured where it can time kernels: on the NumPy backend each compute op's
 wall time in the checked call (per device: the simulated devices run one after another, so the
 op's time over its devices), collectives and moves modeled; on the others every time is
-modeled. Costs are modeled on `--target`, else the pipeline's `target=`, else h100-node; the
-title says which times are which.
+modeled (the compiled backend's checked call is its warm-up, which compiles the kernels).
+Costs are modeled on `--target`, else the pipeline's `target=`, else h100-node; the title says
+which times are which.
 
 Every `--stats-json` field (name, unit, per device or total) is documented in one place: the
 README's "Run statistics" section.
@@ -332,6 +333,14 @@ def print_report(out: Outcome, values: bool, stream: TextIO) -> None:
 # ---- the run --------------------------------------------------------------------------------
 
 
+def times_kernels(backend: Backend) -> bool:
+    """Whether `backend` measures each op of a run (`NumpyOptions.kernel_times`) in a call of
+    its own inputs: not a backend whose checked call is its warm-up at compile time (the
+    compiled backend's, whose times would be its kernels' compilation)."""
+    takes = {f.name for f in fields(backend.Options)}
+    return "kernel_times" in takes and not getattr(backend, "warm", False)
+
+
 def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
               reference: ModuleOp | None) -> Outcome:
     """Run the entry function of `module` (after its pipeline) on `backend` as the flags say,
@@ -341,7 +350,7 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     check_supported(backend, func)
     target = load_target(args.target) if args.target else None
     options = run_options(args, backend, target)
-    if args.timeline and "kernel_times" in {f.name for f in fields(backend.Options)}:
+    if args.timeline and times_kernels(backend):
         options["kernel_times"] = True
     if args.inputs:
         loaded = read_inputs(args.inputs, func)
