@@ -80,11 +80,16 @@ def move_seconds(op: MoveOp, target: Target, func: FuncOp) -> float:
     return local_bytes(op.result, func) / target.transfer_bandwidth(src, op.tier)
 
 
+def roofline(flops: float, moved: float, target: Target) -> float:
+    """Seconds of a kernel of `flops` that reads and writes `moved` bytes in HBM, per device."""
+    return max(flops / target.flops, moved / _hbm_bandwidth(target))
+
+
 def op_seconds(op: Operation, target: Target, func: FuncOp) -> float:
     """Modeled seconds of `op` per device (see the module docstring)."""
     if isinstance(op, MoveOp):
         return move_seconds(op, target, func)
-    return max(local_flops(op, func) / target.flops, moved_bytes(op, func) / _hbm_bandwidth(target))
+    return roofline(local_flops(op, func), moved_bytes(op, func), target)
 
 
 @dataclass(frozen=True)
@@ -161,13 +166,14 @@ def step_costs(func: FuncOp, target: Target) -> list[KernelCost]:
     for i, op in enumerate(func.body.block.ops):
         if not runs_kernel(op):
             continue
-        sent = 0.0
+        flops, moved, sent = local_flops(op, func), moved_bytes(op, func), 0.0
         if isinstance(op, PlacementOp):
             kind = COLLECTIVE
             seconds, sent = collective_cost(op, target, func, mesh) if mesh is not None else (0.0, 0.0)
+        elif isinstance(op, MoveOp):
+            kind, seconds = MOVE, move_seconds(op, target, func)
         else:
-            kind = MOVE if isinstance(op, MoveOp) else COMPUTE
-            seconds = op_seconds(op, target, func)
-        out.append(KernelCost(op, i, kernel_name(op), kind, op_devices(op, mesh),
-                              local_flops(op, func), moved_bytes(op, func), sent, seconds))
+            kind, seconds = COMPUTE, roofline(flops, moved, target)
+        out.append(KernelCost(op, i, kernel_name(op), kind, op_devices(op, mesh), flops, moved,
+                              sent, seconds))
     return out

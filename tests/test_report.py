@@ -174,6 +174,7 @@ def test_png_names_at_most_the_longest_kernels_and_groups_the_rest() -> None:
     ([MLP, "--compare", "", "cse", "--report"], "does not go with --report"),
     ([MLP, "--cost-target", "tiny"], "--cost-target applies to --report, --compare and"),
     ([MLP, "--timeline", "t.json", "--split-input-file"], "does not go with --split-input-file"),
+    ([MLP, "--timeline", "-"], "--timeline and the IR (stdout) both write '-'"),
 ])
 def test_bad_cost_flags_are_one_diagnostic(argv: list[str], message: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:

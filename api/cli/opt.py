@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -62,7 +63,7 @@ from lamina.analysis.linalg.export import export_module
 from lamina.analysis.timeline import schedule
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
 from lamina.cli.entry import guarded
-from lamina.cli.outputs import StagedOutputs, check_destination
+from lamina.cli.outputs import StagedOutputs, check_destination, is_stdout
 from lamina.cli.report import bodies, compare_text, cost_target, report_text
 from lamina.cli.timeline_plot import timeline_format, write_timeline
 from lamina.ir.core.diagnostics import LaminaError, UsageError, format_diagnostic
@@ -204,6 +205,13 @@ def arg_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _same_file(a: str, b: str) -> bool:
+    def key(p: str) -> str:
+        return "-" if is_stdout(p) else os.path.realpath(p)
+
+    return key(a) == key(b)
+
+
 def check_cost_flags(args: argparse.Namespace) -> None:
     """Refuse, before any work, cost flags that cannot be honoured together."""
     def refuse(message: str) -> None:
@@ -223,6 +231,9 @@ def check_cost_flags(args: argparse.Namespace) -> None:
     if args.timeline is not None:
         if args.split_input_file:
             refuse("--timeline draws one module; it does not go with --split-input-file")
+        if _same_file(args.timeline, args.output_file or "-"):
+            refuse(f"--timeline and {'-o' if args.output_file else 'the IR (stdout)'} both "
+                   f"write '{args.timeline}'")
         check_destination(args.timeline)
         timeline_format(args.timeline)
 
