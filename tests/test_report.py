@@ -161,7 +161,7 @@ def test_png_names_at_most_the_longest_kernels_and_groups_the_rest() -> None:
         ax = fig.axes[0]
         labels = [x.get_text() for x in ax.get_legend().get_texts()]
         assert len(labels) == NAMED + 1 and labels[-1] == "other"
-        assert "bubble 0.0%" in ax.get_title()
+        assert "bubble 0%" in ax.get_title()
         assert [x.get_text() for x in ax.get_yticklabels()] == ["comm", "device 0"]
     finally:
         pyplot().close(fig)

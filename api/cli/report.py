@@ -134,7 +134,7 @@ def totals_lines(t: Totals) -> list[str]:
             f"{fmt_bytes(t.sent)}",
             f"peak per tier: {peaks}",
             f"kernel time: {_us(t.kernel_seconds)} us, modeled step: {_us(t.step_time)} us, "
-            f"bubble: {t.bubble_fraction * 100:.1f}%"]
+            f"bubble: {t.bubble_fraction * 100:.4g}%"]
 
 
 def report_text(module: ModuleOp, target: Target) -> str:

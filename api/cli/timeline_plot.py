@@ -45,8 +45,8 @@ def timeline_format(path: str) -> str:
 
 
 def summary_line(tl: Timeline) -> str:
-    """`step 12.3 us, bubble 25.0%`: what the title says under the caller's line."""
-    return f"step {tl.step_time * 1e6:.4g} us, bubble {tl.bubble_fraction * 100:.1f}%"
+    """`step 12.3 us, bubble 25%`: what the title says under the caller's line."""
+    return f"step {tl.step_time * 1e6:.4g} us, bubble {tl.bubble_fraction * 100:.4g}%"
 
 
 def chrome_trace(tl: Timeline, title: str, times: str) -> dict[str, Any]:

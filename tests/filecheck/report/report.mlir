@@ -22,7 +22,7 @@ func.func @mm(%x: tensor<8x16xf32, #lamina.place<@m, [[data], [model]]>>, %w: te
 // CHECK-NEXT: kernels: 3, collectives: 1, moves: 0
 // CHECK-NEXT: flops: 1536, bytes moved: 1.062 KiB, bytes sent: 192 B
 // CHECK-NEXT: peak per tier: sram 0 B, hbm 704 B, host 0 B, nvme 0 B
-// CHECK-NEXT: kernel time: 18 us, modeled step: 18 us, bubble: 100.0%
+// CHECK-NEXT: kernel time: 18 us, modeled step: 18 us, bubble: 100%
 
 // CMP:      // compare on cost target 'h100-node' (numbers per device)
 // CMP-LABEL: @mm
