@@ -58,7 +58,7 @@ FLAGS = {"-h", "--help", "-v", "--version", "-p", "--passes", "-o", "--output-fi
          "--target", "--split-input-file", "--verify-diagnostics", "--parsing-diagnostics",
          "--print-op-generic", "--print-debuginfo", "--explain", "--time-passes", "--mlir-timing",
          "--print-between-passes", "--mlir-print-ir-after-all", "--disable-verify",
-         "--verify-each", "--list-passes"}
+         "--verify-each", "--list-passes", "--report", "--compare", "--timeline", "--cost-target"}
 
 
 def test_help_lists_exactly_the_supported_flags(tmp_path: Path) -> None:

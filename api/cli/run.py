@@ -3,7 +3,8 @@
     lamina-run FILE [-p PIPELINE] [--entry NAME] [--backend NAME] [--inputs IN.npz ...] [--seed N]
                [--write-inputs IN.npz] [--outputs OUT.npz] [--check [--allow-nonfinite]]
                [--stats-json PATH]
-               [--print-outputs] [--target NAME|FILE.toml] [--memory-plot OUT.png] [--threads N]
+               [--print-outputs] [--target NAME|FILE.toml] [--memory-plot OUT.png]
+               [--timeline OUT.png|OUT.json] [--threads N]
                [--devices N] [--repeats N] [--coordinator HOST:PORT --num-processes N
                --process-id I] [--iree-target llvm-cpu|cuda]
 
@@ -56,6 +57,14 @@ IREE for `--iree-target` (llvm-cpu, the host CPU, by default; cuda where IREE fi
 A backend's flag given to another backend (`--devices` to numpy,
 which runs every device of the program's mesh, or `--threads` to jax) is refused, never ignored.
 
+`--timeline OUT.png|OUT.json` draws the step's timeline (`lamina.cli.timeline_plot`) with the
+times the backend measured where it can time kernels: on the NumPy backend each compute op's
+wall time in the checked call (per device: the simulated devices run one after another, so the
+op's time over its devices), collectives and moves modeled; on the others every time is
+modeled (the compiled backend's checked call is its warm-up, which compiles the kernels).
+Costs are modeled on `--target`, else the pipeline's `target=`, else h100-node; the title says
+which times are which.
+
 Every `--stats-json` field (name, unit, per device or total) is documented in one place: the
 README's "Run statistics" section.
 """
@@ -73,6 +82,8 @@ from typing import Any, TextIO
 
 import lamina
 import numpy as np
+from lamina.analysis.step_cost import COMPUTE, step_costs
+from lamina.analysis.timeline import schedule
 from lamina.analysis.zero_bytes import step_bytes
 from lamina.backends.arrays import check_inputs
 from lamina.backends.compare import compare
@@ -89,6 +100,8 @@ from lamina.backends.registry import backend_names, get_backend
 from lamina.cli.entry import guarded
 from lamina.cli.memory_plot import plot_format, plot_memory
 from lamina.cli.outputs import StagedOutputs, check_destination, is_stdout
+from lamina.cli.report import cost_target
+from lamina.cli.timeline_plot import timeline_format, write_timeline
 from lamina.ir.core.diagnostics import LaminaError, UsageError, format_diagnostic
 from lamina.ir.core.dtypes import tensor_dtype
 from lamina.ir.mesh.target import Target, load_target
@@ -138,6 +151,9 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-plot", default=None, metavar="OUT.png",
                    help="draw bytes per tier per device over program points (needs matplotlib; "
                         "the format follows the extension)")
+    p.add_argument("--timeline", default=None, metavar="OUT.png|OUT.json",
+                   help="draw the step's timeline, measured per kernel where the backend can "
+                        "time kernels (a Chrome trace for .json, else an image)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads for fused kernels' tile loops (default: LAMINA_FUSED_THREADS, "
                         "else one per core); results do not depend on it")
@@ -163,7 +179,7 @@ def arg_parser() -> argparse.ArgumentParser:
 # ---- the command line, checked before any work ----------------------------------------------
 
 # flags whose value is a file the run writes, in the order they are listed in messages
-_DESTINATIONS = ("outputs", "write_inputs", "stats_json", "memory_plot")
+_DESTINATIONS = ("outputs", "write_inputs", "stats_json", "memory_plot", "timeline")
 
 
 def _flag(dest: str) -> str:
@@ -210,6 +226,8 @@ def check_args(args: argparse.Namespace) -> None:
         check_destination(path)
     if args.memory_plot is not None:
         plot_format(args.memory_plot)
+    if args.timeline is not None:
+        timeline_format(args.timeline)
 
 
 # the backends each backend-specific flag applies to: the backends whose options type has the
@@ -290,6 +308,7 @@ class Outcome:
     check_lines: list[str]
     failed: bool
     nonfinite: list[str]   # outputs that agree only by NaN or inf on both sides, when refused
+    kernel_seconds: dict[int, float] | None = None   # measured per op index (--timeline)
 
     @property
     def names(self) -> list[str]:
@@ -315,6 +334,14 @@ def print_report(out: Outcome, values: bool, stream: TextIO) -> None:
 # ---- the run --------------------------------------------------------------------------------
 
 
+def times_kernels(backend: Backend) -> bool:
+    """Whether `backend` measures each op of a run (`NumpyOptions.kernel_times`) in a call of
+    its own inputs: not a backend whose checked call is its warm-up at compile time (the
+    compiled backend's, whose times would be its kernels' compilation)."""
+    takes = {f.name for f in fields(backend.Options)}
+    return "kernel_times" in takes and not getattr(backend, "warm", False)
+
+
 def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
               reference: ModuleOp | None) -> Outcome:
     """Run the entry function of `module` (after its pipeline) on `backend` as the flags say,
@@ -324,6 +351,8 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     check_supported(backend, func)
     target = load_target(args.target) if args.target else None
     options = run_options(args, backend, target)
+    if args.timeline and times_kernels(backend):
+        options["kernel_times"] = True
     if args.inputs:
         loaded = read_inputs(args.inputs, func)
         # converted (and a value out of its type's range refused) before any note, so a note
@@ -342,11 +371,12 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     if args.explain:
         for line in result.explain:   # the backend's own decisions (a kernel it did not compile)
             print(line, file=sys.stderr)
+    measured = result.stats.pop("kernel_seconds", None)
     stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
     zero = step_bytes(func)   # a training step: its parameter, gradient and state bytes (ZeRO)
     if zero is not None:
         stats.update(zero.as_stats())
-    out = Outcome(func, inputs, result, stats, [], False, [])
+    out = Outcome(func, inputs, result, stats, [], False, [], measured)
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
                for n, a, d in zip(out.names, result.outputs, out.dtypes, strict=True)]
     if reference is not None:
@@ -373,12 +403,33 @@ def stage_files(staged: StagedOutputs, args: argparse.Namespace, out: Outcome) -
         fmt = plot_format(args.memory_plot)
         title = f"@{out.func.sym_name.data} on target '{args.target or 'none'}'"
         staged.add(args.memory_plot, lambda f: plot_memory(trace, f, fmt, title))
+    if args.timeline:
+        stage_timeline(staged, args, out)
     if args.write_inputs:
         staged.add_npz(args.write_inputs, dict(zip(input_keys(out.func), out.inputs, strict=True)))
     if args.stats_json:
         staged.add_text(args.stats_json, json.dumps(out.stats, indent=2) + "\n")
     if args.outputs and not out.failed:
         staged.add_npz(args.outputs, dict(zip(out.names, out.result.outputs, strict=True)))
+
+
+def stage_timeline(staged: StagedOutputs, args: argparse.Namespace, out: Outcome) -> None:
+    """`--timeline`: compute ops at their measured time per device where the backend timed them
+    (its time over the devices it ran on, simulated one after another), the rest modeled."""
+    target = cost_target(args.target, [args.passes])
+    modeled = f"modeled on '{target.name}'"
+    seconds: dict[int, float] | None = None
+    if out.kernel_seconds is not None:
+        seconds = {k.index: out.kernel_seconds[k.index] / len(k.devices)
+                   for k in step_costs(out.func, target)
+                   if k.kind == COMPUTE and k.index in out.kernel_seconds}
+        times = f"compute measured on --backend {args.backend}, collectives and moves {modeled}"
+    else:
+        times = f"{modeled}: --backend {args.backend} does not time kernels"
+    tl = schedule(out.func, target, seconds)
+    fmt = timeline_format(args.timeline)
+    title = f"@{out.func.sym_name.data} after -p '{args.passes}'"
+    staged.add(args.timeline, lambda f: write_timeline(tl, f, fmt, title, times))
 
 
 def run(argv: Sequence[str] | None = None) -> int:
