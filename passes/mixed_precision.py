@@ -9,8 +9,9 @@ backward, whose ops change type; the optimizer update, which must stay f32 (mast
 moments: a bf16 weight loses an update smaller than 2^-8 of it); and, with dynamic loss scaling, the
 decision to skip that update, which needs both the gradients and the updated state. The
 step's *training ops* are the ops the loss and the gradients depend on (derive-backward marks
-each gradient's op `lamina.gradient`, `passes/derive_backward.py`); every other op before the
-return is the optimizer's and is left in f32.
+each gradient's op `lamina.gradient`, `passes/derive_backward.py`; after accumulate-gradients,
+each micro-batch's gradients, not their marked f32 sum); every other op before the return is the
+optimizer's and is left in f32.
 
 Each training op computes in the type its row's `amp` class names (`lamina.ir.ops.optable.Amp`,
 AMP's op lists as a per-row fact): `low` (matmul, elementwise math) in `compute`, `f32` (reductions,
@@ -112,11 +113,26 @@ def _set_dtype(v: SSAValue, dtype: str) -> None:
     v._type = TensorType(element_type(dtype), old.get_shape(), old.encoding)  # noqa: SLF001
 
 
+def _first_gradients(ops: Sequence[Operation]) -> list[SSAValue]:
+    """The marked gradients computed from no other marked gradient: derive-backward's, or each
+    micro-batch's where accumulate-gradients also marks their f32 sum (left to the optimizer's
+    side, so the accumulation stays f32)."""
+    downstream: set[SSAValue] = set()
+    grads: list[SSAValue] = []
+    for op in ops:
+        after = any(o in downstream for o in op.operands)
+        if GRADIENT_ATTR in op.attributes and not after:
+            grads.append(op.results[0])
+        if after or GRADIENT_ATTR in op.attributes:
+            downstream.update(op.results)
+    return grads
+
+
 def _training_ops(func: FuncOp, ret: ReturnOp, loss: SSAValue) -> tuple[list[Operation],
                                                                         list[SSAValue]]:
     """The ops the loss and the gradients depend on, in program order, and the gradients."""
     ops = list(func.body.block.ops)[:-1]
-    grads: list[SSAValue] = [op.results[0] for op in ops if GRADIENT_ATTR in op.attributes]
+    grads = _first_gradients(ops)
     if not grads:
         raise error_at(func, f"{PASS}: @{func.sym_name.data} has no op marked {GRADIENT_ATTR} "
                        "(derive-backward marks each gradient; derive the step with it)")
