@@ -22,6 +22,8 @@ run: finite losses that fall as the plain ones do, within bf16's tolerance.
 
 from __future__ import annotations
 
+from typing import Any
+
 import lamina
 import numpy as np
 from hypothesis import given, settings
@@ -133,7 +135,7 @@ def test_composed_step_equals_the_plain_step(mlp: Mlp, n: int, k: int, dtype: st
         assert _reductions(step) == _reductions(once) >= 1
 
 
-def _losses(**options: object) -> list[float]:
+def _losses(**options: Any) -> list[float]:
     rng = np.random.default_rng(0)
     data = {"x": rng.standard_normal((3, 16, 8), dtype=np.float32),
             "y": rng.standard_normal((3, 16, 4), dtype=np.float32)}
