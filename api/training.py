@@ -75,6 +75,12 @@ runs between derive-backward and append-optimizer, so each step's batch is K mic
 reduction when data parallel); the loss must be a mean over the batch, and the batch must
 divide by K (per device with a mesh). The curve is the full batch's up to summation order.
 
+Mixed precision and ZeRO (`mixed_precision="bf16"|"f16"`, `zero=1|2|3`; `lamina-train
+--mixed-precision`, `--zero`): mixed-precision (f16 with dynamic loss scaling, whose scale and
+counter are state like the moments) and then shard-optimizer over the mesh axis run right after
+append-optimizer, before the step is placed, the order those passes require; ZeRO needs a placed
+step (`mesh`, or a placed forward).
+
 Checkpoints (`save_checkpoint`, `Trainer.resume`): every updated argument by name (and every
 frozen one, unchanged, so a resume needs no `init`), plus the step,
 the data position (step mod N; with a token stream, the windows drawn so far, which is the
@@ -109,6 +115,7 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine")
 # a loss curve whose positive values span more than this factor is drawn on a log y axis
 LOG_SCALE_SPAN = 20.0
+LOW_TYPES = ("bf16", "f16")   # mixed-precision's compute types (`lamina.passes.mixed_precision`)
 STATE_ROLES = ("parameter", "first_moment", "second_moment", "momentum_buffer", "step_count",
                "loss_scale", "good_steps")
 FROZEN = "frozen"   # `lamina.ir.buffers.updates.FROZEN`: read, never trained (imported lazily)
@@ -140,6 +147,8 @@ class Hyper:
     warmup: int = 0
     grad_clip: float = 0.0
     accumulate: int = 1   # micro-batches per step (accumulate-gradients; 1: the whole batch)
+    mixed_precision: str = ""   # bf16 / f16: the mixed-precision pass's compute type ("": off)
+    zero: int = 0   # the shard-optimizer (ZeRO) stage, 1-3 (0: off)
 
     def check(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -156,14 +165,21 @@ class Hyper:
         if isinstance(self.accumulate, bool) or not isinstance(self.accumulate, int) or \
                 self.accumulate < 1:
             raise LaminaError(f"accumulate must be an integer >= 1, got {self.accumulate!r}")
+        if self.mixed_precision not in ("", *LOW_TYPES):
+            raise LaminaError(f"mixed_precision must be {' or '.join(LOW_TYPES)}, got "
+                              f"{self.mixed_precision!r}")
+        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
+            raise LaminaError(f"zero must be a ZeRO stage 1, 2 or 3 (0: off), got {self.zero!r}")
         for name in ("lr", "weight_decay", "beta1", "beta2", "eps", "momentum", "grad_clip"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise LaminaError(f"{name} must be a finite number >= 0, got {value}")
 
-    def pipeline(self, entry: str, data: list[str]) -> str:
+    def pipeline(self, entry: str, data: list[str], axis: str = "data") -> str:
         """derive-backward and append-optimizer for `entry`, the learning rate an input; with
-        `accumulate` K > 1, accumulate-gradients between them (K micro-batches, one update)."""
+        `accumulate` K > 1, accumulate-gradients between them (K micro-batches, one update);
+        then mixed-precision (f16 with dynamic loss scaling, which its range needs) and
+        shard-optimizer over mesh axis `axis`, in that order, before the step is placed."""
         opt = [f"func={entry}_grad", f"kind={self.optimizer}", "lr-input=true",
                f"weight-decay={self.weight_decay!r}"]
         if self.optimizer == "adamw":
@@ -174,8 +190,14 @@ class Hyper:
             opt.append(f"grad-clip={self.grad_clip!r}")
         accumulate = f"accumulate-gradients{{func={entry}_grad micro-batches={self.accumulate} " \
             f"data={','.join(data)}}}," if self.accumulate > 1 else ""
+        after = ""
+        if self.mixed_precision:
+            scale = " loss-scale=dynamic" if self.mixed_precision == "f16" else ""
+            after += f",mixed-precision{{func={entry}_step compute={self.mixed_precision}{scale}}}"
+        if self.zero:
+            after += f",shard-optimizer{{func={entry}_step stage={self.zero} axis={axis}}}"
         return f"derive-backward{{func={entry} data={','.join(data)}}},{accumulate}" \
-               f"append-optimizer{{{' '.join(opt)}}}"
+               f"append-optimizer{{{' '.join(opt)}}}{after}"
 
 
 def parse_mesh(text: str, where: str = "mesh") -> tuple[str, int]:
@@ -458,7 +480,8 @@ class Trainer:
                  eval_every: int = 0, eval_name: str = "eval data", mesh: str | None = None,
                  **options: Any) -> None:
         """`options`: the `Hyper` fields (optimizer, lr, weight_decay, beta1, beta2, eps,
-        momentum, lr_schedule, warmup, grad_clip, accumulate), then the backend's
+        momentum, lr_schedule, warmup, grad_clip, accumulate, mixed_precision, zero), then the
+        backend's
         (`lamina.compile`).
         `steps` is the run's length, which the cosine schedule decays over (default: the
         `steps` of the first `run`). `data` (batches) or `tokens` (a stream, with `seq`,
@@ -547,6 +570,7 @@ class Trainer:
         if eval_every and not self._eval:
             raise LaminaError(f"eval_every={eval_every} needs eval_data or eval_tokens")
         data_args = [n for n in names if n in self.data_names]
+        axis = "data"
         if mesh is not None:
             axis, size = parse_mesh(mesh)
             if (already := placed_mesh(forward)) is not None:
@@ -558,7 +582,11 @@ class Trainer:
                                   "could be split")
             lamina.apply(own, f"place-batch{{func={self.entry} data={','.join(data_args)} "
                          f"axis={axis} size={size}}}")
-        lamina.apply(own, self.hyper.pipeline(self.entry, data_args))
+        if self.hyper.zero and mesh is None and placed_mesh(forward) is None:
+            raise LaminaError(f"zero={self.hyper.zero} shards the optimizer over a mesh axis; "
+                              f"@{self.entry} is not placed: give a mesh (lamina-train --mesh "
+                              "data=N)")
+        lamina.apply(own, self.hyper.pipeline(self.entry, data_args, axis))
         if placed_mesh(find_entry(own, f"{self.entry}_step")) is not None:
             lamina.apply(own, placement_pipeline(backend_options.get("target")))
         if pipeline:

@@ -13,7 +13,11 @@ micro-batches in f32, or in their own type when it is wider (f64): a bf16/f16 gr
 up before the sum and back after it. A loss that is a mean over the batch has its sums scaled by
 1/K, a sum keeps them; then the full-batch step's loss and gradients are the accumulated ones up
 to summation order (the micro-batches are equal, so a mean of means is the mean).
-`append-optimizer` then makes one update from them. Which one: `loss=auto` (the default) reads
+`append-optimizer` then makes one update from them. Each micro-batch's gradients keep
+derive-backward's `lamina.gradient` mark, and the accumulated gradient gets it too: it is where
+the gradient enters the update for shard-optimizer (whose split placement, met there, makes one
+reduce_scatter per step, not one per micro-batch), and mixed-precision computes only what the
+first marks depend on in its low type, so the sums stay f32. Which one: `loss=auto` (the default) reads
 it off the ops that reduce the batch (reduce_mean: a mean; reduce_sum, a matmul contracting the
 batch: a sum; a sum divided by a sum: a mean, cross-entropy's losses over their count, exact when
 every micro-batch counts the same rows), and what follows them must be linear (scaling, adding
@@ -47,9 +51,13 @@ insert-collectives reduces it once per step, as many collectives as the full-bat
 step (as a loop calling the full step's backward per micro-batch would): the contrast, for
 measuring what reducing once saves.
 
-Order: after derive-backward, before append-optimizer (a step with `lamina.updates` is refused,
-naming the order), fuse-elementwise, insert-collectives and the tier passes (a fused kernel, a
-collective, a tier move or a `lamina.free` in the function is refused). Refusals, each one
+Order (ORDER below): after derive-backward, before append-optimizer (a step with
+`lamina.updates` is refused, naming the order), propagate-sharding (a pending sum placed),
+fuse-elementwise, insert-collectives and the tier passes (a fused kernel, a collective, a tier
+move or a `lamina.free` in the function is refused), and once: a function whose data argument is
+already read as micro-batches (two or more slices of parts of its batch, as this pass takes them)
+is refused, since running it twice would only split each micro-batch again (give the product as
+micro-batches=). Refusals, each one
 located diagnostic: K < 1, `axis` beyond a data argument's rank, K not dividing a data
 argument's batch (per device, on a placed one), a loss of more than one element, a function
 without `lamina.gradients`, the loss forms above. With `--explain`: each data argument's
@@ -64,7 +72,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lamina.ir.buffers.updates import FROZEN, GRADIENTS_ATTR, UPDATES_ATTR, roles_of
+from lamina.ir.buffers.updates import FROZEN, GRADIENT_ATTR, GRADIENTS_ATTR, UPDATES_ATTR, roles_of
 from lamina.ir.builder import Builder, Operand
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.dtypes import tensor_type
@@ -92,6 +100,7 @@ from lamina.passes.derive_backward import DeriveBackward, derive
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
     arg_names,
+    check_unplanned,
     finish,
     gradient_args,
     named_functions,
@@ -100,11 +109,13 @@ from lamina.passes.train_common import (
     returned_as,
 )
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, UnitAttr
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, SSAValue
+from xdsl.ir import Attribute, Block, OpResult, SSAValue
 
 PASS = "accumulate-gradients"
+ORDER = ("after derive-backward, before append-optimizer, propagate-sharding, insert-collectives, "
+         "fuse-elementwise and annotate-lifetimes")
 AUTO, MEAN = "auto", "mean"   # the loss option: infer, or say, how the loss reduces the batch
 WIDE = {"f32", "f64"}   # accumulated in their own type; any narrower float is summed in f32
 
@@ -131,6 +142,7 @@ def _check_function(func: FuncOp) -> ReturnOp:
     if gradient_args(func) is None:
         raise error_at(func, f"{PASS}: @{name} has no {GRADIENTS_ATTR}: run derive-backward "
                        f"first; {PASS} splits a gradient function's step")
+    check_unplanned(func, PASS, ORDER)
     for op in func.body.block.ops:
         if isinstance(op, FusedOp):
             raise error_at(op, f"{PASS} runs before fuse-elementwise: @{name} holds a "
@@ -182,6 +194,7 @@ def _data(func: FuncOp, p: AccumulateGradients) -> list[_Data]:
         if p.axis >= len(shape):
             raise error_at(func, f"{PASS}: axis={p.axis}, but data argument %{names[i]} is "
                            f"{info_of(args[i])}, of rank {len(shape)}")
+        _check_not_micro_batched(func, i, p.axis)
         n = _devices(func, args[i].type, p.axis)
         local = shape[p.axis] // n
         if local % p.micro_batches:
@@ -191,6 +204,29 @@ def _data(func: FuncOp, p: AccumulateGradients) -> list[_Data]:
                            f"{local} rows{where})")
         out.append(_Data(i, shape, n))
     return out
+
+
+def _partial_slices(v: SSAValue, axis: int) -> int:
+    """How many slices of part of dimension `axis` read `v`, directly or through one reshape
+    (how `_select` takes micro-batches of an unsplit or a split batch)."""
+    count = 0
+    for use in v.uses:
+        op = use.operation
+        if isinstance(op, ReshapeOp):
+            count += sum(_partial_slices(r, axis + 1) for r in op.results)
+        elif isinstance(op, SliceOp) and \
+                info_of(op.results[0]).shape[axis] < info_of(v).shape[axis]:
+            count += 1
+    return count
+
+
+def _check_not_micro_batched(func: FuncOp, index: int, axis: int) -> None:
+    """Refuse a data argument read as micro-batches already (module docstring, Order)."""
+    arg = func.body.block.args[index]
+    if (n := _partial_slices(arg, axis)) > 1:
+        raise error_at(func, f"{PASS}: @{func.sym_name.data} already reads %{arg_names(func)[index]} "
+                       f"as micro-batches ({n} slices of parts of dimension {axis}): {PASS} ran "
+                       "already; run it once, with micro-batches= the product of the counts")
 
 
 # ---- the forward at the micro-batch shape -------------------------------------------------
@@ -550,6 +586,9 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     for v, was in zip(results, old, strict=True):   # the step's results keep their names
         if v not in block.args and was.name_hint:
             v.name_hint = was.name_hint
+    for v in results[1:]:   # the accumulated gradient is the step's gradient (module docstring)
+        if isinstance(v, OpResult):
+            v.op.attributes[GRADIENT_ATTR] = UnitAttr()
     for op in reversed(ops):
         op.detach()
         op.erase()
@@ -606,8 +645,12 @@ class AccumulateGradients(LaminaPass):
             chosen = [f for f in funcs if GRADIENTS_ATTR in f.attributes]
             if not chosen:
                 steps = [f for f in funcs if UPDATES_ATTR in f.attributes]
-                raise error_at(steps[0] if steps else None,
-                               f"{PASS}: no gradient function (lamina.gradients) in the module: "
-                               "run derive-backward first, and this pass before append-optimizer")
+                if steps:
+                    raise error_at(steps[0], f"{PASS}: @{steps[0].sym_name.data} is a training "
+                                   "step already (append-optimizer ran) and the module has no "
+                                   f"gradient function left; run {PASS} {ORDER}")
+                raise error_at(None, f"{PASS}: no gradient function (lamina.gradients) in the "
+                               "module: run derive-backward first, and this pass before "
+                               "append-optimizer")
         for f in chosen:
             accumulate(f, self, log)

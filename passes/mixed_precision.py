@@ -9,8 +9,9 @@ backward, whose ops change type; the optimizer update, which must stay f32 (mast
 moments: a bf16 weight loses an update smaller than 2^-8 of it); and, with dynamic loss scaling, the
 decision to skip that update, which needs both the gradients and the updated state. The
 step's *training ops* are the ops the loss and the gradients depend on (derive-backward marks
-each gradient's op `lamina.gradient`, `passes/derive_backward.py`); every other op before the
-return is the optimizer's and is left in f32.
+each gradient's op `lamina.gradient`, `passes/derive_backward.py`; after accumulate-gradients,
+each micro-batch's gradients, not their marked f32 sum); every other op before the return is the
+optimizer's and is left in f32.
 
 Each training op computes in the type its row's `amp` class names (`lamina.ir.ops.optable.Amp`,
 AMP's op lists as a per-row fact): `low` (matmul, elementwise math) in `compute`, `f32` (reductions,
@@ -44,12 +45,18 @@ holds an inf or a NaN). Every updated argument (parameters, moments, step count)
 
 The counter is an f32, exact up to 2^24 (interval is limited to that).
 
-Refusals (one located error each): no training step in the module (run derive-backward and
-append-optimizer first), a step without the gradient marks (its backward was written by hand or
-rebuilt by a pass that dropped them), a step that already computes in f16 / bf16 (the pass ran
-twice) or in f64, a non-table op among the training ops (fused kernels, collectives: run this
-before fuse-elementwise and insert-collectives), and a loss scale on a step whose backward is
-seeded by a cotangent argument rather than the constant 1.
+Order: after derive-backward and append-optimizer (and accumulate-gradients, which runs between
+them), before shard-optimizer, propagate-sharding, insert-collectives, fuse-elementwise and
+annotate-lifetimes: those place, fuse and plan the ops and types this pass makes. Each wrong order
+is one located error naming the order (ORDER below): no training step in the module (at the
+gradient function when there is one), shard-optimizer's reshards of a parameter or a gradient,
+a pending sum placed (propagate-sharding ran), a `lamina.free` (annotate-lifetimes ran), a fused
+kernel, a collective. Other refusals: a step without the gradient marks (its backward was written
+by hand or rebuilt by a pass that dropped them), a step that already computes in f16 / bf16 (the
+pass ran twice) or in f64, a non-table op among the training ops, and a loss scale on a step whose
+backward is seeded by a cotangent argument rather than the constant 1. Every training op computes
+as its own row says, a derived backward op included: layernorm's VJP is reductions (f32) and
+elementwise math (`compute`), not layernorm's class.
 
 With `--explain`: how many ops compute in each type, the casts inserted, the bytes of the
 training values (f32 against mixed, the activations a step holds), and the loss-scale rule.
@@ -62,23 +69,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lamina.ir.buffers.updates import GRADIENT_ATTR, set_initial_value, set_roles, set_updates, updates_of
+from lamina.ir.buffers.updates import (
+    GRADIENT_ATTR,
+    GRADIENTS_ATTR,
+    roles_of,
+    set_initial_value,
+    set_roles,
+    set_updates,
+    updates_of,
+)
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.core.diagnostics import LaminaError, error_at
 from lamina.ir.core.dtypes import element_name, element_type, nbytes
 from lamina.ir.core.shapes import info_of
+from lamina.ir.mesh.collectives import ReshardOp
 from lamina.ir.ops.fused import FusedOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Amp
 from lamina.passes.derive_backward import SEED_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
-from lamina.passes.train_common import named_functions, returned_as
+from lamina.passes.train_common import check_unplanned, named_functions, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 PASS = "mixed-precision"
+ORDER = ("after append-optimizer, before shard-optimizer, propagate-sharding, insert-collectives, "
+         "fuse-elementwise and annotate-lifetimes")
 LOW_TYPES = ("bf16", "f16")
 MAX_INTERVAL = 1 << 24   # the f32 counter counts exactly up to here
 
@@ -96,16 +114,26 @@ def _set_dtype(v: SSAValue, dtype: str) -> None:
     v._type = TensorType(element_type(dtype), old.get_shape(), old.encoding)  # noqa: SLF001
 
 
+def _first_gradients(ops: Sequence[Operation]) -> list[SSAValue]:
+    """The marked gradients computed from no other marked gradient: derive-backward's, or each
+    micro-batch's where accumulate-gradients also marks their f32 sum (left to the optimizer's
+    side, so the accumulation stays f32)."""
+    downstream: set[SSAValue] = set()
+    grads: list[SSAValue] = []
+    for op in ops:
+        after = any(o in downstream for o in op.operands)
+        if GRADIENT_ATTR in op.attributes and not after:
+            grads.append(op.results[0])
+        if after or GRADIENT_ATTR in op.attributes:
+            downstream.update(op.results)
+    return grads
+
+
 def _training_ops(func: FuncOp, ret: ReturnOp, loss: SSAValue) -> tuple[list[Operation],
                                                                         list[SSAValue]]:
     """The ops the loss and the gradients depend on, in program order, and the gradients."""
     ops = list(func.body.block.ops)[:-1]
-    for op in ops:
-        if isinstance(op, FusedOp):
-            raise error_at(op, f"{PASS} runs before fuse-elementwise: @{func.sym_name.data} "
-                           "holds a lamina.fused kernel (fuse the mixed step, which also fuses "
-                           "its casts)")
-    grads: list[SSAValue] = [op.results[0] for op in ops if GRADIENT_ATTR in op.attributes]
+    grads = _first_gradients(ops)
     if not grads:
         raise error_at(func, f"{PASS}: @{func.sym_name.data} has no op marked {GRADIENT_ATTR} "
                        "(derive-backward marks each gradient; derive the step with it)")
@@ -119,11 +147,28 @@ def _training_ops(func: FuncOp, ret: ReturnOp, loss: SSAValue) -> tuple[list[Ope
     return kept, grads
 
 
+def _check_order(func: FuncOp) -> None:
+    """Refuse a step a later pass already rewrote (module docstring, Order)."""
+    check_unplanned(func, PASS, ORDER)
+    args = func.body.block.args
+    params = {args[i] for i, r in roles_of(func).items() if r.name == "parameter"}
+    for op in func.walk():
+        src = op.operands[0] if isinstance(op, ReshardOp) else None
+        if src is not None and (src in params or (isinstance(src.owner, Operation)
+                                                  and GRADIENT_ATTR in src.owner.attributes)):
+            what = f"%{src.name_hint}" if src.name_hint else "a parameter or a gradient"
+            raise error_at(op, f"{PASS}: @{func.sym_name.data} reshards {what} (shard-optimizer "
+                           f"ran already); run {PASS} {ORDER}")
+        if isinstance(op, FusedOp):
+            raise error_at(op, f"{PASS} runs before fuse-elementwise: @{func.sym_name.data} "
+                           "holds a lamina.fused kernel (fuse the mixed step, which also fuses "
+                           "its casts)")
+
+
 def _check(func: FuncOp, ops: Sequence[Operation]) -> None:
     for op in ops:
         if not isinstance(op, LaminaOp):
-            raise error_at(op, f"{PASS}: {op.name} is not an op-table op; run {PASS} before "
-                           "fuse-elementwise and insert-collectives")
+            raise error_at(op, f"{PASS}: {op.name} is not an op-table op; run {PASS} {ORDER}")
         for v in (*op.operands, *op.results):
             d = _dtype(v)
             if d in (*LOW_TYPES, "f64"):
@@ -195,6 +240,7 @@ class _Step:
         self.loss = ret.operands[loose[-1]]
 
     def run(self, log: ExplainLog | None) -> None:
+        _check_order(self.func)
         ops, grads = _training_ops(self.func, self.ret, self.loss)
         _check(self.func, ops)
         before = sum(nbytes(r.type) for op in ops for r in op.results)
@@ -327,8 +373,11 @@ def _steps(module: ModuleOp, name: str) -> list[FuncOp]:
         return named_functions(funcs, name, PASS)
     chosen = [f for f in funcs if updates_of(f)]
     if not chosen:
-        raise error_at(None, f"{PASS}: the module has no training step (a function with "
-                       "lamina.updates: run derive-backward and append-optimizer first)")
+        grads = [f for f in funcs if GRADIENTS_ATTR in f.attributes]
+        raise error_at(grads[0] if grads else module,
+                       f"{PASS}: the module has no training step (a function with "
+                       f"lamina.updates): run derive-backward and append-optimizer first; {PASS} "
+                       f"runs {ORDER}")
     return chosen
 
 

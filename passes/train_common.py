@@ -6,6 +6,10 @@
   it differentiates) and records which: the function attribute `lamina.gradients` holds the
   argument index of each gradient result, in result order (results 1, 2, ...). append-optimizer
   reads it, so the two passes also compose across separate `lamina-opt` runs.
+- Order: accumulate-gradients and mixed-precision rewrite the step's ops and types, so they run
+  before the passes that plan them: `check_unplanned` refuses a function propagate-sharding
+  (a pending sum placed on a result) or annotate-lifetimes (a `lamina.free`) already rewrote,
+  naming the pass and where it belongs.
 - A result that must be placed like a function argument (a parameter's gradient, its update) is
   given that mesh placement, without tier or pending sum, on its own value (`returned_as`), so
   `propagate-sharding` treats it as a written placement: the pending sum over the data axis of a
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lamina.ir.buffers.memory import FreeOp
 from lamina.ir.buffers.updates import GRADIENTS_ATTR
 from lamina.ir.builder import Builder, retype
 from lamina.ir.core.diagnostics import error_at
@@ -83,6 +88,20 @@ def named_functions(funcs: Sequence[FuncOp], name: str, pass_name: str) -> list[
         raise error_at(None, f"{pass_name}: option func names @{name}, which is not a function "
                        f"of the module (functions: {names})")
     return chosen
+
+
+def check_unplanned(func: FuncOp, pass_name: str, order: str) -> None:
+    """Refuse `func` when propagate-sharding or annotate-lifetimes ran on it already: the new ops
+    and types `pass_name` makes would have no placement or no lifetime (`order` says where the
+    pass belongs)."""
+    name = f"@{func.sym_name.data}"
+    for op in func.walk():
+        if any((sp := spec_of(r.type)) is not None and sp.partial for r in op.results):
+            raise error_at(op, f"{pass_name}: {name} has a pending sum placed ({op.name}): "
+                           f"propagate-sharding ran already; run {pass_name} {order}")
+        if isinstance(op, FreeOp):
+            raise error_at(op, f"{pass_name}: {name} holds a lamina.free: annotate-lifetimes ran "
+                           f"already; run {pass_name} {order}")
 
 
 def gradient_args(func: FuncOp) -> list[int] | None:

@@ -5,7 +5,9 @@
   halves the scale; `interval` clean steps double it;
 - random programs (tests/strategies): the mixed step's update equals the f32 step's within the
   low type's tolerance, and the rewritten step verifies and reads back as printed;
-- fuse-elementwise absorbs the casts: the mixed step has no more kernels than the f32 one.
+- fuse-elementwise absorbs the casts: the mixed step has no more kernels than the f32 one;
+- every backward op computes as its own op-table row says (a layernorm's or a softmax's VJP:
+  reductions in f32, elementwise math in bf16), not in its forward op's class.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import numpy as np
 import pytest
 from gradcheck import derive, optimizer_step
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
-from lamina.ir.buffers.updates import roles_of, updates_of
+from lamina.ir.buffers.updates import GRADIENT_ATTR, roles_of, updates_of
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.opbase import LaminaOp, tensor_info
+from lamina.ir.ops.optable import Amp
 from strategies import examples
 from strategies.programs import GeneratedProgram, programs
 from xdsl.dialects.builtin import ModuleOp
@@ -176,11 +181,24 @@ def _update(step: FuncOp, inputs: list[np.ndarray]) -> list[np.ndarray]:
             for r, a in sorted(ups.items())] + [np.asarray(out[-1], np.float64)]
 
 
+# How far a bf16 step's update may be from the f32 step's, as a fraction of the largest update
+# (+1), per family of the random program (measured worst over 25-60 seeded programs of 6 ops:
+# reduction 0.006, elementwise 0.015, matmul 0.071, composite 0.53). Matmuls, broadcasts and
+# layout ops round their bf16 operands and results (8 significant bits) through up to 6 ops and
+# their backward. A norm computes in f32, but its VJP's elementwise ops are bf16 as their rows
+# say (x - mean, times rstd): over a normalized extent of 2 elements with close values that
+# cancels, so composite programs are held only to 0.6.
+FAMILY_TOL = {"broadcast": 0.1, "matmul": 0.1, "layout": 0.1, "reduction": 0.02,
+              "elementwise": 0.05, "composite": 0.6}
+
+
 @settings(max_examples=examples(15), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(prog=programs(max_ops=6, families=("broadcast", "matmul", "layout")))
-def test_random_mixed_steps_track_the_f32_step(prog: GeneratedProgram) -> None:
+@given(drawn=st.sampled_from(sorted(FAMILY_TOL)).flatmap(
+    lambda f: st.tuples(st.just(f), programs(max_ops=6, families=(f,)))))
+def test_random_mixed_steps_track_the_f32_step(drawn: tuple[str, GeneratedProgram]) -> None:
+    family, prog = drawn
     got = optimizer_step(prog.text, "kind=sgd lr=1")
     if got is None:
         return
@@ -188,7 +206,11 @@ def test_random_mixed_steps_track_the_f32_step(prog: GeneratedProgram) -> None:
     module = plain.parent_op()
     assert isinstance(module, ModuleOp)
     mixed_module = lamina.parse(lamina.to_text(module), "gen.mlir")
-    lamina.apply(mixed_module, "mixed-precision{compute=bf16}")
+    try:
+        lamina.apply(mixed_module, "mixed-precision{compute=bf16}")
+    except LaminaError as e:   # elementwise draws type round trips: a step not all f32 (refused)
+        assert "already computes in" in str(e)
+        return
     printed = lamina.to_text(mixed_module)
     assert lamina.to_text(lamina.parse(printed, "gen.mlir")) == printed
     mixed = find_entry(mixed_module, "main_step")
@@ -199,7 +221,7 @@ def test_random_mixed_steps_track_the_f32_step(prog: GeneratedProgram) -> None:
         if not np.all(np.isfinite(b)):
             continue
         scale = float(np.abs(b).max(initial=0.0)) + 1.0
-        assert float(np.abs(a - b).max(initial=0.0)) <= 0.1 * scale
+        assert float(np.abs(a - b).max(initial=0.0)) <= FAMILY_TOL[family] * scale
 
 
 def test_lamina_train_carries_the_scale_and_tracks_the_f32_losses() -> None:
@@ -221,3 +243,48 @@ def test_lamina_train_carries_the_scale_and_tracks_the_f32_losses() -> None:
     got = [r.loss for r in mixed.history]
     # within 10%: the skipped (overflowing) steps leave the f16 run a step or two behind
     np.testing.assert_allclose(got[-5:], want[-5:], rtol=0.1)
+
+
+NORMS = """
+func.func @mlp(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<f32> {
+  %h = lamina.matmul %x, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %n = lamina.layernorm %h scale %g bias %b {axis = 1 : i64} : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %s = lamina.softmax %n {axis = 1 : i64} : tensor<4x8xf32>
+  %q = lamina.mul %s, %s : tensor<4x8xf32>
+  %l = lamina.reduce_mean %q {axes = array<i64: 0, 1>} : (tensor<4x8xf32>) -> tensor<f32>
+  func.return %l : tensor<f32>
+}
+"""
+
+
+def _upstream(func: FuncOp) -> list[LaminaOp]:
+    """The ops the loss and the marked gradients depend on (what the pass calls training ops)."""
+    ops = list(func.body.block.ops)
+    ret = ops[-1]
+    needed = {ret.operands[-1], *(op.results[0] for op in ops if GRADIENT_ATTR in op.attributes)}
+    kept = []
+    for op in reversed(ops[:-1]):
+        if any(r in needed for r in op.results):
+            needed.update(op.operands)
+            if isinstance(op, LaminaOp):
+                kept.append(op)
+    return kept
+
+
+def test_each_backward_op_computes_as_its_own_row() -> None:
+    """layernorm and softmax are f32 rows; their VJPs are reduce_mean / reduce_sum (f32 rows) and
+    mul / sub / rsqrt (low rows), each computed as its own row says."""
+    func = _step("derive-backward{data=x},append-optimizer{kind=sgd lr=0.5},"
+                 "mixed-precision{compute=bf16}", NORMS)
+    seen: dict[tuple[Amp, str], int] = {}
+    for op in _upstream(func):
+        r = tensor_info(op.results[0].type)
+        amp = op.info.amp
+        if amp == Amp.F32:
+            assert r.dtype == "f32", op.name
+        if amp == Amp.LOW and r.shape:   # a one-element result stays f32 (module docstring)
+            assert r.dtype == "bf16", op.name
+        seen[(amp, op.name)] = seen.get((amp, op.name), 0) + 1
+    # the forward has one layernorm, one softmax and one reduce_mean: the rest is the backward's
+    assert seen[(Amp.F32, "lamina.reduce_mean")] >= 3 and seen[(Amp.F32, "lamina.reduce_sum")] >= 2
+    assert seen[(Amp.LOW, "lamina.sub")] >= 2 and seen[(Amp.LOW, "lamina.rsqrt")] >= 1

@@ -4,7 +4,8 @@
                  [--input-arg NAME --target-arg NAME]) --steps N [--init PARAMS.npz | --seed S]
                  [--optimizer adamw|sgd] [--lr LR] [--weight-decay WD] [--beta1 B1 --beta2 B2
                  --eps EPS] [--momentum MU] [--lr-schedule constant|cosine] [--warmup W]
-                 [--grad-clip C] [--accumulate K] [--log LOG.jsonl] [--save FINAL.npz] [--plot LOSS.png]
+                 [--grad-clip C] [--accumulate K] [--mixed-precision bf16|f16] [--zero 1|2|3]
+                 [--log LOG.jsonl] [--save FINAL.npz] [--plot LOSS.png]
                  [--eval-every K (--eval-data EVAL.npz | --eval-tokens TOKENS.npy)]
                  [--checkpoint DIR [--checkpoint-every K]] [--resume DIR]
                  [--entry NAME] [-p PIPELINE] [--backend NAME] [--threads N] [--target T]
@@ -136,6 +137,12 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--accumulate", type=int, default=1, metavar="K",
                    help="split each step's batch into K micro-batches whose gradients are summed "
                    "before one update (accumulate-gradients; default 1)")
+    p.add_argument("--mixed-precision", default=None, choices=("bf16", "f16"),
+                   help="compute forward and backward in bf16 / f16 (f16 with dynamic loss "
+                   "scaling), master weights and moments in f32 (mixed-precision)")
+    p.add_argument("--zero", type=int, default=0, choices=(1, 2, 3), metavar="STAGE",
+                   help="shard the optimizer state (1, 2) and the parameters (3) over the mesh's "
+                   "data axis (shard-optimizer, ZeRO; needs --mesh or a placed program)")
     p.add_argument("--log", default=None, metavar="LOG.jsonl", help="one JSON line per step")
     p.add_argument("--save", default=None, metavar="FINAL.npz",
                    help="write the final parameters by name")
@@ -331,6 +338,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                       beta1=args.beta1, beta2=args.beta2, eps=args.eps, momentum=args.momentum,
                       lr_schedule=args.lr_schedule, warmup=args.warmup,
                       grad_clip=args.grad_clip, accumulate=args.accumulate, mesh=args.mesh,
+                      mixed_precision=args.mixed_precision or "", zero=args.zero,
                       **options)
     if args.resume is not None:
         trainer.load_checkpoint(args.resume)
