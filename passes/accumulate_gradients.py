@@ -14,10 +14,10 @@ up before the sum and back after it. A loss that is a mean over the batch has it
 1/K, a sum keeps them; then the full-batch step's loss and gradients are the accumulated ones up
 to summation order (the micro-batches are equal, so a mean of means is the mean).
 `append-optimizer` then makes one update from them. Each micro-batch's gradients keep
-derive-backward's `lamina.gradient` mark, and the accumulated gradient gets it too: it is where
-the gradient enters the update for shard-optimizer (whose split placement, met there, makes one
-reduce_scatter per step, not one per micro-batch), and mixed-precision computes only what the
-first marks depend on in its low type, so the sums stay f32. Which one: `loss=auto` (the default) reads
+derive-backward's `lamina.gradient` mark (their f32 sum is unmarked: shard-optimizer finds it as
+the sum of marked gradients and reduces it once per step at ZeRO stage 1, or each micro-batch's
+into a sharded accumulator at stage 2; mixed-precision computes only what the marks depend on in
+its low type, so the sums stay f32). Which one: `loss=auto` (the default) reads
 it off the ops that reduce the batch (reduce_mean: a mean; reduce_sum, a matmul contracting the
 batch: a sum; a sum divided by a sum: a mean, cross-entropy's losses over their count, exact when
 every micro-batch counts the same rows), and what follows them must be linear (scaling, adding
@@ -72,7 +72,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lamina.ir.buffers.updates import FROZEN, GRADIENT_ATTR, GRADIENTS_ATTR, UPDATES_ATTR, roles_of
+from lamina.ir.buffers.updates import FROZEN, GRADIENTS_ATTR, UPDATES_ATTR, roles_of
 from lamina.ir.builder import Builder, Operand
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.dtypes import tensor_type
@@ -109,9 +109,9 @@ from lamina.passes.train_common import (
     returned_as,
 )
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp, UnitAttr
+from xdsl.dialects.builtin import DenseIntOrFPElementsAttr, ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Attribute, Block, OpResult, SSAValue
+from xdsl.ir import Attribute, Block, SSAValue
 
 PASS = "accumulate-gradients"
 ORDER = ("after derive-backward, before append-optimizer, propagate-sharding, insert-collectives, "
@@ -586,9 +586,6 @@ def accumulate(func: FuncOp, p: AccumulateGradients, log: ExplainLog | None) -> 
     for v, was in zip(results, old, strict=True):   # the step's results keep their names
         if v not in block.args and was.name_hint:
             v.name_hint = was.name_hint
-    for v in results[1:]:   # the accumulated gradient is the step's gradient (module docstring)
-        if isinstance(v, OpResult):
-            v.op.attributes[GRADIENT_ATTR] = UnitAttr()
     for op in reversed(ops):
         op.detach()
         op.erase()
