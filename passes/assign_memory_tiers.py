@@ -65,7 +65,6 @@ this one (the same HBM room).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -73,13 +72,12 @@ from lamina.analysis.fusion import sram_bytes
 from lamina.analysis.naming import Namer
 from lamina.analysis.recompute import chain_of, constant_chains, defining_op, recomputable
 from lamina.analysis.sizes import local_bytes
+from lamina.analysis.step_cost import op_seconds
 from lamina.ir.buffers.memory import FreeOp, MoveOp, ancestor_in, value_label
 from lamina.ir.core.diagnostics import LaminaError, error_at
-from lamina.ir.core.dtypes import ITEMSIZE, tensor_dtype
 from lamina.ir.mesh.placement import tier_of
 from lamina.ir.mesh.target import Target, load_target
 from lamina.ir.ops.fused import FusedOp
-from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.tier_plan.greedy import solve_greedy
 from lamina.passes.tier_plan.ilp import solve_ilp
@@ -97,31 +95,6 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Operation, SSAValue
 
 # ---- from IR to the model ----------------------------------------------------------------------
-
-
-def step_time(op: Operation, target: Target, func: FuncOp) -> float:
-    """Roofline seconds of one step per device."""
-    hbm_bw = target.tier("hbm").bandwidth if any(t.name == "hbm" for t in target.tiers) else 1e12
-    moved = sum(local_bytes(v, func) for v in (*op.operands, *op.results)
-                if isinstance(v.type, TensorType))
-    if isinstance(op, MoveOp):
-        return 0.0
-    flops = 0.0
-    ops = [op] if isinstance(op, LaminaOp) else \
-        [o for o in op.body.block.ops if isinstance(o, LaminaOp)] if isinstance(op, FusedOp) else []
-    for o in ops:
-        info = o.info
-        res = o.results[0]
-        glob = tensor_info(res.type)
-        numel = max(1, math.prod(glob.shape))
-        local = local_bytes(res, func) / max(1, numel * 1.0)
-        scale = local / (_itemsize(res))
-        flops += info.flops(o.operand_infos(), glob, o.attr_values()) * scale
-    return max(flops / target.flops, moved / hbm_bw)
-
-
-def _itemsize(v: SSAValue) -> float:
-    return float(ITEMSIZE[tensor_dtype(v.type)])
 
 
 def _recompute_facts(v: SSAValue, fm: FuncModel, index: dict[SSAValue, int],
@@ -198,7 +171,9 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
             run += spans[k]
             if run:
                 ys[k] += run
-    compute = [step_time(o, target, func) for o in steps]
+    # a move step computes nothing: the planner costs transfers on the copy engine, beside
+    # compute, and a move counted as compute would hide other transfers behind a transfer
+    compute = [0.0 if isinstance(o, MoveOp) else op_seconds(o, target, func) for o in steps]
     prob = Problem(K, compute, model, capacity, bandwidth, fixed)
     fm = FuncModel(func, steps, ret, values, prob, constant_chains(steps), depth)
     index = {v: i for i, v in enumerate(values)}

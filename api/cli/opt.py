@@ -3,7 +3,8 @@
     lamina-opt [FILE] [-p PIPELINE] [-o OUT] [-t mlir|linalg] [--split-input-file] [--verify-diagnostics]
                [--parsing-diagnostics] [--print-op-generic] [--print-debuginfo] [--explain]
                [--time-passes] [--print-between-passes] [--disable-verify] [--version]
-               [--list-passes]
+               [--list-passes] [--report] [--compare A B] [--timeline OUT.png|OUT.json]
+               [--cost-target NAME|FILE.toml]
 
 The flags are declared here with argparse, not inherited from xDSL's `xDSLOptMain`: that class
 listed flags that did nothing for Lamina (`--syntax-highlight`, `--shrink`, `--frontend`, eight
@@ -32,6 +33,15 @@ flag below does what its help says, in mlir-opt's formats:
   verified; an invalid result of a buggy pass is then printed as it is.
 - `--print-op-generic`, `--print-debuginfo`: MLIR's generic form; `loc(...)` annotations.
 - `--explain`: every Lamina pass explains its decisions on stderr.
+- `--report`: after the pipeline, per function, the cost model's table of kernels, collectives
+  and moves and the totals (`lamina.cli.report`). It goes to stderr, so stdout stays the IR;
+  with `-o` the IR goes to the file and the report to stdout.
+- `--compare A B`: instead of `-p`, runs pipeline A and pipeline B on the input and prints their
+  totals side by side (with B / A) on stdout, or to `-o`; no IR is printed.
+- `--timeline OUT`: the modeled timeline of the (one) function after the pipeline, a Chrome
+  trace for `.json`, else an image (`lamina.cli.timeline_plot`); written with `-o`, atomically.
+- `--cost-target NAME|FILE.toml`: the hardware the three above model costs on; default: the
+  `target=` the pipeline's passes name, else `h100-node` (`-t` stays the output format).
 
 Every failure is one diagnostic on stderr (`file:line:col: error: message`, the source line and a
 caret, notes) and exit code 1, never a traceback.
@@ -49,11 +59,14 @@ from typing import Any, TextIO
 
 import lamina
 from lamina.analysis.linalg.export import export_module
+from lamina.analysis.timeline import schedule
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
 from lamina.cli.entry import guarded
-from lamina.cli.outputs import check_destination, write_text_atomic
+from lamina.cli.outputs import StagedOutputs, check_destination
+from lamina.cli.report import bodies, compare_text, cost_target, report_text
+from lamina.cli.timeline_plot import timeline_format, write_timeline
 from lamina.ir.core.diagnostics import LaminaError, UsageError, format_diagnostic
-from lamina.ir.mesh.target import builtin_targets
+from lamina.ir.mesh.target import Target, builtin_targets
 from lamina.ir.text.source import make_context, parse_text, read_source, verify
 from lamina.passes.pipeline import PassRun, build_pipeline, describe_passes, run_pipeline
 from lamina.passes.registry import available_passes
@@ -142,7 +155,7 @@ def arg_parser() -> argparse.ArgumentParser:
                    help="program (.mlir); '-' or nothing reads stdin")
     p.add_argument("-v", "--version", action="version",
                    version=f"lamina-opt {lamina.__version__} (Lamina), on xDSL {version('xdsl')}")
-    p.add_argument("-p", "--passes", default="", metavar="PIPELINE",
+    p.add_argument("-p", "--passes", default=None, metavar="PIPELINE",
                    help="pass pipeline, e.g. 'cse,fuse-elementwise{max-group-size=64}'; passes: "
                         + ", ".join(available_passes()) + " (--list-passes describes each)")
     p.add_argument("--list-passes", action=_ListPasses,
@@ -175,7 +188,43 @@ def arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify-each", dest="verify_each", type=_bool, metavar="BOOL",
                    help="verify the module after each pass (default true)")
     p.set_defaults(verify_each=True)
+    cost = p.add_argument_group("modeled costs")
+    cost.add_argument("--report", action="store_true",
+                      help="after the pipeline, print each function's kernels, collectives and "
+                           "moves with their modeled costs and the totals (stderr; stdout with -o)")
+    cost.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None,
+                      help="instead of -p: run pipelines A and B and print their totals side by "
+                           "side (kernels, bytes moved and sent, peaks, modeled step time)")
+    cost.add_argument("--timeline", default=None, metavar="OUT.png|OUT.json", type=_file_name,
+                      help="draw the modeled timeline after the pipeline: a Chrome trace for "
+                           ".json (Perfetto opens it), else an image (needs matplotlib)")
+    cost.add_argument("--cost-target", default=None, metavar="NAME|FILE.toml", type=_file_name,
+                      help="hardware the costs are modeled on (default: the target= of the "
+                           "pipeline's passes, else h100-node)")
     return p
+
+
+def check_cost_flags(args: argparse.Namespace) -> None:
+    """Refuse, before any work, cost flags that cannot be honoured together."""
+    def refuse(message: str) -> None:
+        raise UsageError("lamina-opt", message)
+
+    if args.compare is not None:
+        for given, flag in ((args.passes is not None, "-p"), (args.report, "--report"),
+                            (args.timeline, "--timeline"),
+                            (args.split_input_file, "--split-input-file"),
+                            (args.verify_diagnostics, "--verify-diagnostics")):
+            if given:
+                refuse(f"--compare runs its own two pipelines and prints their comparison; it "
+                       f"does not go with {flag}")
+    elif args.cost_target is not None and not (args.report or args.timeline):
+        refuse("--cost-target applies to --report, --compare and --timeline, none of which "
+               "is given")
+    if args.timeline is not None:
+        if args.split_input_file:
+            refuse("--timeline draws one module; it does not go with --split-input-file")
+        check_destination(args.timeline)
+        timeline_format(args.timeline)
 
 
 class Timing:
@@ -218,6 +267,7 @@ class OptRun:
         self.err = err
         self.timing = Timing() if args.time_passes else None
         self.ctx = make_context()
+        self.modules: list[ModuleOp] = []   # each chunk's module after the pipeline
 
     def _timed(self, key: tuple[str, int], label: str, step: Callable[[], Any]) -> Any:
         start = time.perf_counter()
@@ -248,6 +298,7 @@ class OptRun:
         self._timed(("verify", -1), "Verifier", lambda: verify(module))
         run_pipeline(self.ctx, module, passes, verify_each=self.args.verify_each,
                      observer=self.after_pass)
+        self.modules.append(module)
         return self._timed(("output", 0), "Output", lambda: self.print_module(module))
 
     def chunk(self, chunk: str, offset: int, name: str, passes: list[ModulePass]
@@ -272,9 +323,15 @@ class OptRun:
         return output, failures + check(produced, expectations, name)
 
     def run(self) -> int:
+        check_cost_flags(self.args)
         if self.args.output_file:   # refused before any work, not after a long pipeline
             check_destination(self.args.output_file)
-        passes = build_pipeline(self.args.passes, explain=self.args.explain)
+        if self.args.compare is not None:
+            return self.compare(self.args.compare[0], self.args.compare[1])
+        spec = self.args.passes or ""
+        passes = build_pipeline(spec, explain=self.args.explain)
+        target = cost_target(self.args.cost_target, [spec]) \
+            if self.args.report or self.args.timeline else None
         source, name = read_source(self.args.input_file)
         chunks = split_chunks(source) if self.args.split_input_file else [(source, 0)]
         outputs: list[str] = []
@@ -287,11 +344,51 @@ class OptRun:
             print("\n".join(format_diagnostic(f.loc, f.kind, f.message)), file=self.err)
         if failures:
             return 1
-        text = (SPLIT_MARKER + "\n").join(outputs)
-        if self.args.output_file:
-            write_text_atomic(self.args.output_file, text)
-        else:
+        self.write((SPLIT_MARKER + "\n").join(outputs), target, spec)
+        return 0
+
+    def write(self, text: str, target: Target | None, spec: str) -> None:
+        """The IR (stdout or -o), the report and the timeline, once the whole run succeeded."""
+        report = "".join(report_text(m, target) for m in self.modules) \
+            if self.args.report and target is not None else ""
+        with StagedOutputs() as staged:
+            if self.args.timeline and target is not None:
+                self.stage_timeline(staged, target, spec)
+            if self.args.output_file:
+                staged.add_text(self.args.output_file, text)
+            staged.commit()
+        if not self.args.output_file:
             sys.stdout.write(text)
+        (sys.stdout if self.args.output_file else self.err).write(report)
+
+    def stage_timeline(self, staged: StagedOutputs, target: Target, spec: str) -> None:
+        path = self.args.timeline
+        funcs = [f for m in self.modules for f in bodies(m)]
+        if len(funcs) != 1:
+            names = ", ".join(f"@{f.sym_name.data}" for f in funcs) or "none"
+            raise LaminaError(f"--timeline draws one function; the module has {len(funcs)} "
+                              f"({names})")
+        func = funcs[0]
+        tl = schedule(func, target)
+        fmt = timeline_format(path)
+        title = f"@{func.sym_name.data} after -p '{spec}'"
+        times = f"modeled on cost target '{target.name}'"
+        staged.add(path, lambda f: write_timeline(tl, f, fmt, title, times))
+
+    def compare(self, a: str, b: str) -> int:
+        """`--compare A B`: both pipelines on the input, their totals side by side."""
+        target = cost_target(self.args.cost_target, [a, b])
+        source, name = read_source(self.args.input_file)
+        modules = []
+        for spec in (a, b):
+            passes = build_pipeline(spec, explain=self.args.explain)
+            module = self.parse(source, 0, name)
+            self.transform(module, passes)
+            modules.append(module)
+        text = compare_text(modules[0], modules[1], (a, b), target)
+        with StagedOutputs() as staged:
+            staged.add_text(self.args.output_file or "-", text)
+            staged.commit()
         return 0
 
 

@@ -16,8 +16,11 @@ class NumpyOptions:
     tile_bytes  bytes per tile buffer of a fused kernel (None: the measured defaults)
     target      check every tier's capacity against this target while running (checked
                 execution)
+    kernel_times  time each op of the checked call (`runner.KernelTimer`); the seconds by body
+                index are its statistic `kernel_seconds` (`lamina-run --timeline`)
     """
 
     threads: int | None = None
     tile_bytes: int | None = None
     target: Target | None = None
+    kernel_times: bool = False

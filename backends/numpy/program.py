@@ -57,6 +57,7 @@ from lamina.backends.numpy.kernels import kernel, native_kernel
 from lamina.backends.numpy.memory import MemoryChecker
 from lamina.backends.numpy.options import NumpyOptions
 from lamina.backends.numpy.runner import (
+    KernelTimer,
     OpRunner,
     RunContext,
     RunStats,
@@ -299,11 +300,15 @@ class NumpyProgram:
         """Today's instrumented run: checked execution and every statistic counted."""
         func = self.func
         checker = MemoryChecker(self.options.target, whole_arrays=self.gap is not None)
+        timer = KernelTimer(checker) if self.options.kernel_times else None
+        observer = timer or checker
         if self.mesh is not None:
-            result = run_spmd(func, arrays, self.mesh, observer=checker, options=self.options)
+            result = run_spmd(func, arrays, self.mesh, observer=observer, options=self.options)
         else:
-            result = run_function(func, arrays, observer=checker, options=self.options,
+            result = run_function(func, arrays, observer=observer, options=self.options,
                                   runners=self.runners, memo=self.memo)
+        if timer is not None:
+            result.stats["kernel_seconds"] = timer.seconds
         if self.gap is not None:
             result.notes.append(partly_placed_note(func, self.gap))
         result.stats.update(checker.stats())

@@ -15,6 +15,7 @@ built on this interpreter may run some op types its own way for one run (`RunCon
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -163,6 +164,46 @@ class ExecutionObserver:
         the op's operands and results (a fused kernel's tile buffers and scratch)."""
 
     def on_return(self, index: int) -> None: ...
+
+
+class KernelTimer(ExecutionObserver):
+    """Wall seconds each op of one run took, by its index in the function body, measured around
+    the hooks of the observer it wraps (`NumpyOptions.kernel_times`, for `lamina-run
+    --timeline`): from the op's `on_op` to its first result, or to the next op for one without.
+    Only a run that asks for it has one, so other runs pay nothing."""
+
+    def __init__(self, inner: ExecutionObserver) -> None:
+        self.inner = inner
+        self.seconds: dict[int, float] = {}
+        self._open: tuple[int, float] | None = None
+
+    def _stop(self) -> None:
+        if self._open is not None:
+            index, started = self._open
+            self.seconds[index] = time.perf_counter() - started
+            self._open = None
+
+    def on_start(self, func: FuncOp, args: Sequence[SSAValue]) -> None:
+        self.inner.on_start(func, args)
+
+    def on_op(self, op: Operation, index: int) -> None:
+        self._stop()
+        self.inner.on_op(op, index)
+        self._open = (index, time.perf_counter())
+
+    def on_result(self, value: SSAValue, index: int) -> None:
+        self._stop()
+        self.inner.on_result(value, index)
+
+    def on_free(self, value: SSAValue, index: int) -> None:
+        self.inner.on_free(value, index)
+
+    def on_working_set(self, op: Operation, nbytes: int) -> None:
+        self.inner.on_working_set(op, nbytes)
+
+    def on_return(self, index: int) -> None:
+        self._open = None
+        self.inner.on_return(index)
 
 
 V = TypeVar("V")
