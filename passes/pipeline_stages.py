@@ -27,8 +27,9 @@ the same for every micro-batch (op j of each micro-batch's forward on the same s
 the one whose crossing bytes (forward values made before it and read after it) are smallest,
 ties to the most balanced; `split=ops`: before each op marked `lamina.stage_boundary` (P-1 of
 them). The loss seed runs on the last stage; a backward op on the stage of the forward op it
-differentiates (derive-backward gives it that op's location); one whose location names no forward op of its micro-batch runs on the
-latest stage among the forward values it reads, or else the earliest among its other operands.
+differentiates (derive-backward gives it that op's location); one whose location names no
+forward op of its micro-batch runs on the latest stage among the forward values it reads, or
+else the earliest among its other operands.
 Ops that read only arguments and constants (slices of the batch, transposes of a weight,
 constants) run on the stage of their first reader; ops combining micro-batches (the gradient
 sums, the loss, the optimizer update) on the stage of their first staged operand. An argument
