@@ -54,14 +54,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from lamina.analysis.placed import placed_mesh
 from lamina.analysis.sizes import fmt_bytes, type_bytes
+from lamina.analysis.timeline import schedule
 from lamina.analysis.step_cost import op_seconds
 from lamina.ir.buffers.updates import GRADIENTS_ATTR, roles_of
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.mesh.collectives import CollectivePermuteOp as PermuteOp
 from lamina.ir.mesh.collectives import PlacementOp, build, with_stage
-from lamina.ir.mesh.placement import MeshOp, PlaceAttr, place_of, stage_of
-from lamina.ir.mesh.target import load_target
+from lamina.ir.mesh.placement import MeshOp, PlaceAttr, place_of, stage_devices, stage_of
+from lamina.ir.mesh.target import Target, load_target
 from lamina.passes.accumulate_gradients import AccumulateGradients, accumulate
 from lamina.passes.derive_backward import SEED_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
@@ -482,6 +484,25 @@ class _Staging:
         m = d.data["micro_batches"]
         assert isinstance(m, IntegerAttr)
         return m.value.data
+
+
+def pipeline_stats(func: FuncOp, target: Target) -> dict[str, object] | None:
+    """`--stats-json`'s view of a staged step (None for an unstaged one): the modeled bubble
+    fraction of its timeline on `target` (`lamina.analysis.timeline.schedule`, the idle share of
+    the compute lanes) beside GPipe's (P-1)/(M+P-1), and each stage's busy seconds (its first
+    device's compute lane; every device of a stage runs the same ops)."""
+    d = func.attributes.get(PIPELINE_ATTR)
+    mesh_op = placed_mesh(func)
+    if not isinstance(d, DictionaryAttr) or mesh_op is None:
+        return None
+    axis, stages, micro = d.data["axis"], d.data["stages"], d.data["micro_batches"]
+    assert isinstance(axis, StringAttr) and isinstance(stages, IntegerAttr)
+    assert isinstance(micro, IntegerAttr)
+    P, M = stages.value.data, micro.value.data
+    tl = schedule(func, target)
+    busy = [tl.busy[stage_devices(mesh_op.mesh, (axis.data, s))[0]] for s in range(P)]
+    return {"bubble_fraction": tl.bubble_fraction, "bubble_fraction_formula": (P - 1) / (M + P - 1),
+            "stage_busy_seconds": busy}
 
 
 def _staged(t: Attribute, mesh: str, stage: Stage) -> Attribute:
