@@ -56,8 +56,8 @@ from typing import ClassVar
 
 from lamina.analysis.placed import placed_mesh
 from lamina.analysis.sizes import fmt_bytes, type_bytes
-from lamina.analysis.timeline import schedule
 from lamina.analysis.step_cost import op_seconds
+from lamina.analysis.timeline import schedule
 from lamina.ir.buffers.updates import GRADIENTS_ATTR, roles_of
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.mesh.collectives import CollectivePermuteOp as PermuteOp
