@@ -14,11 +14,12 @@ axis and every split kept.
 How the IR says it (MPMD stages in the type): every value's placement names its stage,
 `#lamina.place<@m, [[data], []], stage = pp[1]>`; an op runs on the stage of its result (the
 verifier refuses an op reading another stage's value), and a value crosses by one
-`lamina.collective_permute` per (value, stage that reads it), placed before its first reader
-there. The schedule is the order of the ops (a global order that is each stage's local order of
-micro-steps) plus `lamina.micro_step = "F3"` / `"B3"` on the ops of micro-batch 3's forward /
-backward and the function attribute `lamina.pipeline = {axis = "pp", stages = 4,
-micro_batches = 8, schedule = "1f1b"}`, which the timeline and `--stats-json` read.
+`lamina.collective_permute` per (value, stage that reads it), placed before its first reader there
+(an op that reads nothing, a constant, is copied onto that stage instead). The schedule is the
+order of the ops (a global order that is each stage's local order of micro-steps) plus
+`lamina.micro_step = "F3"` / `"B3"` on the ops of micro-batch 3's forward / backward and the
+function attribute `lamina.pipeline = {axis = "pp", stages = 4, micro_batches = 8, schedule =
+"1f1b"}`, which the timeline and `--stats-json` read.
 
 The cut: the forward ops of micro-batch 0 in program order are split into P consecutive runs,
 the same for every micro-batch (op j of each micro-batch's forward on the same stage).
@@ -55,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lamina.analysis.placed import placed_mesh
-from lamina.analysis.sizes import fmt_bytes, type_bytes
+from lamina.analysis.sizes import fmt_bytes, local_bytes, type_bytes
 from lamina.analysis.step_cost import op_seconds
 from lamina.analysis.timeline import schedule
 from lamina.ir.buffers.updates import GRADIENTS_ATTR, roles_of
@@ -306,6 +307,7 @@ class _Staging:
     def _stages(self, ops: list[Operation], r: _Roles, micro: int, cuts: list[int]
                 ) -> dict[Operation, int]:
         stage: dict[Operation, int] = {}
+        index = {op: i for i, op in enumerate(ops)}
         by_loc: dict[int, dict[Attribute, int]] = {}
         n = len(r.forward(0, ops))
         for k in range(micro):
@@ -342,7 +344,7 @@ class _Staging:
             if op in r.free:
                 readers = [u.operation for v in op.results for u in v.uses
                            if u.operation in stage]
-                first = min(readers, key=ops.index) if readers else None
+                first = min(readers, key=index.__getitem__) if readers else None
                 stage[op] = stage[first] if first is not None else 0
         return stage
 
@@ -448,10 +450,7 @@ class _Staging:
                     continue
                 key = (v, here[1])
                 if key not in moved:
-                    perm = build(PermuteOp, [v], [with_stage(v.type, here)], axes=[axis])
-                    perm.location = op.location
-                    block.insert_op_before(perm, op)
-                    moved[key] = perm.outputs[0]
+                    moved[key] = _made_here(v, here, op, axis)
                 op.operands[i] = moved[key]
         ret = block.last_op
         assert isinstance(ret, ReturnOp)
@@ -486,6 +485,25 @@ class _Staging:
         return m.value.data
 
 
+def _made_here(v: SSAValue, here: Stage, reader: Operation, axis: str) -> SSAValue:
+    """`v` on stage `here`, before `reader`: a copy of its op when that reads nothing (a
+    constant is made again rather than sent), else a collective_permute of it."""
+    block = reader.parent_block()
+    assert block is not None
+    owner = v.owner
+    if isinstance(owner, Operation) and not owner.operands and len(owner.results) == 1 \
+            and not isinstance(owner, PlacementOp):
+        copy = owner.clone()
+        copy.attributes.pop(MICRO_STEP_ATTR, None)
+        copy.results[0]._type = with_stage(v.type, here)  # noqa: SLF001 - retyping in place
+        block.insert_op_before(copy, reader)
+        return copy.results[0]
+    perm = build(PermuteOp, [v], [with_stage(v.type, here)], axes=[axis])
+    perm.location = reader.location
+    block.insert_op_before(perm, reader)
+    return perm.outputs[0]
+
+
 def pipeline_stats(func: FuncOp, target: Target) -> dict[str, object] | None:
     """`--stats-json`'s view of a staged step (None for an unstaged one): the modeled bubble
     fraction of its timeline on `target` (`lamina.analysis.timeline.schedule`, the idle share of
@@ -503,6 +521,39 @@ def pipeline_stats(func: FuncOp, target: Target) -> dict[str, object] | None:
     busy = [tl.busy[stage_devices(mesh_op.mesh, (axis.data, s))[0]] for s in range(P)]
     return {"bubble_fraction": tl.bubble_fraction, "bubble_fraction_formula": (P - 1) / (M + P - 1),
             "stage_busy_seconds": busy}
+
+
+def activation_peak(func: FuncOp, stage: int) -> int:
+    """The most bytes of saved activations one device of `stage` holds at once in the staged
+    step's order: forward values of that stage (`lamina.micro_step` "F...") that a backward op
+    reads, each live from its op to its last reader. 1F1B keeps min(P - s, M) micro-batches' of
+    them on stage s, GPipe all M."""
+    ops = list(func.body.block.ops)
+    index = {op: i for i, op in enumerate(ops)}
+    events: list[tuple[int, int, int]] = []   # (position, frees first, bytes)
+    for op in ops:
+        step = op.attributes.get(MICRO_STEP_ATTR)
+        if not (isinstance(step, StringAttr) and step.data.startswith("F")):
+            continue
+        for v in op.results:
+            st = stage_of(v.type)
+            readers = [u.operation for u in v.uses]
+            if st is None or st[1] != stage or not any(_is_backward(r) for r in readers):
+                continue
+            n = local_bytes(v, func)
+            events += [(index[op], 1, n), (max(index[r] for r in readers), 2, -n)]
+    live = peak = 0
+    for _, _, n in sorted(events):
+        live += n
+        peak = max(peak, live)
+    return peak
+
+
+def _is_backward(op: Operation) -> bool:
+    step = op.attributes.get(MICRO_STEP_ATTR)
+    if isinstance(op, PermuteOp):   # a transfer to the backward of another stage
+        return any(_is_backward(u.operation) for u in op.outputs[0].uses)
+    return isinstance(step, StringAttr) and step.data.startswith("B")
 
 
 def _staged(t: Attribute, mesh: str, stage: Stage) -> Attribute:
