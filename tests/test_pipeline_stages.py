@@ -186,9 +186,13 @@ def _saved_bytes(func, stage: int, step: str) -> int:
 
 @pytest.mark.parametrize(("stages", "micro"), [(2, 4), (4, 8), (3, 3)])
 def test_1f1b_keeps_p_micro_batches_of_activations_gpipe_m(stages: int, micro: int) -> None:
-    mlp = Mlp(2 * micro, (2,) * 5, ("tanh",) * 4, "sum", "f32")
+    """One layer per stage (cut at each layer's matmul): stage s of 1F1B holds min(P - s, M)
+    micro-batches' saved activations at its peak, every stage of GPipe all M."""
+    mlp = Mlp(2 * micro, (2,) * (stages + 1), ("tanh",) * stages, "sum", "f32")
+    text = _marked(mlp, [3 * i for i in range(1, stages)])
     for sched, held in (("1f1b", lambda s: min(stages - s, micro)), ("gpipe", lambda s: micro)):
-        _, func = _staged(mlp.text(), f"stages={stages} micro-batches={micro} schedule={sched}")
+        _, func = _staged(text, f"stages={stages} micro-batches={micro} schedule={sched} "
+                          "split=ops")
         for s in range(stages):
             one = _saved_bytes(func, s, "F0")
             assert one > 0
