@@ -15,7 +15,6 @@ import lamina.backends.numpy.memory  # noqa: F401  (registers lamina.move / lami
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from xdsl.ir import Block
 from hypothesis import strategies as st
 from lamina.analysis.comm_cost import estimate, levels_of
 from lamina.analysis.sizes import local_bytes
@@ -31,6 +30,8 @@ from lamina.ir.text.source import parse_text, verify
 from lamina.passes.pipeline_stages import MICRO_STEP_ATTR, activation_peak, local_order
 from strategies import examples
 from test_accumulate_gradients import Mlp, _assert_close, _inputs, mlps
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Attribute, Block, Operation
 
 BOUNDARY = " {lamina.stage_boundary}"
 
@@ -122,7 +123,7 @@ def _step_of(op) -> str | None:
         owner = op.inputs[0].owner
         return _step_of(owner) if not isinstance(owner, Block) else None
     step = op.attributes.get(MICRO_STEP_ATTR)
-    return step.data if step is not None else None
+    return step.data if isinstance(step, StringAttr) else None
 
 
 def _unit_seconds(func) -> dict[int, float]:
@@ -137,7 +138,7 @@ def _unit_seconds(func) -> dict[int, float]:
         if isinstance(op, CollectivePermuteOp) or any(
                 v.owner in received and _step_of(v.owner) == step for v in op.operands):
             received.add(op)
-    stages = {stage_of(a.type)[1] for op in func.body.block.ops for a in op.results}
+    stages = {_stage(a.type) for op in func.body.block.ops for a in op.results}
     last = max(stages)
     seen: set[tuple[int, str]] = set()
     out: dict[int, float] = {}
@@ -146,7 +147,7 @@ def _unit_seconds(func) -> dict[int, float]:
         out[c.index] = 0.0
         if c.kind != COMPUTE or step is None:
             continue
-        s = stage_of(c.op.results[0].type)[1]
+        s = _stage(c.op.results[0].type)
         first = (s == 0 and step[0] == "F") or (s == last and step[0] == "B")
         if (s, step) not in seen and (first or c.op in received):
             seen.add((s, step))
@@ -165,23 +166,25 @@ def test_bubble_is_the_pipeline_formula(stages: int, micro: int, sched: str) -> 
     assert tl.bubble_fraction == pytest.approx((stages - 1) / (micro + stages - 1), abs=1e-12)
 
 
+def _stage(t: Attribute) -> int:
+    got = stage_of(t)
+    assert got is not None
+    return got[1]
+
+
+def _reads_backward(op: Operation) -> bool:
+    """A backward op, or a permute sending to one."""
+    if isinstance(op, CollectivePermuteOp):
+        return any(_reads_backward(u.operation) for u in op.outputs[0].uses)
+    step = _step_of(op)
+    return step is not None and step[0] == "B"
+
+
 def _saved_bytes(func, stage: int, step: str) -> int:
     """Bytes of micro-step `step`'s forward values on `stage` that a backward op reads."""
-    total = 0
-    for op in func.body.block.ops:
-        got = op.attributes.get(MICRO_STEP_ATTR)
-        if got is None or got.data != step:
-            continue
-        for v in op.results:
-            readers = [u.operation for u in v.uses]
-            back = [r for r in readers if isinstance(r, CollectivePermuteOp)] + readers
-            if stage_of(v.type)[1] == stage and any(
-                    (a := r.attributes.get(MICRO_STEP_ATTR)) is not None and a.data[0] == "B"
-                    or isinstance(r, CollectivePermuteOp) and any(
-                        (b := u.operation.attributes.get(MICRO_STEP_ATTR)) is not None
-                        and b.data[0] == "B" for u in r.outputs[0].uses) for r in back):
-                total += local_bytes(v, func)
-    return total
+    return sum(local_bytes(v, func) for op in func.body.block.ops if _step_of(op) == step
+               for v in op.results if _stage(v.type) == stage
+               and any(_reads_backward(u.operation) for u in v.uses))
 
 
 @pytest.mark.parametrize(("stages", "micro"), [(2, 4), (4, 8), (3, 3)])
