@@ -526,14 +526,13 @@ def pipeline_stats(func: FuncOp, target: Target) -> dict[str, object] | None:
 def activation_peak(func: FuncOp, stage: int) -> int:
     """The most bytes of saved activations one device of `stage` holds at once in the staged
     step's order: forward values of that stage (`lamina.micro_step` "F...") that a backward op
-    reads, each live from its op to its last reader. 1F1B keeps min(P - s, M) micro-batches' of
+    reads (received ones too), each live from its op to its last reader. 1F1B keeps min(P - s, M) micro-batches' of
     them on stage s, GPipe all M."""
     ops = list(func.body.block.ops)
     index = {op: i for i, op in enumerate(ops)}
     events: list[tuple[int, int, int]] = []   # (position, frees first, bytes)
     for op in ops:
-        step = op.attributes.get(MICRO_STEP_ATTR)
-        if not (isinstance(step, StringAttr) and step.data.startswith("F")):
+        if not (_step(op) or "B").startswith("F"):
             continue
         for v in op.results:
             st = stage_of(v.type)
@@ -549,11 +548,20 @@ def activation_peak(func: FuncOp, stage: int) -> int:
     return peak
 
 
-def _is_backward(op: Operation) -> bool:
+def _step(op: Operation) -> str | None:
+    """An op's micro-step; a permute's is that of the value it sends."""
+    if isinstance(op, PermuteOp):
+        owner = op.inputs[0].owner
+        return _step(owner) if isinstance(owner, Operation) else None
     step = op.attributes.get(MICRO_STEP_ATTR)
-    if isinstance(op, PermuteOp):   # a transfer to the backward of another stage
+    return step.data if isinstance(step, StringAttr) else None
+
+
+def _is_backward(op: Operation) -> bool:
+    """A backward op, or a permute sending to one."""
+    if isinstance(op, PermuteOp):
         return any(_is_backward(u.operation) for u in op.outputs[0].uses)
-    return isinstance(step, StringAttr) and step.data.startswith("B")
+    return (_step(op) or "F").startswith("B")
 
 
 def _staged(t: Attribute, mesh: str, stage: Stage) -> Attribute:
