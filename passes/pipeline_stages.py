@@ -61,6 +61,7 @@ from lamina.analysis.step_cost import op_seconds
 from lamina.analysis.timeline import schedule
 from lamina.ir.buffers.updates import GRADIENTS_ATTR, roles_of
 from lamina.ir.core.diagnostics import error_at
+from lamina.ir.mesh.collective_kinds import SUM
 from lamina.ir.mesh.collectives import CollectivePermuteOp as PermuteOp
 from lamina.ir.mesh.collectives import PlacementOp, build, with_stage
 from lamina.ir.mesh.placement import MeshOp, PlaceAttr, place_of, stage_devices, stage_of
@@ -526,8 +527,8 @@ def pipeline_stats(func: FuncOp, target: Target) -> dict[str, object] | None:
 def activation_peak(func: FuncOp, stage: int) -> int:
     """The most bytes of saved activations one device of `stage` holds at once in the staged
     step's order: forward values of that stage (`lamina.micro_step` "F...") that a backward op
-    reads (received ones too), each live from its op to its last reader. 1F1B keeps min(P - s, M) micro-batches' of
-    them on stage s, GPipe all M."""
+    reads (received ones too), each live from its op to its last reader. 1F1B keeps
+    min(P - s, M) micro-batches' of them on stage s, GPipe all M."""
     ops = list(func.body.block.ops)
     index = {op: i for i, op in enumerate(ops)}
     events: list[tuple[int, int, int]] = []   # (position, frees first, bytes)
@@ -574,5 +575,5 @@ def _staged(t: Attribute, mesh: str, stage: Stage) -> Attribute:
     tier = p.tier_name if p is not None else None
     rank = len(t.get_shape())
     return TensorType(t.element_type, t.get_shape(),
-                      PlaceAttr.make(mesh, [[] for _ in range(rank)], (), "sum", tier, stage))
+                      PlaceAttr.make(mesh, [[] for _ in range(rank)], (), SUM.name, tier, stage))
 
