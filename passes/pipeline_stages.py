@@ -524,24 +524,36 @@ def pipeline_stats(func: FuncOp, target: Target) -> dict[str, object] | None:
             "stage_busy_seconds": busy}
 
 
-def activation_peak(func: FuncOp, stage: int) -> int:
-    """The most bytes of saved activations one device of `stage` holds at once in the staged
-    step's order: forward values of that stage (`lamina.micro_step` "F...") that a backward op
-    reads (received ones too), each live from its op to its last reader. 1F1B keeps
-    min(P - s, M) micro-batches' of them on stage s, GPipe all M."""
-    ops = list(func.body.block.ops)
-    index = {op: i for i, op in enumerate(ops)}
-    events: list[tuple[int, int, int]] = []   # (position, frees first, bytes)
-    for op in ops:
-        if not (_step(op) or "B").startswith("F"):
+def _saved(func: FuncOp, stage: int, step: str | None) -> list[tuple[Operation, SSAValue]]:
+    """(op, value) of every forward value on `stage` that a backward op reads (received ones
+    too), of micro-step `step` or of every forward step (None)."""
+    out: list[tuple[Operation, SSAValue]] = []
+    for op in func.body.block.ops:
+        got = _step(op)
+        if got is None or not got.startswith("F") or step is not None and got != step:
             continue
         for v in op.results:
             st = stage_of(v.type)
-            readers = [u.operation for u in v.uses]
-            if st is None or st[1] != stage or not any(_is_backward(r) for r in readers):
-                continue
-            n = local_bytes(v, func)
-            events += [(index[op], 1, n), (max(index[r] for r in readers), 2, -n)]
+            if st is not None and st[1] == stage and any(_is_backward(u.operation)
+                                                         for u in v.uses):
+                out.append((op, v))
+    return out
+
+
+def saved_bytes(func: FuncOp, stage: int, step: str) -> int:
+    """Bytes of micro-step `step`'s (say "F0") saved activations on one device of `stage`."""
+    return sum(local_bytes(v, func) for _, v in _saved(func, stage, step))
+
+
+def activation_peak(func: FuncOp, stage: int) -> int:
+    """The most bytes of saved activations one device of `stage` holds at once in the staged
+    step's order (`_saved`), each live from its op to its last reader. 1F1B keeps
+    min(P - s, M) micro-batches' of them on stage s, GPipe all M."""
+    index = {op: i for i, op in enumerate(func.body.block.ops)}
+    events: list[tuple[int, int, int]] = []   # (position, frees after makes, bytes)
+    for op, v in _saved(func, stage, None):
+        n = local_bytes(v, func)
+        events += [(index[op], 1, n), (max(index[u.operation] for u in v.uses), 2, -n)]
     live = peak = 0
     for _, _, n in sorted(events):
         live += n
