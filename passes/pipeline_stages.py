@@ -255,6 +255,7 @@ class _Staging:
         r = roles(ops, seeds, data)
         fwd0 = r.forward(0, ops)
         cuts = self._cuts(fwd0)
+        crossing = [_crossing(fwd0, c) for c in cuts]   # before the permutes take the uses
         stage = self._stages(ops, r, micro, cuts)
         order = self._order(ops, r, stage, micro)
         mesh, stage_axis = self._mesh()
@@ -264,7 +265,7 @@ class _Staging:
             "axis": StringAttr(stage_axis), "stages": IntegerAttr(self.P, i64),
             "micro_batches": IntegerAttr(micro, i64), "schedule": StringAttr(p.schedule)})
         if self.log is not None:
-            self._explain(fwd0, cuts, ops, stage)
+            self._explain(fwd0, cuts, crossing, stage)
 
     # -- micro-batches --
     def _micro_batches(self) -> int:
@@ -459,17 +460,17 @@ class _Staging:
             [a.type for a in block.args], [v.type for v in ret.operands])
 
     # -- explain --
-    def _explain(self, fwd0: list[Operation], cuts: list[int], ops: list[Operation],
+    def _explain(self, fwd0: list[Operation], cuts: list[int], crossing: list[int],
                  stage: dict[Operation, int]) -> None:
         assert self.log is not None
         target = load_target(self.p.target)
-        for c in cuts:
-            self.log.add(fwd0[c], f"{PASS}: cut before this op, {fmt_bytes(_crossing(fwd0, c))} "
-                         "cross per micro-batch")
+        for c, n in zip(cuts, crossing, strict=True):
+            self.log.add(fwd0[c], f"{PASS}: cut before this op, {fmt_bytes(n)} cross per "
+                         "micro-batch")
         busy = [0.0] * self.P
         for op in fwd0:
             busy[stage[op]] += op_seconds(op, target, self.func)
-        shares = ", ".join(f"stage {s}: {t * 1e6:.2f} us" for s, t in enumerate(busy))
+        shares = ", ".join(f"stage {s}: {t * 1e6:.4g} us" for s, t in enumerate(busy))
         orders = "; ".join(
             f"stage {s}: " + " ".join(f"{ph}{k}" for ph, k in
                                       local_order(self.p.schedule, self.P,
