@@ -14,8 +14,9 @@ the auto cut. Per (schedule, M):
   and how many micro-batches' worth it is (`saved_bytes` of F0; 1F1B: P, GPipe: M);
 - `jax s/step`: wall time per step on 8 host devices against the unstaged DP step: n/a until
   the JAX lowering of collective_permute lands (it raises "not yet supported" today).
-`--timeline OUT.png` also draws the GPT-2 sample (samples/gpt2_model.py, 4 layers, D = 32) cut
-into 4 stages, 4 micro-batches, 1F1B, on h100-node (needs torch): the README's image.
+`--timeline OUT.png` also draws the GPT-2 sample (samples/gpt2_model.py at bench_scale's width:
+4 layers, D = 768, 12 heads, 256 tokens, batch 8) cut into 4 stages, 4 micro-batches, 1F1B, on
+h100-node (needs torch): the README's image.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def gpt2_timeline(out: str) -> None:
     sys.path.insert(0, str(ROOT))
     from samples.gpt2_model import GPT2Config, LossOnly, make_gpt2
 
-    cfg = GPT2Config(vocab=96, context=16, dim=32, heads=4, layers=4, dropout=0.0)
-    toks = torch.zeros((4, 16), dtype=torch.int64)
+    cfg = GPT2Config(vocab=96, context=256, dim=768, heads=12, layers=4, dropout=0.0)
+    toks = torch.zeros((8, 256), dtype=torch.int64)
     module, _ = import_exported(torch.export.export(LossOnly(make_gpt2(cfg)).eval(),
                                                     (toks, toks)))
     lamina.apply(module, "derive-backward{data=idx,targets},"
@@ -91,8 +92,8 @@ def gpt2_timeline(out: str) -> None:
     func = find_entry(module, "forward_grad")
     tl = schedule(func, load_target("h100-node"))
     with open(out, "wb") as f:
-        write_timeline(tl, f, timeline_format(out), "GPT-2 sample, 4 stages x 4 micro-batches, "
-                       "1F1B", "modeled on cost target 'h100-node'")
+        write_timeline(tl, f, timeline_format(out), "GPT-2 sample (4 layers, D = 768), 4 stages "
+                       "x 4 micro-batches, 1F1B", "modeled on cost target 'h100-node'")
     print(f"wrote {out}: bubble {tl.bubble_fraction:.3f} (formula {3 / 7:.3f}), step "
           f"{tl.step_time * 1e6:.1f} us")
 

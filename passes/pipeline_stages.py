@@ -23,8 +23,9 @@ function attribute `lamina.pipeline = {axis = "pp", stages = 4, micro_batches = 
 
 The cut: the forward ops of micro-batch 0 in program order are split into P consecutive runs,
 the same for every micro-batch (op j of each micro-batch's forward on the same stage).
-`split=auto`: cut j is chosen among the positions whose modeled compute before it
-(`lamina.analysis.step_cost.op_seconds` per op on `target`) is within half a stage of j/P of the total,
+`split=auto`: cut j is chosen among the positions whose modeled compute before it (per forward
+op, `lamina.analysis.step_cost.op_seconds` on `target` of it and of the backward ops that
+differentiate it) is within an eighth of a stage of j/P of the total,
 the one whose crossing bytes (forward values made before it and read after it) are smallest,
 ties to the most balanced; `split=ops`: before each op marked `lamina.stage_boundary` (P-1 of
 them). The loss seed runs on the last stage; a backward op on the stage of the forward op it
@@ -164,7 +165,7 @@ def auto_cuts(fwd: Sequence[Operation], seconds: Sequence[float], stages: int) -
         low = (cuts[-1] if cuts else 0) + 1
         high = len(fwd) - (stages - j)
         want = total * j / stages
-        window = [c for c in range(low, high + 1) if abs(before[c] - want) <= total / (2 * stages)]
+        window = [c for c in range(low, high + 1) if abs(before[c] - want) <= total / (8 * stages)]
         pick = min(window or range(low, high + 1),
                    key=lambda c: (_crossing(fwd, c) if window else 0, abs(before[c] - want), c))
         cuts.append(pick)
@@ -254,7 +255,7 @@ class _Staging:
         data = data_arguments(func)
         r = roles(ops, seeds, data)
         fwd0 = r.forward(0, ops)
-        cuts = self._cuts(fwd0)
+        cuts = self._cuts(fwd0, [op for op in ops if r.micro.get(op) == ("B", 0)])
         crossing = [_crossing(fwd0, c) for c in cuts]   # before the permutes take the uses
         stage = self._stages(ops, r, micro, cuts)
         order = self._order(ops, r, stage, micro)
@@ -291,7 +292,8 @@ class _Staging:
         return want
 
     # -- the cut --
-    def _cuts(self, fwd: list[Operation]) -> list[int]:
+    def _cuts(self, fwd: list[Operation], back: list[Operation]) -> list[int]:
+        """The cut positions in micro-batch 0's forward `fwd` (`back`: its backward)."""
         P = self.P
         if len(fwd) < P:
             raise error_at(self.func, f"{PASS}: stages={P}, but the forward of a micro-batch "
@@ -303,8 +305,27 @@ class _Staging:
                 raise error_at(self.func, f"{PASS}: split=ops with stages={P} needs {P - 1} ops "
                                f"marked {BOUNDARY_ATTR}, found {len(cuts)}")
             return cuts
+        return auto_cuts(fwd, self._forward_and_backward_seconds(fwd, back), P)
+
+    def _forward_and_backward_seconds(self, fwd: list[Operation], back: list[Operation]
+                                      ) -> list[float]:
+        """Each forward op's modeled seconds plus those of the backward ops that differentiate
+        it (derive-backward gives them its location): what its stage will run per micro-batch."""
         target = load_target(self.p.target)
-        return auto_cuts(fwd, [op_seconds(op, target, self.func) for op in fwd], P)
+        by_loc: dict[Attribute, float] = {}
+        for op in back:
+            if not isinstance(op.location, UnknownLoc):
+                by_loc[op.location] = by_loc.get(op.location, 0.0) + \
+                    op_seconds(op, target, self.func)
+        seen: set[Attribute] = set()
+        out: list[float] = []
+        for op in fwd:
+            t = op_seconds(op, target, self.func)
+            if op.location not in seen and op.location in by_loc:
+                seen.add(op.location)
+                t += by_loc[op.location]
+            out.append(t)
+        return out
 
     def _stages(self, ops: list[Operation], r: _Roles, micro: int, cuts: list[int]
                 ) -> dict[Operation, int]:
