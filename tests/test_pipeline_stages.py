@@ -99,16 +99,43 @@ def test_staged_step_equals_unstaged(mlp: Mlp, stages: int, micro: int, sched: s
     assert sum(isinstance(op, CollectivePermuteOp) for op in func.walk()) >= 2 * (stages - 1)
 
 
-@pytest.mark.parametrize("head", [
-    "place-batch{data=x,y axis=data size=2},derive-backward{data=x,y},"
-    "accumulate-gradients{micro-batches=2},propagate-sharding,insert-collectives"])
-def test_composes_with_a_data_axis(head: str) -> None:
-    """A 2 x 2 data x stage mesh: the data-parallel step (its all_reduces placed like every
-    other op), cut into two stages with accumulate-gradients' micro-batches (M = K)."""
-    mlp = Mlp(16, (3, 4, 4, 2), ("tanh", "gelu", "tanh"), "mean", "f32")
-    module, func = _staged(mlp.text(), "stages=2 schedule=1f1b", head=head)
-    assert "lamina.mesh @dp [data = 2, stage = 2]" in str(module)
-    ref = _reference(mlp.text())
+def _p(shape: str, splits: str) -> str:
+    return f"tensor<{shape}xf32, #lamina.place<@m, {splits}>>"
+
+
+# a Megatron-style loss on a data x model mesh: w0 split by columns, w1 by rows over `model`
+MEGATRON = f"""lamina.mesh @m [data = 2, model = 2]
+func.func @f(%x: {_p('8x4', '[[data], []]')}, %y: {_p('8x4', '[[data], []]')}, \
+%w0: {_p('4x8', '[[], [model]]')}, %w1: {_p('8x4', '[[model], []]')}, %w2: tensor<4x4xf32>) \
+-> tensor<f32> {{
+  %m0 = lamina.matmul %x, %w0 : ({_p('8x4', '[[data], []]')}, {_p('4x8', '[[], [model]]')}) \
+-> tensor<8x8xf32>
+  %h0 = lamina.tanh %m0 : tensor<8x8xf32>
+  %m1 = lamina.matmul %h0, %w1 : (tensor<8x8xf32>, {_p('8x4', '[[model], []]')}) -> tensor<8x4xf32>
+  %h1 = lamina.tanh %m1 : tensor<8x4xf32>
+  %m2 = lamina.matmul %h1, %w2 : (tensor<8x4xf32>, tensor<4x4xf32>) -> tensor<8x4xf32>
+  %d = lamina.sub %m2, %y : (tensor<8x4xf32>, {_p('8x4', '[[data], []]')}) -> tensor<8x4xf32>
+  %d2 = lamina.mul %d, %d : tensor<8x4xf32>
+  %l = lamina.reduce_sum %d2 {{axes = array<i64: 0, 1>}} : (tensor<8x4xf32>) -> tensor<f32>
+  func.return %l : tensor<f32>
+}}
+"""
+DP = Mlp(16, (3, 4, 4, 2), ("tanh", "gelu", "tanh"), "mean", "f32").text()
+TAIL = "accumulate-gradients{micro-batches=2},propagate-sharding,insert-collectives"
+
+
+@pytest.mark.parametrize(("text", "head", "mesh"), [
+    (DP, f"place-batch{{data=x,y axis=data size=2}},derive-backward{{data=x,y}},{TAIL}",
+     "lamina.mesh @dp [data = 2, stage = 2]"),
+    (MEGATRON, f"derive-backward{{data=x,y}},{TAIL}",
+     "lamina.mesh @m [data = 2, model = 2, stage = 2]")], ids=["data-stage", "data-model-stage"])
+def test_composes_with_data_and_model_axes(text: str, head: str, mesh: str) -> None:
+    """The placed step (its collectives placed like every other op) cut into two stages, with
+    accumulate-gradients' micro-batches (M = K): a 2 x 2 data x stage and a 2 x 2 x 2 data x
+    model x stage mesh."""
+    module, func = _staged(text, "stages=2 schedule=1f1b", head=head)
+    assert mesh in str(module)
+    ref = _reference(text)
     inputs = _inputs(ref)
     got = run_spmd(func, inputs)
     _assert_close(got.outputs, run_function(ref, inputs).outputs, "f32")
