@@ -28,6 +28,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "accumulate-gradients": ("lamina.passes.accumulate_gradients", "AccumulateGradients"),
     "mixed-precision": ("lamina.passes.mixed_precision", "MixedPrecision"),
     "shard-optimizer": ("lamina.passes.shard_optimizer", "ShardOptimizer"),
+    "pipeline-stages": ("lamina.passes.pipeline_stages", "PipelineStages"),
 }
 
 

@@ -107,6 +107,7 @@ from lamina.ir.core.dtypes import tensor_dtype
 from lamina.ir.mesh.target import Target, load_target
 from lamina.ir.text.source import load, make_context
 from lamina.passes.pipeline import build_pipeline, run_pipeline
+from lamina.passes.pipeline_stages import pipeline_stats
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 
@@ -391,6 +392,10 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
                 out.nonfinite.append(n)
             out.failed |= not diff.ok or n in out.nonfinite
     stats["outputs"] = outputs
+    staged = pipeline_stats(func, target or load_target("h100-node"))
+    if staged is not None:   # a pipeline-staged step: its modeled bubble and per-stage busy time
+        stats["bubble_fraction"] = staged["bubble_fraction"]
+        stats["stage_busy_seconds"] = staged["stage_busy_seconds"]
     return out
 
 

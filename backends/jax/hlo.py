@@ -27,11 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from lamina.analysis.comm_cost import ring_sent
-from lamina.ir.mesh.collective_kinds import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from lamina.ir.mesh.collective_kinds import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    COLLECTIVE_PERMUTE,
+    REDUCE_SCATTER,
+)
 
 KINDS = {"all-reduce": ALL_REDUCE.kind, "all-gather": ALL_GATHER.kind,
          "reduce-scatter": REDUCE_SCATTER.kind, "all-to-all": ALL_TO_ALL.kind,
-         "collective-permute": "collective_permute"}   # HLO opcode -> Lamina's kind
+         "collective-permute": COLLECTIVE_PERMUTE.kind}   # HLO opcode -> Lamina's kind
 _ITEM = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "s64": 8, "u64": 8, "s32": 4, "u32": 4,
          "s16": 2, "u16": 2, "s8": 1, "u8": 1, "pred": 1}
 _LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+ = (?P<type>.+?) (?P<kind>"
@@ -55,7 +61,7 @@ class HloCollective:
 
     @property
     def sent(self) -> float:
-        if self.kind == "collective_permute":
+        if self.kind == COLLECTIVE_PERMUTE.kind:
             return float(self.payload)
         return ring_sent(self.kind, self.group_size, self.payload)
 
@@ -149,7 +155,7 @@ def collectives(hlo: str, devices: int) -> list[HloCollective]:
         if m.group("start") and kind in (ALL_GATHER.kind, KINDS["collective-permute"]) and len(sizes) > 1:
             sizes = sizes[len(sizes) // 2:]   # async start: (operands, results)
         groups = replica_groups(line, devices)
-        n = len(groups[0]) if groups and kind != "collective_permute" else 1
+        n = len(groups[0]) if groups and kind != COLLECTIVE_PERMUTE.kind else 1
         out = sum(sizes)
         payload = out * n if kind == REDUCE_SCATTER.kind else out
         found.append(HloCollective(kind, groups, payload, m.group("type").strip()))

@@ -1,0 +1,129 @@
+"""pipeline-stages (issue 28): modeled bubble against the formula, and peak activation bytes per
+schedule, for a 16-layer MLP step on P = 4 stages, M = 4..64 micro-batches.
+
+    .venv/bin/python benchmarks/bench_pipeline.py [--micro 4 8 16 32 64] [--stages 4]
+        [--width 256] [--rows 8] [--timeline OUT.png]
+
+The step: derive-backward of a 16-layer tanh MLP regression loss (width `--width`, `--rows`
+rows per micro-batch, f32), then `pipeline-stages{stages=P micro-batches=M schedule=S}` with
+the auto cut. Per (schedule, M):
+- `bubble (links 0)`: the modeled timeline (`lamina.analysis.timeline.schedule`) on a copy of
+  h100-node whose links are free (alpha 1e-30 s, beta 9e18 B/s), against (P-1)/(M+P-1);
+- `bubble (h100-node)`: the same on h100-node's NVLink (3 us, 450 GB/s): the transfers' share;
+- `peak act`: stage 0's peak of saved activations (`activation_peak`; stage 0 holds the most),
+  and how many micro-batches' worth it is (`saved_bytes` of F0; 1F1B: P, GPipe: M);
+- `jax s/step`: wall time per step on 8 host devices against the unstaged DP step: n/a until
+  the JAX lowering of collective_permute lands (it raises "not yet supported" today).
+`--timeline OUT.png` also draws the GPT-2 sample (samples/gpt2_model.py at bench_scale's width:
+4 layers, D = 768, 12 heads, 256 tokens, batch 8) cut into 4 stages, 4 micro-batches, 1F1B, on
+h100-node (needs torch): the README's image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import lamina
+from lamina.analysis.timeline import schedule
+from lamina.backends.interface import find_entry
+from lamina.ir.mesh.target import load_target, parse_target
+from lamina.passes.pipeline_stages import activation_peak, saved_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+FREE_LINKS = (ROOT / "ir/mesh/targets/h100-node.toml").read_text().replace(
+    "alpha = 3e-6", "alpha = 1e-30").replace("beta = 450e9", "beta = 9e18").replace(
+    'name = "h100-node"', 'name = "h100-node-free-links"')
+
+
+def mlp_text(layers: int, width: int, batch: int) -> str:
+    t = lambda *s: f"tensor<{'x'.join(map(str, s))}{'x' if s else ''}f32>"  # noqa: E731
+    params = "".join(f", %w{i}: {t(width, width)}, %b{i}: {t(width)}" for i in range(layers))
+    lines = [f"func.func @f(%x: {t(batch, width)}, %y: {t(batch, width)}{params}) -> {t()} {{"]
+    h = "%x"
+    for i in range(layers):
+        lines += [f"  %m{i} = lamina.matmul {h}, %w{i} : ({t(batch, width)}, {t(width, width)})"
+                  f" -> {t(batch, width)}",
+                  f"  %a{i} = lamina.add %m{i}, %b{i} : ({t(batch, width)}, {t(width)}) -> "
+                  f"{t(batch, width)}",
+                  f"  %h{i} = lamina.tanh %a{i} : {t(batch, width)}"]
+        h = f"%h{i}"
+    lines += [f"  %d = lamina.sub {h}, %y : {t(batch, width)}",
+              f"  %d2 = lamina.mul %d, %d : {t(batch, width)}",
+              f"  %l = lamina.reduce_sum %d2 {{axes = array<i64: 0, 1>}} : ({t(batch, width)})"
+              f" -> {t()}", f"  func.return %l : {t()}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def row(text: str, stages: int, micro: int, sched: str) -> list[str]:
+    module = lamina.parse(text)
+    start = time.perf_counter()
+    lamina.apply(module, f"derive-backward{{data=x,y}},pipeline-stages{{stages={stages} "
+                 f"micro-batches={micro} schedule={sched}}}")
+    staged = time.perf_counter() - start
+    func = find_entry(module, "f_grad")
+    free = schedule(func, parse_target(FREE_LINKS, "<free links>")).bubble_fraction
+    nvlink = schedule(func, load_target("h100-node")).bubble_fraction
+    peak = activation_peak(func, 0)   # stage 0 holds the most (1F1B: P micro-batches)
+    one = saved_bytes(func, 0, "F0")
+    formula = (stages - 1) / (micro + stages - 1)
+    return [sched, str(micro), f"{free:.4f}", f"{formula:.4f}", f"{nvlink:.4f}",
+            f"{peak / 2**20:.2f} MiB", f"{peak / one:.2f}" if one else "-",
+            "n/a (jax lowering pending)", f"{staged:.1f}"]
+
+
+def gpt2_timeline(out: str) -> None:
+    """The GPT-2 sample's step on 4 stages (1F1B, 4 micro-batches), drawn on h100-node."""
+    import torch
+    from lamina.cli.timeline_plot import timeline_format, write_timeline
+    from lamina.frontends.torch import import_exported
+
+    sys.path.insert(0, str(ROOT))
+    from samples.gpt2_model import GPT2Config, LossOnly, make_gpt2
+
+    cfg = GPT2Config(vocab=96, context=256, dim=768, heads=12, layers=4, dropout=0.0)
+    toks = torch.zeros((8, 256), dtype=torch.int64)
+    module, _ = import_exported(torch.export.export(LossOnly(make_gpt2(cfg)).eval(),
+                                                    (toks, toks)))
+    lamina.apply(module, "derive-backward{data=idx,targets},"
+                 "pipeline-stages{stages=4 micro-batches=4 schedule=1f1b}")
+    func = find_entry(module, "forward_grad")
+    tl = schedule(func, load_target("h100-node"))
+    with open(out, "wb") as f:
+        write_timeline(tl, f, timeline_format(out), "GPT-2 sample (4 layers, D = 768), 4 stages "
+                       "x 4 micro-batches, 1F1B", "modeled on cost target 'h100-node'")
+    print(f"wrote {out}: bubble {tl.bubble_fraction:.3f} (formula {3 / 7:.3f}), step "
+          f"{tl.step_time * 1e6:.1f} us")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="pipeline-stages: modeled bubble and activation peaks")
+    ap.add_argument("--micro", type=int, nargs="+", default=[4, 8, 16, 32, 64])
+    ap.add_argument("--stages", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--rows", type=int, default=8, help="rows per micro-batch")
+    ap.add_argument("--timeline", default=None)
+    args = ap.parse_args(argv)
+    head = ["schedule", "M", "bubble (links 0)", "(P-1)/(M+P-1)", "bubble (h100-node)",
+            "peak act", "micro-batches held", "jax s/step", "pass s"]
+    rows = []
+    for micro in args.micro:
+        text = mlp_text(args.layers, args.width, args.rows * micro)
+        for sched in ("gpipe", "1f1b"):
+            rows.append(row(text, args.stages, micro, sched))
+            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    print(f"{args.layers}-layer MLP, width {args.width}, {args.rows} rows per micro-batch, "
+          f"P = {args.stages}")
+    for r in [head, ["-" * w for w in widths], *rows]:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+    if args.timeline:
+        gpt2_timeline(args.timeline)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

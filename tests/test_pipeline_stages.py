@@ -1,0 +1,265 @@
+"""pipeline-stages (issue 28): staged steps equal unstaged ones on the SPMD interpreter, the
+schedule in the IR is the one asked for, the modeled bubble is the pipeline formula, and 1F1B
+keeps P micro-batches of activations where GPipe keeps M.
+
+Random MLP losses (Hypothesis, tests/test_accumulate_gradients' generator), random P, M,
+schedule and cut (auto, or random `lamina.stage_boundary` marks); with a data axis too. The
+collective_permute op itself: its SPMD semantics, its cost, and insert-collectives lowering a
+reshard between stages to it.
+"""
+
+from __future__ import annotations
+
+import lamina
+import lamina.backends.numpy.memory  # noqa: F401  (registers lamina.move / lamina.free)
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lamina.analysis.comm_cost import estimate, levels_of
+from lamina.analysis.sizes import local_bytes
+from lamina.analysis.step_cost import COMPUTE, step_costs
+from lamina.analysis.timeline import schedule
+from lamina.backends.interface import find_entry
+from lamina.backends.numpy.runner import run_function
+from lamina.backends.numpy.spmd import run_spmd
+from lamina.ir.mesh.collectives import CollectivePermuteOp, PlacementOp
+from lamina.ir.mesh.placement import Mesh, stage_of
+from lamina.ir.mesh.target import load_target
+from lamina.ir.text.source import parse_text, verify
+from lamina.passes.pipeline_stages import MICRO_STEP_ATTR, activation_peak, local_order
+from strategies import examples
+from test_accumulate_gradients import Mlp, _assert_close, _inputs, mlps
+from xdsl.dialects.builtin import StringAttr
+from xdsl.ir import Attribute, Block, Operation
+
+BOUNDARY = " {lamina.stage_boundary}"
+
+
+def _marked(mlp: Mlp, cuts: list[int]) -> str:
+    """The loss text with `lamina.stage_boundary` on forward op lines `cuts` (0 = the first op)."""
+    lines = mlp.text().split("\n")
+    ops = [i for i, line in enumerate(lines) if " = lamina." in line and "{" not in line]
+    for c in cuts:
+        i = ops[c]
+        head, _, rest = lines[i].partition(" : ")
+        lines[i] = f"{head}{BOUNDARY} : {rest}"
+    return "\n".join(lines)
+
+
+def _staged(text: str, options: str, entry: str = "f_grad", head: str = "derive-backward{data=x,y}"):
+    module = lamina.parse(text)
+    lamina.apply(module, f"{head},pipeline-stages{{{options}}}")
+    return module, find_entry(module, entry)
+
+
+def _reference(text: str):
+    module = lamina.parse(text)
+    lamina.apply(module, "derive-backward{data=x,y}")
+    return find_entry(module, "f_grad")
+
+
+def _local_orders(func, stages: int) -> list[list[str]]:
+    """Each stage's micro-steps in the function's order (consecutive repeats merged)."""
+    out: list[list[str]] = [[] for _ in range(stages)]
+    for op in func.body.block.ops:
+        step = op.attributes.get(MICRO_STEP_ATTR)
+        if step is None or not op.results:
+            continue
+        st_ = stage_of(op.results[0].type)
+        assert st_ is not None
+        seq = out[st_[1]]
+        if not seq or seq[-1] != step.data:
+            seq.append(step.data)
+    return out
+
+
+@settings(max_examples=examples(6), deadline=None)
+@given(mlps(("f32",)), st.integers(2, 4), st.sampled_from((1, 2, 4)),
+       st.sampled_from(("gpipe", "1f1b")), st.booleans(), st.data())
+def test_staged_step_equals_unstaged(mlp: Mlp, stages: int, micro: int, sched: str,
+                                     by_marks: bool, data: st.DataObject) -> None:
+    mlp = Mlp(8, mlp.widths, mlp.acts, mlp.loss, mlp.dtype)
+    n_ops = 3 * (len(mlp.widths) - 1) + 3   # the last, reduce, has attributes: not marked
+    text = mlp.text()
+    options = f"stages={stages} micro-batches={micro} schedule={sched}"
+    if by_marks:
+        cuts = sorted(data.draw(st.lists(st.integers(1, n_ops - 2), min_size=stages - 1,
+                                         max_size=stages - 1, unique=True)))
+        text, options = _marked(mlp, cuts), options + " split=ops"
+    module, func = _staged(text, options)
+    ref = _reference(mlp.text())
+    inputs = _inputs(ref)
+    _assert_close(run_spmd(func, inputs).outputs, run_function(ref, inputs).outputs, "f32")
+    assert str(lamina.parse(str(module))) == str(module)   # verifies and round-trips
+    got = _local_orders(func, stages)
+    for s in range(stages):   # a stage may have no backward (slices of the batch only)
+        want = [f"{ph}{k}" for ph, k in local_order(sched, stages, micro, s)]
+        assert got[s] == [w for w in want if w in got[s]], s
+    assert sum(isinstance(op, CollectivePermuteOp) for op in func.walk()) >= 2 * (stages - 1)
+
+
+def _p(shape: str, splits: str) -> str:
+    return f"tensor<{shape}xf32, #lamina.place<@m, {splits}>>"
+
+
+# a Megatron-style loss on a data x model mesh: w0 split by columns, w1 by rows over `model`
+MEGATRON = f"""lamina.mesh @m [data = 2, model = 2]
+func.func @f(%x: {_p('8x4', '[[data], []]')}, %y: {_p('8x4', '[[data], []]')}, \
+%w0: {_p('4x8', '[[], [model]]')}, %w1: {_p('8x4', '[[model], []]')}, %w2: tensor<4x4xf32>) \
+-> tensor<f32> {{
+  %m0 = lamina.matmul %x, %w0 : ({_p('8x4', '[[data], []]')}, {_p('4x8', '[[], [model]]')}) \
+-> tensor<8x8xf32>
+  %h0 = lamina.tanh %m0 : tensor<8x8xf32>
+  %m1 = lamina.matmul %h0, %w1 : (tensor<8x8xf32>, {_p('8x4', '[[model], []]')}) -> tensor<8x4xf32>
+  %h1 = lamina.tanh %m1 : tensor<8x4xf32>
+  %m2 = lamina.matmul %h1, %w2 : (tensor<8x4xf32>, tensor<4x4xf32>) -> tensor<8x4xf32>
+  %d = lamina.sub %m2, %y : (tensor<8x4xf32>, {_p('8x4', '[[data], []]')}) -> tensor<8x4xf32>
+  %d2 = lamina.mul %d, %d : tensor<8x4xf32>
+  %l = lamina.reduce_sum %d2 {{axes = array<i64: 0, 1>}} : (tensor<8x4xf32>) -> tensor<f32>
+  func.return %l : tensor<f32>
+}}
+"""
+DP = Mlp(16, (3, 4, 4, 2), ("tanh", "gelu", "tanh"), "mean", "f32").text()
+TAIL = "accumulate-gradients{micro-batches=2},propagate-sharding,insert-collectives"
+
+
+@pytest.mark.parametrize(("text", "head", "mesh"), [
+    (DP, f"place-batch{{data=x,y axis=data size=2}},derive-backward{{data=x,y}},{TAIL}",
+     "lamina.mesh @dp [data = 2, stage = 2]"),
+    (MEGATRON, f"derive-backward{{data=x,y}},{TAIL}",
+     "lamina.mesh @m [data = 2, model = 2, stage = 2]")], ids=["data-stage", "data-model-stage"])
+def test_composes_with_data_and_model_axes(text: str, head: str, mesh: str) -> None:
+    """The placed step (its collectives placed like every other op) cut into two stages, with
+    accumulate-gradients' micro-batches (M = K): a 2 x 2 data x stage and a 2 x 2 x 2 data x
+    model x stage mesh."""
+    module, func = _staged(text, "stages=2 schedule=1f1b", head=head)
+    assert mesh in str(module)
+    ref = _reference(text)
+    inputs = _inputs(ref)
+    got = run_spmd(func, inputs)
+    _assert_close(got.outputs, run_function(ref, inputs).outputs, "f32")
+    kinds = {c["kind"] for c in got.stats["collectives"]}
+    assert {"collective_permute", "all_reduce"} <= kinds
+    assert str(lamina.parse(str(module))) == str(module)
+
+
+def _step_of(op) -> str | None:
+    """An op's micro-step; a permute's is that of the value it sends."""
+    if isinstance(op, CollectivePermuteOp):
+        owner = op.inputs[0].owner
+        return _step_of(owner) if not isinstance(owner, Block) else None
+    step = op.attributes.get(MICRO_STEP_ATTR)
+    return step.data if isinstance(step, StringAttr) else None
+
+
+def _unit_seconds(func) -> dict[int, float]:
+    """Equal stages, free transfers: each (stage, micro-step) takes 1 s (a forward) or 2 s (a
+    backward), all on its first kernel that reads what the step received from its neighbour
+    stage (on stage 0's forwards and the last stage's backwards: its first kernel), everything
+    else 0 s. A stage's lane runs in program order, so the step's other kernels, and what it
+    sends on, come after that kernel: the steps are atomic, as the formula assumes."""
+    received: set = set()
+    for op in func.body.block.ops:
+        step = _step_of(op)
+        if isinstance(op, CollectivePermuteOp) or any(
+                v.owner in received and _step_of(v.owner) == step for v in op.operands):
+            received.add(op)
+    stages = {_stage(a.type) for op in func.body.block.ops for a in op.results}
+    last = max(stages)
+    seen: set[tuple[int, str]] = set()
+    out: dict[int, float] = {}
+    for c in step_costs(func, load_target("h100-node")):
+        step = _step_of(c.op)
+        out[c.index] = 0.0
+        if c.kind != COMPUTE or step is None:
+            continue
+        s = _stage(c.op.results[0].type)
+        first = (s == 0 and step[0] == "F") or (s == last and step[0] == "B")
+        if (s, step) not in seen and (first or c.op in received):
+            seen.add((s, step))
+            out[c.index] = 1.0 if step[0] == "F" else 2.0
+    return out
+
+
+@settings(max_examples=examples(5), deadline=None)
+@given(st.integers(2, 4), st.integers(1, 6), st.sampled_from(("gpipe", "1f1b")))
+def test_bubble_is_the_pipeline_formula(stages: int, micro: int, sched: str) -> None:
+    """One layer per stage (cut at each layer's matmul), so every stage has both steps."""
+    mlp = Mlp(2 * micro, (2,) * (stages + 1), ("tanh",) * stages, "sum", "f32")
+    text = _marked(mlp, [3 * i for i in range(1, stages)])
+    _, func = _staged(text, f"stages={stages} micro-batches={micro} schedule={sched} split=ops")
+    tl = schedule(func, load_target("h100-node"), _unit_seconds(func))
+    assert tl.bubble_fraction == pytest.approx((stages - 1) / (micro + stages - 1), abs=1e-12)
+
+
+def _stage(t: Attribute) -> int:
+    got = stage_of(t)
+    assert got is not None
+    return got[1]
+
+
+def _reads_backward(op: Operation) -> bool:
+    """A backward op, or a permute sending to one."""
+    if isinstance(op, CollectivePermuteOp):
+        return any(_reads_backward(u.operation) for u in op.outputs[0].uses)
+    step = _step_of(op)
+    return step is not None and step[0] == "B"
+
+
+def _saved_bytes(func, stage: int, step: str) -> int:
+    """Bytes of micro-step `step`'s forward values on `stage` that a backward op reads."""
+    return sum(local_bytes(v, func) for op in func.body.block.ops if _step_of(op) == step
+               for v in op.results if _stage(v.type) == stage
+               and any(_reads_backward(u.operation) for u in v.uses))
+
+
+@pytest.mark.parametrize(("stages", "micro"), [(2, 4), (4, 8), (3, 3)])
+def test_1f1b_keeps_p_micro_batches_of_activations_gpipe_m(stages: int, micro: int) -> None:
+    """One layer per stage (cut at each layer's matmul): stage s of 1F1B holds min(P - s, M)
+    micro-batches' saved activations at its peak, every stage of GPipe all M."""
+    mlp = Mlp(2 * micro, (2,) * (stages + 1), ("tanh",) * stages, "sum", "f32")
+    text = _marked(mlp, [3 * i for i in range(1, stages)])
+    for sched, held in (("1f1b", lambda s: min(stages - s, micro)), ("gpipe", lambda s: micro)):
+        _, func = _staged(text, f"stages={stages} micro-batches={micro} schedule={sched} "
+                          "split=ops")
+        for s in range(stages):
+            one = _saved_bytes(func, s, "F0")
+            assert one > 0
+            assert activation_peak(func, s) == held(s) * one, (sched, s)
+
+
+def _permute_program(src: str, dst: str, op: str) -> str:
+    """%a on stage `src` of a 2 x 3 data x pp mesh, moved to stage `dst` by `op` (its text)."""
+    t = lambda st_, splits="[[data], []]": f"tensor<8x4xf32, #lamina.place<@m, {splits}, stage = pp[{st_}]>>"  # noqa: E731
+    return (f"lamina.mesh @m [data = 2, pp = 3]\n"
+            f"func.func @f(%x: {t(src)}) -> {t(dst)} {{\n"
+            f"  %a = lamina.tanh %x : {t(src)}\n"
+            f"  %b = {op} : {t(src)} -> {t(dst)}\n"
+            f"  func.return %b : {t(dst)}\n}}\n")
+
+
+def test_permute_moves_blocks_between_stages_and_costs_one_message() -> None:
+    module = parse_text(_permute_program("0", "2", 'lamina.collective_permute %a {axes = ["pp"]}'),
+                        "p.mlir")
+    verify(module)
+    func = find_entry(module, "f")
+    x = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    got = run_spmd(func, [x])
+    np.testing.assert_array_equal(got.outputs[0], np.tanh(x))
+    (c,) = got.stats["collectives"]
+    assert c["kind"] == "collective_permute" and c["bytes_per_device"] == c["payload_bytes"] == 64
+    target = load_target("h100-node")
+    e = estimate("collective_permute", 64.0, levels_of(target, Mesh("m", ("data", "pp"), (2, 3)),
+                                                        ("pp",)), target)
+    assert e.sent == 64.0 and e.latency == target.links[0].alpha
+
+
+def test_insert_collectives_lowers_a_reshard_between_stages_to_a_permute() -> None:
+    module = parse_text(_permute_program("1", "0", "lamina.reshard %a"), "p.mlir")
+    lamina.apply(module, "insert-collectives")
+    func = find_entry(module, "f")
+    kinds = [op.short for op in func.walk() if isinstance(op, PlacementOp)]
+    assert kinds == ["collective_permute"]
+    x = np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32)
+    np.testing.assert_array_equal(run_spmd(func, [x]).outputs[0], np.tanh(x))
