@@ -19,6 +19,8 @@ Time of one collective = latency + bytes sent / beta, per algorithm:
                   all_gather inside; reduce_scatter / all_gather = the inner and outer phases in
                   sequence. Each phase is a ring at its own level.
 The algorithm with the smallest time wins; ties go to ring (the simplest).
+A point-to-point kind (collective_permute between pipeline stages) is one message of its whole
+local block B at the link level of its (stage) axis: alpha + B / beta, B bytes sent, whatever n.
 
 Per kind, the factors, which algorithms exist and the hierarchical phases are the kind's record
 in `lamina.ir.mesh.collective_kinds` (`ring_factor`, `tree`, `hierarchical`); `kind` arguments are its
@@ -58,7 +60,10 @@ class Estimate:
 def ring_sent(kind: str, n: int, payload: float) -> float:
     if n <= 1:
         return 0.0
-    return COLLECTIVE_KINDS[kind].ring_factor * (n - 1) / n * payload
+    c = COLLECTIVE_KINDS[kind]
+    if c.point_to_point:
+        return payload
+    return c.ring_factor * (n - 1) / n * payload
 
 
 def _phases(kind: str) -> tuple[Phase, ...]:
@@ -86,7 +91,10 @@ def sent_bytes(kind: str, algorithm: str | None, n: int, payload: float,
 
 
 def _ring_lat(kind: str, n: int, level: LinkLevel) -> float:
-    return (n - 1) * COLLECTIVE_KINDS[kind].ring_factor * level.alpha
+    c = COLLECTIVE_KINDS[kind]
+    if c.point_to_point:
+        return level.alpha if n > 1 else 0.0
+    return (n - 1) * c.ring_factor * level.alpha
 
 
 def _ring_time(kind: str, n: int, payload: float, level: LinkLevel) -> float:

@@ -24,6 +24,11 @@ then to the order steps are generated in
 familiar ones. The search is Dijkstra's over at most (rank + 1)^axes * axes! placements, a few
 hundred for the meshes Lamina runs; past `MAX_STATES` placements (meshes of many axes) it falls
 back to the plan that gathers every split the destination does not keep, reduces, then slices.
+
+A reshard that also moves the value to another pipeline stage (`plan_stage_move`) is that plan
+plus one collective_permute over the stage axis, placed where the value's local block is smallest
+(before the gathers that grow it, after the slices and scatters that shrink it; ties: earliest):
+a point-to-point send costs alpha + B / beta, so the smallest B is the cheapest.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from lamina.ir.mesh.collective_kinds import (
     ALL_SLICE,
     ALL_TO_ALL,
     COLLECTIVE_KINDS,
+    COLLECTIVE_PERMUTE,
     REDUCE_SCATTER,
     SUM,
     Collective,
@@ -227,3 +233,17 @@ def _gather_reduce_slice(src: Spec, dst: Spec, total: int, sizes: Mapping[str, i
             t, b = cost(st.kind, st.axes, payload(st, total, sizes))
             sec, sent = sec + t, sent + b
     return Plan(tuple(steps), sec, sent)
+
+
+def plan_stage_move(src: Spec, dst: Spec, shape: Sequence[int], total: int,
+                    sizes: Mapping[str, int], cost: CostFn, axis: str) -> Plan | None:
+    """`plan_reshard`'s plan from `src` to `dst` with one collective_permute over stage axis
+    `axis` where the local block is smallest (see the module docstring); None when no plan."""
+    plan = plan_reshard(src, dst, shape, total, sizes, cost)
+    if plan is None:
+        return None
+    points = [src, *(st.dst for st in plan.steps)]
+    at = min(range(len(points)), key=lambda k: (local_bytes(total, points[k], sizes), k))
+    t, b = cost(COLLECTIVE_PERMUTE.kind, (axis,), local_bytes(total, points[at], sizes))
+    move = Step(COLLECTIVE_PERMUTE.kind, (axis,), points[at], points[at])
+    return Plan((*plan.steps[:at], move, *plan.steps[at:]), plan.seconds + t, plan.sent + b)

@@ -14,6 +14,9 @@ whole), reduce_scatters of the pending axes D splits next (a + b(n-1)/n B, again
 for all_reduce + all_slice), all_reduces of the rest, and all_slices (local, free) wherever they make
 a later collective's payload smaller. "all_reduce followed by a local slice" is folded too: a
 reshard whose operand is an all_reduce used only there is lowered from the all_reduce's operand.
+A reshard between two pipeline stages (`stage = pp[i]` -> `pp[j]`) becomes that sequence plus one
+`lamina.collective_permute` over the stage axis where the local block is smallest
+(`reshard_plan.plan_stage_move`); the collectives before it run on stage i, those after on j.
 Each collective gets `algorithm` = ring | tree | hierarchical, the cheapest by the model for the
 link levels its axes span. Finally, all_reduces whose time is mostly latency (`latency_dominated`)
 over the same axes and kind are merged into one bucketed all_reduce (one latency) placed right
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lamina.analysis.comm_cost import Estimate, estimate, latency_dominated, levels_of
-from lamina.analysis.reshard_plan import Plan, Step, plan_reshard
+from lamina.analysis.reshard_plan import Plan, Step, plan_reshard, plan_stage_move
 from lamina.analysis.sizes import fmt_bytes, spec_local_bytes, type_bytes
 from lamina.ir.buffers.memory import FreeOp
 from lamina.ir.core.diagnostics import error_at
@@ -42,11 +45,12 @@ from lamina.ir.mesh.collective_kinds import (
     ALL_REDUCE,
     ALL_SLICE,
     ALL_TO_ALL,
+    COLLECTIVE_PERMUTE,
     REDUCE_SCATTER,
 )
-from lamina.ir.mesh.collectives import OP_CLASS, AllReduceOp, PlacementOp, ReshardOp, with_spec
+from lamina.ir.mesh.collectives import OP_CLASS, AllReduceOp, PlacementOp, ReshardOp, with_spec, with_stage
 from lamina.ir.mesh.collectives import build as build_placement
-from lamina.ir.mesh.placement import Mesh, find_mesh, spec_of
+from lamina.ir.mesh.placement import Mesh, find_mesh, spec_of, stage_of
 from lamina.ir.mesh.sharding import Spec
 from lamina.ir.mesh.target import Target, load_target
 from lamina.passes.explain import ExplainLog, LaminaPass
@@ -70,7 +74,8 @@ class _Ctx:
         return estimate(kind, payload, levels_of(self.target, self.mesh, axes), self.target)
 
 
-def _emit(cx: _Ctx, step: Step, v: SSAValue, mesh: str, before: Operation, why: str) -> SSAValue:
+def _emit(cx: _Ctx, step: Step, v: SSAValue, mesh: str, before: Operation, why: str,
+          to_stage: tuple[str, int] | None = None) -> SSAValue:
     c, axes, src, dst = step.collective, step.axes, step.src, step.dst
     kind = c.kind
     alg = None
@@ -85,7 +90,9 @@ def _emit(cx: _Ctx, step: Step, v: SSAValue, mesh: str, before: Operation, why: 
     elif cx.log is not None:
         cx.log.add(before, f"{kind} over [{', '.join(axes)}]: local, nothing sent; {why}")
     ints = {key: getattr(step, key) for key in c.int_attrs}   # Step's fields are named so
-    op = build_placement(OP_CLASS[kind], [v], [with_spec(v.type, mesh, dst)], axes=axes,
+    rt = with_spec(v.type, mesh, dst)
+    op = build_placement(OP_CLASS[kind], [v], [with_stage(rt, to_stage) if c.moves_stage else rt],
+                         axes=axes,
                          algorithm=alg, inner=inner, **ints,
                          kind=src.partial_kind if c.reduces else None)
     op.location = before.location
@@ -95,10 +102,16 @@ def _emit(cx: _Ctx, step: Step, v: SSAValue, mesh: str, before: Operation, why: 
     return op.outputs[0]
 
 
-def plan_for(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, allow_a2a: bool = True) -> Plan | None:
-    """The cheapest collectives from S to D for `v` on this target (`analysis.reshard_plan`)."""
+def plan_for(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, allow_a2a: bool = True,
+             stage_axis: str | None = None) -> Plan | None:
+    """The cheapest collectives from S to D for `v` on this target (`analysis.reshard_plan`),
+    with a move along `stage_axis` when given."""
     t = v.type
     assert isinstance(t, TensorType)
+    if stage_axis is not None:
+        return plan_stage_move(S, D, t.get_shape(), type_bytes(t), cx.sizes,
+                               lambda kind, axes, b: _time_and_sent(cx.cost(kind, axes, b)),
+                               stage_axis)
     return plan_reshard(S, D, t.get_shape(), type_bytes(t), cx.sizes,
                         lambda kind, axes, b: _time_and_sent(cx.cost(kind, axes, b)), allow_a2a)
 
@@ -115,6 +128,8 @@ def _why(cx: _Ctx, v: SSAValue, step: Step) -> str:
         return f"dimension {d} must not be split over [{', '.join(step.axes)}] here"
     if c is ALL_SLICE:
         return f"dimension {d} is needed split over [{', '.join(step.axes)}]"
+    if c is COLLECTIVE_PERMUTE:
+        return "the consumer runs on another pipeline stage (sent where the block is smallest)"
     if c is ALL_REDUCE:
         return "the consumer needs these axes reduced and not split"
     if c is ALL_TO_ALL:
@@ -133,11 +148,13 @@ def _why(cx: _Ctx, v: SSAValue, step: Step) -> str:
             f"{fmt_bytes(ar.sent)} sent")
 
 
-def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation) -> SSAValue:
+def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation,
+          to_stage: tuple[str, int] | None = None) -> SSAValue:
     """Emit the cheapest collectives (by the target's model) that turn `v`, placed S, into
-    placement D, before `before`; with --explain, a plan that uses all_to_all also names the
-    best plan without it (gathers and slices only) and its cost."""
-    plan = plan_for(cx, v, S, D)
+    placement D (on stage `to_stage`, when it moves), before `before`; with --explain, a plan
+    that uses all_to_all also names the best plan without it (gathers and slices only) and its
+    cost."""
+    plan = plan_for(cx, v, S, D, stage_axis=to_stage[0] if to_stage is not None else None)
     if plan is None:
         raise error_at(before, f"insert-collectives: cannot lower {S} -> {D}")
     if cx.log is not None and any(s.collective is ALL_TO_ALL for s in plan.steps):
@@ -149,7 +166,7 @@ def lower(cx: _Ctx, v: SSAValue, S: Spec, D: Spec, mesh: str, before: Operation)
                        f"{alt.seconds * 1e6:.1f} us, {fmt_bytes(alt.sent)} sent")
     for step in plan.steps:
         why = _why(cx, v, step) if cx.log is not None else ""
-        v = _emit(cx, step, v, mesh, before, why)
+        v = _emit(cx, step, v, mesh, before, why, to_stage)
     return v
 
 
@@ -275,7 +292,9 @@ class InsertCollectives(LaminaPass):
                     folded, src = owner, owner.inputs[0]   # fold all_reduce + slice
                 S, D = spec_of(src.type), spec_of(op.outputs[0].type)
                 assert S is not None and D is not None
-                new = lower(cx, src, S, D, mesh_name, op)
+                moves = stage_of(src.type) != stage_of(op.outputs[0].type)
+                new = lower(cx, src, S, D, mesh_name, op,
+                            stage_of(op.outputs[0].type) if moves else None)
                 if log is not None and folded is not None:
                     log.add(op, "folded the all_reduce feeding this reshard into the lowering")
                 if folded is not None:

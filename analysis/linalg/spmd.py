@@ -34,7 +34,7 @@ from typing import Any
 from lamina.analysis.linalg.namespace import LinalgNamespace, Node
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.shapes import TensorInfo
-from lamina.ir.mesh.collective_kinds import RESHARD, Collective
+from lamina.ir.mesh.collective_kinds import COLLECTIVE_PERMUTE, RESHARD, Collective
 from lamina.ir.mesh.collectives import PlacementOp
 from lamina.ir.mesh.placement import Mesh, spec_or_replicated
 from lamina.ir.mesh.sharding import Spec
@@ -154,6 +154,9 @@ class PerDevice:
         if op.COLLECTIVE is RESHARD:
             raise error_at(op, f"{op.name}: not lowered to collectives; run -p insert-collectives "
                            "before exporting a placed program")
+        if op.COLLECTIVE is COLLECTIVE_PERMUTE:
+            raise error_at(op, f"{op.name}: pipeline stages are not supported by the linalg "
+                           "export (its per-device modules are SPMD; stages run different ops)")
         attrs = [f'kind = "{op.COLLECTIVE.kind}"', f"axes = {_strings(op.axis_names())}"]
         if op.COLLECTIVE.reduces:
             attrs.append(f'reduce = "{op.reduce_kind()}"')

@@ -25,6 +25,14 @@ op says (`lamina.ir.mesh.collectives`), one lowering per kind of the collectives
 (`LOWERINGS`, keyed by `lamina.ir.mesh.collective_kinds` records); `lamina.reshard` (not yet lowered)
 assembles and redistributes.
 
+Pipeline stages (MPMD, issue 28): a value placed `stage = pp[i]` exists only on the devices whose
+coordinate on mesh axis pp is i. Every op runs only on the devices of its result's stage; the
+others hold `ABSENT` (an empty array, 0 bytes) for it, so a device's live bytes count only its own
+stage's values. `lamina.collective_permute` copies each block of stage i to the device of stage j
+with the same coordinates on the other axes; inputs placed on a stage are cut onto its devices and
+staged outputs are assembled from their stage's devices. The kernel counters count each op once,
+on the first device of its stage (for an unstaged program: device 0).
+
 An `ExecutionObserver` (e.g. `MemoryChecker`) gets the same hooks as under `run_function`; the
 values' types carry their placements, so it accounts local shard bytes per device.
 
@@ -56,12 +64,14 @@ from lamina.backends.numpy.runner import (
 )
 from lamina.ir.buffers.memory import FreeOp
 from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.dtypes import STORAGE
 from lamina.ir.core.shapes import TensorInfo
 from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_SLICE,
     ALL_TO_ALL,
+    COLLECTIVE_PERMUTE,
     CONCAT_DIM,
     DIM,
     REDUCE_SCATTER,
@@ -71,7 +81,7 @@ from lamina.ir.mesh.collective_kinds import (
     Lowerings,
 )
 from lamina.ir.mesh.collectives import COLLECTIVES, PlacementOp
-from lamina.ir.mesh.placement import Mesh, MeshOp, spec_or_replicated
+from lamina.ir.mesh.placement import Mesh, MeshOp, spec_or_replicated, stage_devices, stage_of
 from lamina.ir.mesh.sharding import Spec
 from lamina.ir.ops.formulas import Block, Call
 from lamina.ir.ops.fused import FusedOp, YieldOp
@@ -79,12 +89,46 @@ from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
+_ABSENT: dict[np.dtype, np.ndarray] = {}
+
+
+def absent(dtype: np.dtype) -> np.ndarray:
+    """What a device off a value's stage holds for it: one shared empty array per dtype."""
+    return _ABSENT.setdefault(np.dtype(dtype), np.empty((0,), dtype))
+
+
+def is_absent(a: np.ndarray) -> bool:
+    return a is _ABSENT.get(a.dtype)
+
+
+def keep_stage(mesh: Mesh, stage: tuple[str, int] | None, shards: Shards) -> Shards:
+    """`shards` with the devices off `stage` holding `absent`."""
+    if stage is None:
+        return shards
+    on = set(stage_devices(mesh, stage))
+    return [a if d in on else absent(a.dtype) for d, a in enumerate(shards)]
+
+
+def spread(mesh: Mesh, stage: tuple[str, int] | None, shards: Shards) -> Shards:
+    """`shards` of a value on `stage` as if every stage held it (each device takes the block of
+    the device of `stage` with its coordinates on the other axes): what `assemble` reads."""
+    if stage is None:
+        return shards
+    return [shards[peer(mesh, d, stage)] for d in range(mesh.devices)]
+
+
+def peer(mesh: Mesh, dev: int, stage: tuple[str, int]) -> int:
+    """The device of `stage` with `dev`'s coordinates on every other axis."""
+    c = mesh.coords(dev)
+    c[stage[0]] = stage[1]
+    return mesh.index(c, mesh.axes)
+
 
 def check_replicated(mesh: Mesh, spec: Spec, shards: Shards, shape: Sequence[int],
-                     op: Operation, what: str) -> None:
+                     op: Operation, what: str, stage: tuple[str, int] | None = None) -> None:
     """Devices that the placement says hold the same data must hold equal arrays."""
     first: dict[tuple, np.ndarray] = {}
-    for dev in range(mesh.devices):
+    for dev in stage_devices(mesh, stage):
         c = mesh.coords(dev)
         key = (block(mesh, spec, shape, dev)[0], tuple(c[a] for a in spec.partial))
         ref = first.setdefault(key, shards[dev])
@@ -135,12 +179,21 @@ class SpmdRun:
         return Call(attrs, infos, TensorInfo(local, call.result.dtype),
                     Block(call.result.shape, offs, tuple(blocks)))
 
-    def run_local(self, op: LaminaOp, args: list[Shards | None], in_fused: bool = False) -> Shards:
+    def run_local(self, op: LaminaOp, args: list[Shards | None], in_fused: bool = False,
+                  stage: tuple[str, int] | None = None) -> Shards:
+        """`op`'s kernel on every device of its stage (`stage`, for a fused op's body; else its
+        result's), on local shapes; devices off it hold `absent`."""
         info = op.info
+        stage = stage if in_fused else stage_of(op.results[0].type)
+        devs = stage_devices(self.mesh, stage)
+        on = set(devs)
         out: Shards = []
         memo: dict[tuple, np.ndarray] = {}
         position_dependent = info.position_dependent
         for dev in range(self.mesh.devices):
+            if dev not in on:
+                out.append(absent(STORAGE[tensor_info(op.results[0].type).dtype]))
+                continue
             call = self.local_call(op, dev)
             local = [None if a is None else a[dev] for a in args]
             where = () if not position_dependent or call.block is None else \
@@ -153,7 +206,7 @@ class SpmdRun:
                     raise error_at(op, f"{op.name}: local kernel produced shape {r.shape}, the "
                                    f"placement says {call.result.shape} (interpreter bug)")
                 memo[key] = r
-                if dev == 0 and info.launches_kernel:
+                if dev == devs[0] and info.launches_kernel:
                     self.stats.kernels += 1
                     self.stats.flops += info.flops(call.operands, call.result, call.attrs)
                     self.stats.bytes_accessed += sum(
@@ -170,6 +223,7 @@ class SpmdRun:
         """A fused op's body op by op on every device's shards (not tile by tile): its working
         set per device is its intermediates, which is what it reports to the observer."""
         env: dict[SSAValue, Shards] = dict(zip(op.body.block.args, args, strict=True))
+        stage = stage_of(op.results[0].type) if op.results else None
         for inner in op.body.block.ops:
             if isinstance(inner, YieldOp):
                 if self.ctx.observer is not None:
@@ -181,7 +235,7 @@ class SpmdRun:
                 raise error_at(inner, f"the SPMD interpreter cannot run '{inner.name}' inside "
                                "lamina.fused")
             ins = [None if v is None else env[v] for v in inner.operand_slots()]
-            env[inner.results[0]] = self.run_local(inner, ins, in_fused=True)
+            env[inner.results[0]] = self.run_local(inner, ins, in_fused=True, stage=stage)
         raise error_at(op, "lamina.fused has no lamina.yield")
 
     # -- collectives --
@@ -205,7 +259,7 @@ class SpmdRun:
         for x, r, shards in zip(op.inputs, op.outputs, args, strict=True):
             xt = tensor_info(x.type)
             local_in = float(math.prod(block(mesh, spec_or_replicated(x.type), xt.shape, 0)[1])) * \
-                np.dtype(shards[0].dtype).itemsize
+                np.dtype(shards[0].dtype).itemsize   # (an absent shard has the value's dtype)
             results.append(lowering(mesh, op, shards, x, r))
             if c.communicates:
                 payload += local_in * n if c.payload_is_result else local_in
@@ -213,11 +267,25 @@ class SpmdRun:
             self.record(op, payload, n if axes else mesh.devices)
         return results
 
+    def run_other(self, op: Operation, runner: base.OpRunner,
+                  operands: list[Shards | None]) -> list[Shards]:
+        """An op with a registered runner (a memory move, a free) on each device of its stage."""
+        stage = stage_of(op.results[0].type) if op.results else None
+        on = set(stage_devices(self.mesh, stage))
+        per_dev = []
+        for d in range(self.mesh.devices):
+            local = [None if a is None else a[d] for a in operands]
+            if d in on:
+                per_dev.append(runner(op, local, RunContext(RunStats(), self.ctx.options)))
+            else:
+                per_dev.append([absent(a.dtype) for a in local if a is not None][:len(op.results)])
+        return [list(r) for r in zip(*per_dev, strict=True)] if op.results else []
+
     # -- the function --
     def run(self, func: FuncOp, inputs: Sequence[np.ndarray],
             observer: ExecutionObserver | None = None) -> list[np.ndarray]:
         mesh = self.mesh
-        args = [distribute(mesh, spec_or_replicated(v.type), a)
+        args = [keep_stage(mesh, stage_of(v.type), distribute(mesh, spec_or_replicated(v.type), a))
                 for v, a in zip(func.body.block.args, check_inputs(func, inputs), strict=True)]
 
         def execute(op: Operation, operands: list[Shards | None]) -> list[Shards]:
@@ -234,22 +302,20 @@ class SpmdRun:
             elif isinstance(op, PlacementOp):
                 results = self.run_collective(op, operands)  # type: ignore[arg-type]
             elif (runner := base.op_runner(op)) is not None:
-                results = [list(r) for r in zip(*[runner(op, [None if a is None else a[d]
-                                                              for a in operands],
-                                                         RunContext(RunStats(), self.ctx.options))
-                                                   for d in range(mesh.devices)], strict=True)]
+                results = self.run_other(op, runner, operands)
             else:
                 raise error_at(op, f"the SPMD interpreter cannot run '{op.name}'")
             for k, (r, shards) in enumerate(zip(op.results, results, strict=True)):
                 check_replicated(mesh, spec_or_replicated(r.type), shards,
-                                 tensor_info(r.type).shape, op, f"result {k}")
+                                 tensor_info(r.type).shape, op, f"result {k}", stage_of(r.type))
             return results
 
         def finish(ret: ReturnOp, values: list[Shards]) -> list[np.ndarray]:
             outs = []
             for v, shards in zip(ret.operands, values, strict=True):
                 t = tensor_info(v.type)
-                outs.append(assemble(mesh, spec_or_replicated(v.type), shards, t.shape, t.dtype))
+                outs.append(assemble(mesh, spec_or_replicated(v.type),
+                                     spread(mesh, stage_of(v.type), shards), t.shape, t.dtype))
             return outs
 
         # sizes are per device (device 0's shard)
@@ -284,10 +350,21 @@ LOWERINGS: Lowerings[SpmdLowering] = Lowerings("numpy")
 
 @LOWERINGS.register(RESHARD)
 def _reshard(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue, r: SSAValue) -> Shards:
-    """Assemble the whole value and distribute it as the result is placed."""
+    """Assemble the whole value and distribute it as the result is placed (on its stage)."""
     xt = tensor_info(x.type)
-    whole = assemble(mesh, spec_or_replicated(x.type), shards, xt.shape, xt.dtype)
-    return distribute(mesh, spec_or_replicated(r.type), whole)
+    whole = assemble(mesh, spec_or_replicated(x.type), spread(mesh, stage_of(x.type), shards),
+                     xt.shape, xt.dtype)
+    return keep_stage(mesh, stage_of(r.type), distribute(mesh, spec_or_replicated(r.type), whole))
+
+
+@LOWERINGS.register(COLLECTIVE_PERMUTE)
+def _collective_permute(mesh: Mesh, op: PlacementOp, shards: Shards, x: SSAValue,
+                        r: SSAValue) -> Shards:
+    """Each device of the result's stage gets the block of the operand's stage's device with its
+    coordinates on the other axes (one send per pair; the others keep nothing)."""
+    src, dst = stage_of(x.type), stage_of(r.type)
+    assert src is not None and dst is not None
+    return keep_stage(mesh, dst, [shards[peer(mesh, d, src)] for d in range(mesh.devices)])
 
 
 def _by_group(mesh: Mesh, op: PlacementOp, shards: Shards,
@@ -297,6 +374,10 @@ def _by_group(mesh: Mesh, op: PlacementOp, shards: Shards,
     collectives below differ in is only that function."""
     out: Shards = [shards[0]] * mesh.devices
     for g in mesh.groups(op.axis_names()):
+        if is_absent(shards[g[0]]):   # a group off the value's stage (it holds nothing)
+            for d in g:
+                out[d] = shards[d]
+            continue
         for d, block_ in zip(g, member_blocks([shards[d] for d in g]), strict=True):
             out[d] = block_
     return out

@@ -13,6 +13,9 @@ Bytes each device sends by a ring over n devices: `ring_factor` (n-1)/n B, and `
 The hierarchical algorithm over two link levels (n1 devices per inner group) runs `hierarchical`,
 phases that are each a ring at one level, the outer ones on B/n1.
 
+A point-to-point kind (`collective_permute`, pipeline stages) sends the whole local block B once,
+to one peer: B bytes and one alpha, whatever the size of the axis.
+
 The reduce kinds (`REDUCE_KINDS`) are what a pending `partial` value and a reducing collective's
 `kind` attribute may be.
 """
@@ -79,6 +82,9 @@ class Collective:
     ring_factor: float = 1.0           # ring: ring_factor (n-1)/n B sent, ring_factor (n-1) alphas
     tree: bool = False                 # has a tree algorithm (between nodes)
     hierarchical: tuple[Phase, ...] = ()   # its hierarchical algorithm's phases (none: no such)
+    point_to_point: bool = False       # one send of the local block B to one peer, one alpha
+    #                                    (not a ring: `ring_factor` does not apply)
+    moves_stage: bool = False          # its result is on another pipeline stage than its operand
 
     @property
     def op_name(self) -> str:
@@ -115,8 +121,13 @@ RESHARD = Collective(
     "reshard", "any placement change on one mesh that adds no `partial` (not yet lowered)",
     needs_axes=False)   # priced as at most its local block, (n-1)/n of it sent
 
+COLLECTIVE_PERMUTE = Collective(
+    "collective_permute", "the value moves from pipeline stage i on mesh axis `axes` to stage j, "
+    "on the same devices of the other axes, splits and `partial` unchanged",
+    point_to_point=True, moves_stage=True)   # MLIR's shard.send/recv pair, XLA's collective_permute
+
 COLLECTIVE_KINDS: dict[str, Collective] = {c.kind: c for c in (
-    ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, ALL_SLICE, RESHARD)}
+    ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, ALL_SLICE, RESHARD, COLLECTIVE_PERMUTE)}
 
 F = TypeVar("F")
 

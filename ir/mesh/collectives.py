@@ -7,6 +7,7 @@
     %a = lamina.all_to_all %x {split_dim = 0 : i64, concat_dim = 1 : i64, axes = ["model"]} : T -> R
     %l = lamina.all_slice %x {dim = 0 : i64, axes = ["data"]} : T -> R
     %t = lamina.reshard %x : T -> R
+    %n = lamina.collective_permute %x {axes = ["pp"]} : T(stage = pp[0]) -> R(stage = pp[1])
 
 Every op keeps the global value unchanged (its single-device meaning is the identity); only the
 placement changes, and each op verifies that its result type is exactly the placement it produces
@@ -23,8 +24,15 @@ from its operand's:
   device j of the group and concatenates what it receives along concat_dim; MLIR's convention).
 - all_slice (dim, axes): no communication: each device keeps its slice of a value replicated over
   `axes` (appended minor-most to `dim`'s split). MLIR's `shard.all_slice`.
+- collective_permute (axes = [the stage axis]): point to point between pipeline stages: the
+  operand lives on stage i of the axis (`stage = pp[i]`), the result on stage j != i, with the same
+  splits and `partial`; each device of stage i sends its block to the device of stage j with the
+  same coordinates on the other axes (XLA's collective_permute, MLIR's send/recv pair).
 - reshard: any placement change on one mesh, not yet decided (written by `propagate-sharding`,
   lowered to the collectives above by `insert-collectives`). It may not introduce a `partial`.
+  It may move a value between two stages of one stage axis (lowered to a collective_permute).
+
+Every other placement op keeps its operand's stage (`check_stages`).
 
 `algorithm` (optional, "ring" | "tree" | "hierarchical") records the implementation the cost model
 chose (`insert-collectives`); it does not change the meaning.
@@ -58,6 +66,7 @@ from lamina.ir.mesh.collective_kinds import (
     ALL_TO_ALL,
     AXES,
     COLLECTIVE_KINDS,
+    COLLECTIVE_PERMUTE,
     CONCAT_DIM,
     DIM,
     HIERARCHICAL,
@@ -70,7 +79,15 @@ from lamina.ir.mesh.collective_kinds import (
     SUM,
     Collective,
 )
-from lamina.ir.mesh.placement import MeshOp, PlaceAttr, find_mesh, place_of, placement_problem, spec_of
+from lamina.ir.mesh.placement import (
+    MeshOp,
+    PlaceAttr,
+    find_mesh,
+    place_of,
+    placement_problem,
+    spec_of,
+    stage_of,
+)
 from lamina.ir.mesh.sharding import Spec
 from xdsl.dialects.builtin import (
     AnyTensorType,
@@ -110,6 +127,17 @@ def with_spec(t: Attribute, mesh: str, spec: Spec) -> TensorType:
     return TensorType(t.element_type, t.get_shape(),
                       PlaceAttr.make(mesh, spec.splits, spec.partial, spec.partial_kind, tier,
                                      stage))
+
+
+def with_stage(t: Attribute, stage: tuple[str, int] | None) -> TensorType:
+    """Tensor type `t` (placed on a mesh) moved to pipeline stage `stage` (None: every stage),
+    its splits, partial and tier kept."""
+    assert isinstance(t, TensorType)
+    p = place_of(t)
+    assert p is not None and p.mesh_name is not None
+    return TensorType(t.element_type, t.get_shape(),
+                      PlaceAttr.make(p.mesh_name, p.splits, p.partial_axes, p.partial_kind.data,
+                                     p.tier_name, stage))
 
 
 class PlacementOp(IRDLOperation):
@@ -349,9 +377,33 @@ def check_results(op: PlacementOp) -> None:
         _check_result(op, i, x.type, r.type)
 
 
+def _stage_text(stage: tuple[str, int] | None) -> str:
+    return "every stage" if stage is None else f"stage {stage[0]}[{stage[1]}]"
+
+
+def check_stages(op: PlacementOp) -> None:
+    """A collective_permute moves its operand from one stage of its one axis to another; a
+    reshard keeps the stage or moves between two stages of one axis; every other kind keeps its
+    operand's stage (it runs on those devices only)."""
+    for x, r in zip(op.inputs, op.outputs, strict=True):
+        src, dst = stage_of(x.type), stage_of(r.type)
+        if op.COLLECTIVE.moves_stage:
+            axes = op.axis_names()
+            if len(axes) != 1 or src is None or dst is None or src[0] != axes[0] or \
+                    dst[0] != axes[0] or src[1] == dst[1]:
+                raise VerifyException(
+                    f"{op.name}: moves a value between two stages of its one axis "
+                    f"{_fmt(axes)}, got {_stage_text(src)} -> {_stage_text(dst)}")
+        elif src != dst and not (op.COLLECTIVE is RESHARD and src is not None and
+                                 dst is not None and src[0] == dst[0]):
+            raise VerifyException(f"{op.name}: the result must stay on the operand's stage "
+                                  f"({_stage_text(src)} -> {_stage_text(dst)})")
+
+
 VERIFY_CHECKS: tuple[Callable[[PlacementOp], None], ...] = (
     check_operand_count, check_attribute_kinds, check_reduce_kind,
-    check_algorithm, check_inner_group, check_axes_attribute, check_axes_on_mesh, check_results)
+    check_algorithm, check_inner_group, check_axes_attribute, check_axes_on_mesh, check_stages,
+    check_results)
 
 
 def _split_suffix(name: str, src: Spec, dim: int, axes: tuple[str, ...], rank: int) -> list:
@@ -474,8 +526,19 @@ class ReshardOp(PlacementOp):
         return got
 
 
+@irdl_op_definition
+class CollectivePermuteOp(PlacementOp):
+    name = COLLECTIVE_PERMUTE.op_name
+    COLLECTIVE: ClassVar[Collective] = COLLECTIVE_PERMUTE
+    ATTRIBUTES: ClassVar[tuple[AttrRule, ...]] = attribute_rules(COLLECTIVE_PERMUTE)
+
+    def produce(self, src: Spec, rank: int) -> Spec:
+        return src   # only the stage changes (`check_stages`)
+
+
 COLLECTIVES: tuple[type[PlacementOp], ...] = (AllReduceOp, AllGatherOp, ReduceScatterOp,
-                                              AllToAllOp, AllSliceOp, ReshardOp)
+                                              AllToAllOp, AllSliceOp, ReshardOp,
+                                              CollectivePermuteOp)
 OP_CLASS: dict[str, type[PlacementOp]] = {c.COLLECTIVE.kind: c for c in COLLECTIVES}
 assert set(OP_CLASS) == set(COLLECTIVE_KINDS), "one op class per record of the collectives table"
 

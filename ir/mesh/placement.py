@@ -421,7 +421,10 @@ def spec_or_replicated(t: Attribute) -> Spec:
 
 def sharding_problem(op: Operation, info: OpInfo, operand_types: Sequence[Attribute | None],
                      attrs: dict, operand_infos: Sequence, result_info) -> str | None:
-    """Why a fully placed op breaks its sharding rule, or None (also None when not fully placed)."""
+    """Why a fully placed op breaks its sharding rule, or None (also None when not fully placed).
+    Its stages are checked first, placed or not (`mixed_stage_problem`)."""
+    if (problem := mixed_stage_problem(op)) is not None:
+        return problem
     result_type = op.results[0].type
     types = [t for t in operand_types if t is not None] + [result_type]
     meshes = {p.mesh_name if p is not None else None for p in map(place_of, types)}
@@ -445,6 +448,29 @@ def stage_of(t: Attribute) -> tuple[str, int] | None:
     """(stage axis, index) of a tensor type placed on one pipeline stage, or None."""
     place = place_of(t)
     return place.stage if place is not None else None
+
+
+def mixed_stage_problem(op: Operation) -> str | None:
+    """Why a (non-placement) op mixes pipeline stages, or None. An op runs on the stage of its
+    results, so each result is on one stage and each operand on that stage or on every stage
+    (a value without `stage =` is held by every device); anything else must cross by a
+    `lamina.collective_permute` first."""
+    results = {stage_of(r.type) for r in op.results}
+    if len(results) > 1:
+        return "its results are on different pipeline stages: " + \
+            ", ".join(sorted(_stage_name(s) for s in results))
+    (runs_on,) = results or {None}
+    for i, v in enumerate(op.operands):
+        got = stage_of(v.type)
+        if got is not None and got != runs_on:
+            return (f"operand {i} is on {_stage_name(got)} but the op runs on "
+                    f"{_stage_name(runs_on)} (the stage of its result); a value crosses stages "
+                    "only by lamina.collective_permute")
+    return None
+
+
+def _stage_name(stage: tuple[str, int] | None) -> str:
+    return "every stage" if stage is None else f"stage {stage[0]}[{stage[1]}]"
 
 
 def stage_devices(mesh: Mesh, stage: tuple[str, int] | None) -> list[int]:
