@@ -6,7 +6,8 @@ fixture independent of the pipeline-stages pass), on a stage-only mesh, on a dat
 after propagate-sharding + insert-collectives on a data x model mesh, on a 2 x 2 x 2 data x model x
 stage mesh: every output equals the unstaged program's on the NumPy interpreter, the compiled HLO
 holds exactly Lamina's collectives plus one collective-permute per move between stages (with the
-stage pairs as its source-target pairs), and each stage's ops run in a conditional.
+stage pairs as its source-target pairs), and each stage's ops run in a conditional; the moves as
+unlowered reshards and as insert-collectives' `lamina.collective_permute`.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def _n_ops(module: ModuleOp) -> int:
 
 @settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prog=programs(max_ops=8, dtypes=("f32",)), data=st.data(),
-       mesh=st.sampled_from(["stage", "data", "data-model"]))
-def test_random_staged_programs_equal_unstaged(prog, data, mesh: str) -> None:
+       mesh=st.sampled_from(["stage", "data", "data-model"]), lower=st.booleans())
+def test_random_staged_programs_equal_unstaged(prog, data, mesh: str, lower: bool) -> None:
     ctx = make_context()
     reference = parse_text(prog.text, "gen.mlir", ctx)
     module = parse_text(prog.text, "gen.mlir", ctx)
@@ -114,6 +115,10 @@ def test_random_staged_programs_equal_unstaged(prog, data, mesh: str) -> None:
     cuts = data.draw(_cuts(_n_ops(module)))
     stage_program(module, cuts)
     verify(module)
+    if lower:   # the moves as insert-collectives lowers them: collective_permute
+        run_pipeline(ctx, module, build_pipeline("insert-collectives{target=h100-cluster}"))
+        verify(module)
+        assert "lamina.reshard" not in str(module)
     text = str(module)
     assert str(parse_text(text, "staged.mlir", ctx)) == text
     _check(module, reference, prog.inputs, f"cuts {cuts} on {mesh}\n{text}")

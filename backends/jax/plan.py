@@ -38,6 +38,7 @@ from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
+    COLLECTIVE_PERMUTE,
     REDUCE_KINDS,
     REDUCE_SCATTER,
     RING,
@@ -56,7 +57,6 @@ from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
 Groups = tuple[tuple[int, ...], ...]
-COLLECTIVE_PERMUTE = "collective_permute"   # the HLO kind of a move between pipeline stages
 
 
 def groups(mesh: Mesh, axes: tuple[str, ...]) -> Groups:
@@ -144,7 +144,7 @@ def stage_moves(op: PlacementOp, mesh: Mesh) -> list[tuple[str, Groups]]:
         if src is None or dst is None or src == dst:
             continue
         pairs = tuple(sorted((d, _on_stage(mesh, d, dst)) for d in stage_devices(mesh, src)))
-        out.append((COLLECTIVE_PERMUTE, pairs))
+        out.append((COLLECTIVE_PERMUTE.kind, pairs))
     return out
 
 
