@@ -54,7 +54,7 @@ from lamina.backends.jax.options import JaxOptions
 from lamina.ir.buffers.memory import MoveOp
 from lamina.ir.core.diagnostics import LaminaError, error_at
 from lamina.ir.core.dtypes import STORAGE
-from lamina.ir.mesh.placement import Mesh, spec_or_replicated
+from lamina.ir.mesh.placement import Mesh, spec_or_replicated, stage_of
 from lamina.ir.ops.formulas import native_dtype
 from lamina.ir.ops.opbase import tensor_info
 from xdsl.dialects.builtin import ModuleOp
@@ -110,7 +110,7 @@ class Program:
             return
         self.jmesh = jax.sharding.Mesh(np.array(devices).reshape(mesh.sizes), mesh.axes)
         ins = [coll.in_spec(spec_or_replicated(t)) for t in self.arg_types]
-        outs = [coll.out_spec(spec_or_replicated(t), mesh) for t in self.res_types]
+        outs = [coll.out_spec(spec_or_replicated(t), mesh, stage_of(t)) for t in self.res_types]
         self.jitted = jax.jit(jax.shard_map(lowering, mesh=self.jmesh, in_specs=tuple(ins),
                                             out_specs=tuple(outs), check_vma=False),
                               donate_argnums=donate)
@@ -169,12 +169,23 @@ class Program:
         for t, r in zip(self.res_types, results, strict=True):
             info = tensor_info(t)
             a = _gather(r)
-            if self.mesh is not None and spec_or_replicated(t).partial:
-                blocks = [np.asarray(a[d]).astype(STORAGE[info.dtype])
+            stage = stage_of(t)
+            if self.mesh is not None and (spec_or_replicated(t).partial or stage is not None):
+                blocks = [np.asarray(a[_holder(self.mesh, d, stage)]).astype(STORAGE[info.dtype])
                           for d in range(self.mesh.devices)]
                 a = assemble(self.mesh, spec_or_replicated(t), blocks, info.shape, info.dtype)
             out.append(np.asarray(a).astype(STORAGE[info.dtype]))
         return out
+
+
+def _holder(mesh: Mesh, device: int, stage: tuple[str, int] | None) -> int:
+    """The device whose block of a value `device` stands for: itself, or for a value held by one
+    pipeline stage, the device of that stage with the same coordinates on the other axes."""
+    if stage is None:
+        return device
+    coords = mesh.coords(device)
+    coords[stage[0]] = stage[1]
+    return mesh.index(coords, mesh.axes)
 
 
 def _gather(r: jax.Array) -> np.ndarray:

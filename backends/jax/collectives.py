@@ -62,7 +62,7 @@ from lamina.ir.mesh.collective_kinds import (
     Lowerings,
 )
 from lamina.ir.mesh.collectives import PlacementOp
-from lamina.ir.mesh.placement import Mesh, spec_or_replicated
+from lamina.ir.mesh.placement import Mesh, spec_or_replicated, stage_of
 from lamina.ir.mesh.sharding import Spec
 
 NARROW = ("f16", "bf16")   # element types whose sums run in float32
@@ -148,7 +148,11 @@ def all_gather(x: jax.Array, axes: Sequence[str], dim: int) -> jax.Array:
 
 
 def reshard(x: jax.Array, dtype: str, src: Spec, dst: Spec, mesh: Mesh) -> jax.Array:
-    """Assemble the whole value (reduce pending axes, gather every split), take `dst`'s block."""
+    """Assemble the whole value (reduce pending axes, gather every split), take `dst`'s block.
+    The same spec on both sides (a reshard that only changes the pipeline stage) moves nothing
+    here (`lower` then moves the block to the other stage)."""
+    if src == dst:
+        return x
     if mesh.size(src.partial) > 1:
         (x,) = reduce([x], [dtype], src.partial, src.partial_kind)
     for d, axes in enumerate(src.splits):
@@ -209,21 +213,45 @@ def _reshard(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array
 
 @LOWERINGS.register(COLLECTIVE_PERMUTE)
 def _collective_permute(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
-    # registered so the table stays covered (tests/test_collectives.py); pipeline stages are MPMD
-    # and need their own lowering (lax.ppermute inside a per-stage program), not yet written
-    raise error_at(op, f"backend 'jax': {op.name} (pipeline stages) is not yet supported; "
-                   "run the staged program with --backend numpy")
+    return list(xs)   # the block as it is: `lower` moves it to the result's stage (`to_stage`)
 
 
 def lower(op: PlacementOp, xs: list[jax.Array], mesh: Mesh) -> list[jax.Array]:
-    """The per-device results of placement op `op` on blocks `xs` (see the module docstring)."""
+    """The per-device results of placement op `op` on blocks `xs` (see the module docstring):
+    its kind's lowering, then, where a result lives on another pipeline stage than its operand,
+    the move between the stages (`to_stage`)."""
     c = op.COLLECTIVE
     if c.needs_axes and mesh.size(op.axis_names()) == 1:
-        return list(xs)   # groups of one device: nothing moves
-    lowering = LOWERINGS.get(c)
-    if lowering is None:
-        raise error_at(op, f"backend 'jax' has no lowering for '{op.name}'")
-    return lowering(op, xs, mesh)
+        outs = list(xs)   # groups of one device: nothing moves
+    else:
+        lowering = LOWERINGS.get(c)
+        if lowering is None:
+            raise error_at(op, f"backend 'jax' has no lowering for '{op.name}'")
+        outs = lowering(op, xs, mesh)
+    return [to_stage(x, stage_of(v.type), stage_of(r.type))
+            for x, v, r in zip(outs, op.inputs, op.outputs, strict=True)]
+
+
+def to_stage(x: jax.Array, src: tuple[str, int] | None, dst: tuple[str, int] | None
+             ) -> jax.Array:
+    """A block held by pipeline stage `src` (None: by every stage) as stage `dst` holds it: a
+    `lax.ppermute` along the stage axis from `src`'s index to `dst`'s (XLA's collective-permute:
+    each device of `src` sends its block to the device of `dst` with the same coordinates on the
+    other axes). From every stage to one: nothing moves (the block is there already)."""
+    if src is None or src == dst:
+        return x
+    if dst is None:
+        raise NotImplementedError("a value of one stage read by every stage (lamina's verifier "
+                                  "refuses it)")
+    (axis, i), (axis_j, j) = src, dst
+    assert axis == axis_j, "stages on two different mesh axes"
+    return lax.ppermute(x, axis, perm=[(i, j)])
+
+
+def on_stage(stage: tuple[str, int]) -> Any:
+    """True on the devices of pipeline stage `stage` (traced)."""
+    axis, index = stage
+    return lax.axis_index(axis) == index
 
 
 def enter(mesh: Mesh, spec: Spec, x: jax.Array) -> jax.Array:
@@ -234,10 +262,11 @@ def enter(mesh: Mesh, spec: Spec, x: jax.Array) -> jax.Array:
     return jnp.where(owner(spec.partial), x, jnp.zeros_like(x))
 
 
-def leave(spec: Spec, x: jax.Array) -> jax.Array:
-    """A function result's block as it leaves the shard_map: a partial value keeps every device's
-    block (stacked along a new leading dimension; the host reduces it), others leave as placed."""
-    return x[None] if spec.partial else x
+def leave(spec: Spec, x: jax.Array, stage: tuple[str, int] | None = None) -> jax.Array:
+    """A function result's block as it leaves the shard_map: a partial value, or one held by a
+    single pipeline stage, keeps every device's block (stacked along a new leading dimension; the
+    host reduces the parts, or reads the stage's devices), others leave as placed."""
+    return x[None] if spec.partial or stage is not None else x
 
 
 def in_spec(spec: Spec) -> jax.sharding.PartitionSpec:
@@ -246,9 +275,11 @@ def in_spec(spec: Spec) -> jax.sharding.PartitionSpec:
     return jax.sharding.PartitionSpec(*(names(axes) if axes else None for axes in spec.splits))
 
 
-def out_spec(spec: Spec, mesh: Mesh) -> jax.sharding.PartitionSpec:
-    """The PartitionSpec a result placed `spec` leaves with: a partial result keeps every
-    device's block along the new leading dimension `leave` adds, others leave as placed."""
-    if spec.partial:
+def out_spec(spec: Spec, mesh: Mesh, stage: tuple[str, int] | None = None
+             ) -> jax.sharding.PartitionSpec:
+    """The PartitionSpec a result placed `spec` leaves with: a partial or single-stage result
+    keeps every device's block along the new leading dimension `leave` adds, others leave as
+    placed."""
+    if spec.partial or stage is not None:
         return jax.sharding.PartitionSpec(names(mesh.axes), *([None] * len(spec.splits)))
     return in_spec(spec)

@@ -136,7 +136,7 @@ def replica_groups(line: str, devices: int) -> tuple[tuple[int, ...], ...]:
     if m and m.group(1):
         return tuple(tuple(int(d) for d in g.split(",") if d)
                      for g in re.findall(r"\{([0-9,]*)\}", m.group(1)))
-    pairs = re.search(r"source_target_pairs=\{(.*?)\}\}?", line)
+    pairs = re.search(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}", line)
     if pairs:
         return tuple(tuple(int(d) for d in p.split(","))
                      for p in re.findall(r"\{(\d+,\d+)\}", pairs.group(0)))

@@ -11,6 +11,15 @@
 - `lamina.free` does nothing (XLA owns the buffers); `lamina.move` is `moves(value, tier)`;
 - placement ops (collectives) run their `lax` counterpart (`lamina.backends.jax.collectives`).
 
+Pipeline stages (a result type placed `stage = AXIS[i]`): the devices of other stages hold no
+value, so they must not compute it. Each maximal run of consecutive compute ops (table ops and
+fused kernels) of one stage is one `lax.cond` on `axis_index(AXIS) == i`: the stage's devices run
+the ops, the others return zeros of the same shapes (a buffer the program never reads), and XLA
+executes only the branch taken, so the stages' ops are MPMD in one SPMD program. Placement ops
+stay outside the conditionals (a collective over other axes of a stage's value runs in groups of
+that stage's devices and moves their blocks; the other groups move zeros); a move to another
+stage is a `lax.ppermute` along the stage axis.
+
 With `mesh` None the arrays are whole (a `jax.jit` of the function). With a mesh the function is the
 per-device body of one `jax.shard_map`: every array is the device's block, op-table ops see local
 shapes and attributes (`ShardingRule.local_attrs`, as in the NumPy SPMD runner) and
@@ -30,7 +39,7 @@ from lamina.ir.buffers.memory import FreeOp, MoveOp
 from lamina.ir.core.diagnostics import error_at
 from lamina.ir.core.shapes import TensorInfo
 from lamina.ir.mesh.collectives import PlacementOp
-from lamina.ir.mesh.placement import Mesh, Placement, spec_or_replicated
+from lamina.ir.mesh.placement import Mesh, Placement, spec_or_replicated, stage_of
 from lamina.ir.ops.formulas import Block, Call, compute_dtype, native_dtype
 from lamina.ir.ops.fused import FusedOp, YieldOp
 from lamina.ir.ops.opbase import LaminaOp, tensor_info
@@ -124,26 +133,79 @@ class Lowering:
         for op in ops:
             if isinstance(op, ReturnOp | YieldOp):
                 return [env[v] for v in op.operands]
-            if isinstance(op, LaminaOp):
-                env[op.results[0]] = self.table_op(op, env)
-            elif isinstance(op, FusedOp):
-                inner: dict[SSAValue, jax.Array] = dict(zip(op.body.block.args,
-                                                             (env[v] for v in op.inputs),
-                                                             strict=True))
-                outs = self.block(list(op.body.block.ops), inner)
-                env.update(zip(op.results, outs, strict=True))
-            elif isinstance(op, MoveOp):
-                env[op.results[0]] = self.moves(env[op.source], op.tier)
-            elif isinstance(op, FreeOp):
-                continue
-            elif isinstance(op, PlacementOp):
-                if self.mesh is None:   # on whole arrays a placement op is the identity
-                    outs = [env[v] for v in op.inputs]
-                else:
-                    outs = coll.lower(op, [env[v] for v in op.inputs], self.mesh)
-                env.update(zip(op.results, outs, strict=True))
+            self.run(op, env)
+        raise error_at(self.func, f"@{self.func.sym_name.data} has no terminator")
+
+    def run(self, op: Operation, env: dict[SSAValue, jax.Array]) -> None:
+        """Evaluate one op (not a terminator) on `env`, adding its results."""
+        if isinstance(op, LaminaOp):
+            env[op.results[0]] = self.table_op(op, env)
+        elif isinstance(op, FusedOp):
+            inner: dict[SSAValue, jax.Array] = dict(zip(op.body.block.args,
+                                                         (env[v] for v in op.inputs),
+                                                         strict=True))
+            outs = self.block(list(op.body.block.ops), inner)
+            env.update(zip(op.results, outs, strict=True))
+        elif isinstance(op, MoveOp):
+            env[op.results[0]] = self.moves(env[op.source], op.tier)
+        elif isinstance(op, FreeOp):
+            return
+        elif isinstance(op, PlacementOp):
+            if self.mesh is None:   # on whole arrays a placement op is the identity
+                outs = [env[v] for v in op.inputs]
             else:
-                raise error_at(op, f"backend 'jax' cannot run '{op.name}'")
+                outs = coll.lower(op, [env[v] for v in op.inputs], self.mesh)
+            env.update(zip(op.results, outs, strict=True))
+        else:
+            raise error_at(op, f"backend 'jax' cannot run '{op.name}'")
+
+    def staged(self, ops: Sequence[Operation], stage: tuple[str, int],
+               env: dict[SSAValue, jax.Array]) -> None:
+        """Run `ops` (compute ops of pipeline stage `stage`) on that stage's devices only: one
+        `lax.cond`, zeros of the results' local shapes on the other devices."""
+        assert self.mesh is not None
+        mesh = self.mesh
+        made = {r for op in ops for r in op.results}
+        reads = list(dict.fromkeys(v for op in ops for v in op.operands if v not in made))
+        results = [r for op in ops for r in op.results]
+
+        def run(*xs: jax.Array) -> tuple[jax.Array, ...]:
+            local = dict(zip(reads, xs, strict=True))
+            for op in ops:
+                self.run(op, local)
+            return tuple(local[r] for r in results)
+
+        def idle(*xs: jax.Array) -> tuple[jax.Array, ...]:
+            return tuple(jnp.zeros(local_info(mesh, r).shape,
+                                   native_dtype(jnp, tensor_info(r.type).dtype))
+                         for r in results)
+
+        outs = jax.lax.cond(coll.on_stage(stage), run, idle, *(env[v] for v in reads))
+        env.update(zip(results, outs, strict=True))
+
+    def top_level(self, ops: Sequence[Operation], env: dict[SSAValue, jax.Array]
+                  ) -> list[jax.Array]:
+        """The function body: runs of one stage's compute ops each under its `lax.cond`
+        (`staged`), every other op as `block` runs it."""
+        if self.mesh is None or not any(_compute_stage(op) for op in ops):
+            return self.block(ops, env)
+        run: list[Operation] = []
+        run_stage: tuple[str, int] | None = None
+        for op in ops:
+            if isinstance(op, FreeOp):
+                continue   # XLA owns the buffers; a free would only split a stage's run
+            stage = _compute_stage(op)
+            if run and stage != run_stage:
+                assert run_stage is not None
+                self.staged(run, run_stage, env)
+                run = []
+            if stage is not None:
+                run.append(op)
+                run_stage = stage
+                continue
+            if isinstance(op, ReturnOp):
+                return [env[v] for v in op.operands]
+            self.run(op, env)
         raise error_at(self.func, f"@{self.func.sym_name.data} has no terminator")
 
     def __call__(self, *args: jax.Array) -> tuple[jax.Array, ...]:
@@ -153,10 +215,18 @@ class Lowering:
             values = [coll.enter(self.mesh, spec_or_replicated(v.type), a)
                       for v, a in zip(block.args, values, strict=True)]
         env: dict[SSAValue, jax.Array] = dict(zip(block.args, values, strict=True))
-        outs = self.block(list(block.ops), env)
+        outs = self.top_level(list(block.ops), env)
         if self.mesh is not None:
             ret = block.last_op
             assert ret is not None
-            outs = [coll.leave(spec_or_replicated(v.type), a)
+            outs = [coll.leave(spec_or_replicated(v.type), a, stage_of(v.type))
                     for v, a in zip(ret.operands, outs, strict=True)]
         return tuple(outs)
+
+
+def _compute_stage(op: Operation) -> tuple[str, int] | None:
+    """The pipeline stage a compute op (table op or fused kernel) runs on, or None (placement
+    ops, moves, frees and unstaged ops run on every device)."""
+    if not isinstance(op, LaminaOp | FusedOp) or not op.results:
+        return None
+    return stage_of(op.results[0].type)

@@ -38,6 +38,7 @@ from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
     ALL_REDUCE,
     ALL_TO_ALL,
+    COLLECTIVE_PERMUTE,
     REDUCE_KINDS,
     REDUCE_SCATTER,
     RING,
@@ -51,7 +52,7 @@ from lamina.ir.mesh.collectives import (
     ReduceScatterOp,
     ReshardOp,
 )
-from lamina.ir.mesh.placement import Mesh, spec_or_replicated
+from lamina.ir.mesh.placement import Mesh, spec_or_replicated, stage_devices, stage_of
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation, SSAValue
 
@@ -97,6 +98,8 @@ def _live_ops(func: FuncOp) -> set[Operation]:
 
 def _reshard_parts(op: ReshardOp, mesh: Mesh) -> list[tuple[str, tuple[str, ...]]]:
     src = spec_or_replicated(op.inputs[0].type)
+    if src == spec_or_replicated(op.outputs[0].type):
+        return []   # only the stage changes (`stage_moves`)
     parts: list[tuple[str, tuple[str, ...]]] = []
     if src.partial:
         parts.append((ALL_REDUCE.kind, tuple(src.partial)))
@@ -127,7 +130,28 @@ def expected_hlo(func: FuncOp, mesh: Mesh) -> list[tuple[str, Groups]]:
         elif isinstance(op, ReshardOp):
             parts = _reshard_parts(op, mesh)
         out += [(kind, groups(mesh, ax)) for kind, ax in parts if mesh.size(ax) > 1]
+        out += stage_moves(op, mesh)
     return out
+
+
+def stage_moves(op: PlacementOp, mesh: Mesh) -> list[tuple[str, Groups]]:
+    """The collective-permutes a placement op's move to another pipeline stage lowers to (one per
+    result that changes stage: `lamina.backends.jax.collectives.to_stage`), with its
+    (source, target) device pairs as the groups, as the HLO states them."""
+    out: list[tuple[str, Groups]] = []
+    for v, r in zip(op.inputs, op.outputs, strict=True):
+        src, dst = stage_of(v.type), stage_of(r.type)
+        if src is None or dst is None or src == dst:
+            continue
+        pairs = tuple(sorted((d, _on_stage(mesh, d, dst)) for d in stage_devices(mesh, src)))
+        out.append((COLLECTIVE_PERMUTE.kind, pairs))
+    return out
+
+
+def _on_stage(mesh: Mesh, device: int, stage: tuple[str, int]) -> int:
+    coords = mesh.coords(device)
+    coords[stage[0]] = stage[1]
+    return mesh.index(coords, mesh.axes)
 
 
 def could_merge(func: FuncOp) -> bool:
