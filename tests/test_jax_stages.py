@@ -30,6 +30,7 @@ from lamina.passes.pipeline import build_pipeline, run_pipeline  # noqa: E402
 from staging import stage_program  # noqa: E402
 from strategies import examples  # noqa: E402
 from strategies.programs import programs  # noqa: E402
+from test_accumulate_gradients import Mlp, _inputs, mlps  # noqa: E402
 from test_jax_backend import tolerance_dtype  # noqa: E402
 from test_spmd import place_args, placed_or_scan_refused  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
@@ -122,3 +123,27 @@ def test_random_staged_programs_equal_unstaged(prog, data, mesh: str, lower: boo
     text = str(module)
     assert str(parse_text(text, "staged.mlir", ctx)) == text
     _check(module, reference, prog.inputs, f"cuts {cuts} on {mesh}\n{text}")
+
+
+@settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mlp=mlps(("f32",)), stages=st.integers(2, 4), micro=st.sampled_from((1, 2, 4)),
+       sched=st.sampled_from(("gpipe", "1f1b")))
+def test_pipeline_stages_output_runs_on_jax(mlp: Mlp, stages: int, micro: int,
+                                            sched: str) -> None:
+    """pipeline-stages' own output (random MLP losses, P, M, schedule) on jax equals the
+    unstaged gradient step on the NumPy interpreter."""
+    module = lamina.parse(mlp.text())
+    lamina.apply(module, f"derive-backward{{data=x,y}},pipeline-stages{{stages={stages} "
+                         f"micro-batches={micro} schedule={sched}}}")
+    reference = lamina.parse(mlp.text())
+    lamina.apply(reference, "derive-backward{data=x,y}")
+    inputs = _inputs(find_entry(reference, "f_grad"))
+    _check(_only(module, "f_grad"), _only(reference, "f_grad"), inputs, f"P={stages} M={micro} {sched}")
+
+
+def _only(module: ModuleOp, entry: str) -> ModuleOp:
+    """`module` with only function `entry` (so lamina.run needs no entry name)."""
+    for op in list(module.body.block.ops):
+        if op.name == "func.func" and op.sym_name.data != entry:  # type: ignore[attr-defined]
+            op.detach()
+    return module

@@ -10,6 +10,8 @@ reshard between stages to it.
 
 from __future__ import annotations
 
+import importlib.util
+
 import lamina
 import lamina.backends.numpy.memory  # noqa: F401  (registers lamina.move / lamina.free)
 import numpy as np
@@ -142,6 +144,10 @@ def test_composes_with_data_and_model_axes(text: str, head: str, mesh: str) -> N
     kinds = {c["kind"] for c in got.stats["collectives"]}
     assert {"collective_permute", "all_reduce"} <= kinds
     assert str(lamina.parse(str(module))) == str(module)
+    if importlib.util.find_spec("jax") is not None:   # the same staged step on 8 host devices
+        on_jax = lamina.run(module, inputs, entry=func.sym_name.data, backend="jax")
+        _assert_close(list(on_jax.outputs.values()), run_function(ref, inputs).outputs, "f32")
+        assert on_jax.stats["hlo_extra"] == [] and on_jax.stats["lowered_matches_plan"]
 
 
 def _step_of(op) -> str | None:
