@@ -43,7 +43,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+import optax  # pyright: ignore[reportMissingImports]  (extra `bench`, which `make` does not install)
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
