@@ -17,15 +17,19 @@ in HBM or host memory, run on the SPMD interpreter:
   ops as the same pipeline with K = 1.
 
 Then one run of lamina.Trainer with everything on (data=2, K=2, bf16, ZeRO-3) against the plain
-run: finite losses that fall as the plain ones do, within bf16's tolerance.
+run: finite losses that fall as the plain ones do, within bf16's tolerance; and one short
+lamina-train run each with --mixed-precision f16 and --zero 2.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import lamina
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
@@ -37,8 +41,9 @@ from lamina.ir.ops.opbase import tensor_info
 from lamina.ir.text.source import make_context
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
-from test_accumulate_gradients import ACTS, MLP, Mlp
+from test_accumulate_gradients import ACTS, MLP, ROOT, Mlp
 
+SAMPLE = ROOT / "samples" / "mlp_train.mlir"
 ADAMW = "append-optimizer{kind=adamw lr=0.01 weight-decay=0.01"
 F32_TOL = 1e-4     # of the largest update: accumulation sums the rows in another order
 # bf16 keeps 8 significant bits (2^-8 = 0.4%), f16 11 (0.05%); a micro-batch rounds its own
@@ -148,3 +153,36 @@ def test_trainer_with_every_pass_trains_as_the_plain_step() -> None:
     got = _losses(mesh="data=2", accumulate=2, mixed_precision="bf16", zero=3)
     assert all(np.isfinite(got)) and got[-1] < got[0]
     np.testing.assert_allclose(got, plain, rtol=LOW_TOL["bf16"])
+
+
+def _cli_losses(tmp_path: Path, name: str, *flags: str) -> list[float]:
+    from lamina.cli.outputs import save_npz_atomic
+    from lamina.cli.train import main as train_main
+
+    data = tmp_path / "data.npz"
+    if not data.exists():
+        rng = np.random.default_rng(0)
+        save_npz_atomic(str(data), {"x": rng.standard_normal((2, 16, 8), dtype=np.float32),
+                                    "y": rng.standard_normal((2, 16, 4), dtype=np.float32)})
+    log = tmp_path / f"{name}.jsonl"
+    assert train_main([str(SAMPLE), "--data", str(data), "--steps", "3", "--lr", "1e-2",
+                       "--log", str(log), *flags]) == 0
+    return [json.loads(line)["loss"] for line in log.read_text().splitlines()]
+
+
+def test_lamina_train_mixed_precision_and_zero_flags(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """--mixed-precision f16 (dynamic loss scaling: its scale is state the run carries) and
+    --zero 2 on a data=2 mesh train as the plain run does; --zero without a mesh is one error."""
+    plain = _cli_losses(tmp_path, "plain")
+    np.testing.assert_allclose(_cli_losses(tmp_path, "f16", "--mixed-precision", "f16"), plain,
+                               rtol=LOW_TOL["f16"])
+    np.testing.assert_allclose(_cli_losses(tmp_path, "zero", "--mesh", "data=2", "--zero", "2"),
+                               plain, rtol=1e-5)
+    from lamina.cli.train import main as train_main
+
+    capsys.readouterr()
+    assert train_main([str(SAMPLE), "--data", str(tmp_path / "data.npz"), "--steps", "1",
+                       "--zero", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "zero=1 shards the optimizer over a mesh axis" in err and "Traceback" not in err
