@@ -32,7 +32,7 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> tensor<f32> {
 
 // SUM-LABEL: func.func @f_grad(
 // SUM:         %l = lamina.add %l_mb0, %l_mb1 : tensor<f32>
-// SUM-NEXT:    %d_w = lamina.add %d_w_mb0, %d_w_mb1 {lamina.gradient} : tensor<8x2xf32>
+// SUM-NEXT:    %d_w = lamina.add %d_w_mb0, %d_w_mb1 : tensor<8x2xf32>
 // SUM-NEXT:    func.return %l, %d_w
 
 // DP-LABEL: func.func @f_grad(
