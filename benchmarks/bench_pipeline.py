@@ -22,15 +22,23 @@ h100-node (needs torch): the README's image.
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
 
-import lamina
-from lamina.analysis.timeline import schedule
-from lamina.backends.interface import find_entry
-from lamina.ir.mesh.target import load_target, parse_target
-from lamina.passes.pipeline_stages import activation_peak, saved_bytes
+# 8 host devices for the jax column: XLA reads this once, when jax is first imported (below, in
+# lamina.compile), so it is set before anything can import jax
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import lamina  # noqa: E402
+from lamina.analysis.timeline import schedule  # noqa: E402
+from lamina.backends.interface import find_entry  # noqa: E402
+from lamina.ir.mesh.target import load_target, parse_target  # noqa: E402
+from lamina.passes.pipeline_stages import activation_peak, saved_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FREE_LINKS = (ROOT / "ir/mesh/targets/h100-node.toml").read_text().replace(
@@ -57,7 +65,46 @@ def mlp_text(layers: int, width: int, batch: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def row(text: str, stages: int, micro: int, sched: str) -> list[str]:
+DEVICES = 8
+STAGED_DATA = 2    # the staged step's data axis: DEVICES = STAGED_DATA x --stages
+
+
+def jax_seconds(text: str, pipeline: str, repeats: int) -> float:
+    """Median wall time of one call of `pipeline`'s step on the jax backend (8 host devices),
+    compiled once, after one warm-up call (which traces and compiles the XLA program)."""
+    module = lamina.parse(text)
+    lamina.apply(module, pipeline)
+    exe = lamina.compile(module, "f_grad", backend="jax", devices=DEVICES)
+    inputs = lamina.random_arrays(module, "f_grad", 0)
+    exe(inputs)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        exe(inputs)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def staged_pipeline(stages: int, micro: int, sched: str) -> str:
+    """The staged step: data=2 x `stages` stages. The order is the one
+    test_pipeline_stages' test_composes_with_data_and_model_axes checks: the placed step with
+    its collectives and M micro-batches, then the cut (pipeline-stages before propagate-sharding
+    leaves the batch reshape's placement unpropagated, which the verifier refuses)."""
+    return (f"place-batch{{data=x,y axis=data size={STAGED_DATA}}},derive-backward{{data=x,y}},"
+            f"accumulate-gradients{{micro-batches={micro}}},propagate-sharding,"
+            f"insert-collectives,pipeline-stages{{stages={stages} schedule={sched}}}")
+
+
+def dp_pipeline(micro: int, batch: int) -> str:
+    """The anchor: the unstaged data-parallel step over all 8 devices, accumulating M
+    micro-batches where M divides each device's rows (else one batch)."""
+    accumulate = (f"accumulate-gradients{{micro-batches={micro}}},"
+                  if (batch // DEVICES) % micro == 0 else "")
+    return (f"place-batch{{data=x,y axis=data size={DEVICES}}},derive-backward{{data=x,y}},"
+            f"{accumulate}propagate-sharding,insert-collectives")
+
+
+def row(text: str, stages: int, micro: int, sched: str, jax: list[str]) -> list[str]:
     module = lamina.parse(text)
     start = time.perf_counter()
     lamina.apply(module, f"derive-backward{{data=x,y}},pipeline-stages{{stages={stages} "
@@ -71,7 +118,7 @@ def row(text: str, stages: int, micro: int, sched: str) -> list[str]:
     formula = (stages - 1) / (micro + stages - 1)
     return [sched, str(micro), f"{free:.4f}", f"{formula:.4f}", f"{nvlink:.4f}",
             f"{peak / 2**20:.2f} MiB", f"{peak / one:.2f}" if one else "-",
-            "n/a (jax lowering pending)", f"{staged:.1f}"]
+            *jax, f"{staged:.1f}"]
 
 
 def gpt2_timeline(out: str) -> None:
@@ -105,15 +152,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--rows", type=int, default=8, help="rows per micro-batch")
+    ap.add_argument("--repeats", type=int, default=3, help="timed jax calls per step (median)")
+    ap.add_argument("--no-jax", action="store_true", help="leave out the jax wall-time columns")
     ap.add_argument("--timeline", default=None)
     args = ap.parse_args(argv)
     head = ["schedule", "M", "bubble (links 0)", "(P-1)/(M+P-1)", "bubble (h100-node)",
-            "peak act", "micro-batches held", "jax s/step", "pass s"]
+            "peak act", "micro-batches held", "jax s/step", "DP jax s/step", "staged/DP",
+            "pass s"]
     rows = []
     for micro in args.micro:
-        text = mlp_text(args.layers, args.width, args.rows * micro)
+        batch = args.rows * micro
+        text = mlp_text(args.layers, args.width, batch)
+        dp = None if args.no_jax else jax_seconds(text, dp_pipeline(micro, batch), args.repeats)
         for sched in ("gpipe", "1f1b"):
-            rows.append(row(text, args.stages, micro, sched))
+            jax = ["-", "-", "-"]
+            if dp is not None:
+                pp = jax_seconds(text, staged_pipeline(args.stages, micro, sched), args.repeats)
+                jax = [f"{pp:.4f}", f"{dp:.4f}", f"{pp / dp:.2f}"]
+            rows.append(row(text, args.stages, micro, sched, jax))
             print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print(f"{args.layers}-layer MLP, width {args.width}, {args.rows} rows per micro-batch, "
