@@ -1,19 +1,28 @@
-"""pipeline-stages (issue 28): modeled bubble against the formula, and peak activation bytes per
-schedule, for a 16-layer MLP step on P = 4 stages, M = 4..64 micro-batches.
+"""pipeline-stages (issue 28): modeled bubble against the formula, peak activation bytes per
+schedule, and jax wall time per step against the unstaged data-parallel step, for a 16-layer MLP
+step on P = 4 stages, M = 4..16 micro-batches.
 
-    .venv/bin/python benchmarks/bench_pipeline.py [--micro 4 8 16 32 64] [--stages 4]
-        [--width 256] [--rows 8] [--timeline OUT.png]
+    .venv/bin/python benchmarks/bench_pipeline.py [--micro 4 8 16] [--stages 4] [--width 256]
+        [--rows 8] [--repeats 3] [--no-jax] [--timeline OUT.png]
 
 The step: derive-backward of a 16-layer tanh MLP regression loss (width `--width`, `--rows`
-rows per micro-batch, f32), then `pipeline-stages{stages=P micro-batches=M schedule=S}` with
-the auto cut. Per (schedule, M):
+rows per micro-batch, so `--rows` x M rows in all, f32), then
+`pipeline-stages{stages=P micro-batches=M schedule=S}` with the auto cut. Per (schedule, M):
 - `bubble (links 0)`: the modeled timeline (`lamina.analysis.timeline.schedule`) on a copy of
   h100-node whose links are free (alpha 1e-30 s, beta 9e18 B/s), against (P-1)/(M+P-1);
 - `bubble (h100-node)`: the same on h100-node's NVLink (3 us, 450 GB/s): the transfers' share;
 - `peak act`: stage 0's peak of saved activations (`activation_peak`; stage 0 holds the most),
   and how many micro-batches' worth it is (`saved_bytes` of F0; 1F1B: P, GPipe: M);
-- `jax s/step`: wall time per step on 8 host devices against the unstaged DP step: n/a until
-  the JAX lowering of collective_permute lands (it raises "not yet supported" today).
+- `jax s/step`: the staged step on 8 host devices, a data = 2 axis x P = 4 stages
+  (`place-batch{size=2}`, derive-backward, accumulate-gradients{M}, propagate-sharding,
+  insert-collectives, then pipeline-stages: the order the pass accepts on a placed step),
+  compiled once by `lamina.compile(backend="jax")`, the median of `--repeats` calls after one
+  warm-up; `DP jax s/step`: the anchor, the unstaged step over data = 8 (accumulating M
+  micro-batches when M divides each device's rows), timed the same way; `staged/DP`: their
+  ratio. XLA's CPU devices are threads of this one process, so the ratio is the staged
+  program's overhead (its lax.cond per stage run, its ppermutes), not a pipeline's speed-up.
+  The 8 devices come from XLA_FLAGS, set at the top of this script before jax is imported.
+  `--no-jax` leaves these columns out ("-"); M = 32 and 64 take minutes each to compile.
 `--timeline OUT.png` also draws the GPT-2 sample (samples/gpt2_model.py at bench_scale's width:
 4 layers, D = 768, 12 heads, 256 tokens, batch 8) cut into 4 stages, 4 micro-batches, 1F1B, on
 h100-node (needs torch): the README's image.
@@ -37,6 +46,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import lamina  # noqa: E402
 from lamina.analysis.timeline import schedule  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
+from lamina.executable import random_arrays  # noqa: E402
 from lamina.ir.mesh.target import load_target, parse_target  # noqa: E402
 from lamina.passes.pipeline_stages import activation_peak, saved_bytes  # noqa: E402
 
@@ -75,7 +85,7 @@ def jax_seconds(text: str, pipeline: str, repeats: int) -> float:
     module = lamina.parse(text)
     lamina.apply(module, pipeline)
     exe = lamina.compile(module, "f_grad", backend="jax", devices=DEVICES)
-    inputs = lamina.random_arrays(module, "f_grad", 0)
+    inputs = random_arrays(module, "f_grad", 0)
     exe(inputs)
     samples = []
     for _ in range(repeats):
@@ -147,7 +157,8 @@ def gpt2_timeline(out: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="pipeline-stages: modeled bubble and activation peaks")
-    ap.add_argument("--micro", type=int, nargs="+", default=[4, 8, 16, 32, 64])
+    ap.add_argument("--micro", type=int, nargs="+", default=[4, 8, 16],
+                    help="M values; the jax columns compile each step once: 32 and 64 take minutes")
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--width", type=int, default=256)
