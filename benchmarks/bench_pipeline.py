@@ -1,19 +1,28 @@
-"""pipeline-stages (issue 28): modeled bubble against the formula, and peak activation bytes per
-schedule, for a 16-layer MLP step on P = 4 stages, M = 4..64 micro-batches.
+"""pipeline-stages (issue 28): modeled bubble against the formula, peak activation bytes per
+schedule, and jax wall time per step against the unstaged data-parallel step, for a 16-layer MLP
+step on P = 4 stages, M = 4..16 micro-batches.
 
-    .venv/bin/python benchmarks/bench_pipeline.py [--micro 4 8 16 32 64] [--stages 4]
-        [--width 256] [--rows 8] [--timeline OUT.png]
+    .venv/bin/python benchmarks/bench_pipeline.py [--micro 4 8 16] [--stages 4] [--width 256]
+        [--rows 8] [--repeats 3] [--no-jax] [--timeline OUT.png]
 
 The step: derive-backward of a 16-layer tanh MLP regression loss (width `--width`, `--rows`
-rows per micro-batch, f32), then `pipeline-stages{stages=P micro-batches=M schedule=S}` with
-the auto cut. Per (schedule, M):
+rows per micro-batch, so `--rows` x M rows in all, f32), then
+`pipeline-stages{stages=P micro-batches=M schedule=S}` with the auto cut. Per (schedule, M):
 - `bubble (links 0)`: the modeled timeline (`lamina.analysis.timeline.schedule`) on a copy of
   h100-node whose links are free (alpha 1e-30 s, beta 9e18 B/s), against (P-1)/(M+P-1);
 - `bubble (h100-node)`: the same on h100-node's NVLink (3 us, 450 GB/s): the transfers' share;
 - `peak act`: stage 0's peak of saved activations (`activation_peak`; stage 0 holds the most),
   and how many micro-batches' worth it is (`saved_bytes` of F0; 1F1B: P, GPipe: M);
-- `jax s/step`: wall time per step on 8 host devices against the unstaged DP step: n/a until
-  the JAX lowering of collective_permute lands (it raises "not yet supported" today).
+- `jax s/step`: the staged step on 8 host devices, a data = 2 axis x P = 4 stages
+  (`place-batch{size=2}`, derive-backward, accumulate-gradients{M}, propagate-sharding,
+  insert-collectives, then pipeline-stages: the order the pass accepts on a placed step),
+  compiled once by `lamina.compile(backend="jax")`, the median of `--repeats` calls after one
+  warm-up; `DP jax s/step`: the anchor, the unstaged step over data = 8 (accumulating M
+  micro-batches when M divides each device's rows), timed the same way; `staged/DP`: their
+  ratio. XLA's CPU devices are threads of this one process, so the ratio is the staged
+  program's overhead (its lax.cond per stage run, its ppermutes), not a pipeline's speed-up.
+  The 8 devices come from XLA_FLAGS, set at the top of this script before jax is imported.
+  `--no-jax` leaves these columns out ("-"); M = 32 and 64 take minutes each to compile.
 `--timeline OUT.png` also draws the GPT-2 sample (samples/gpt2_model.py at bench_scale's width:
 4 layers, D = 768, 12 heads, 256 tokens, batch 8) cut into 4 stages, 4 micro-batches, 1F1B, on
 h100-node (needs torch): the README's image.
@@ -22,15 +31,24 @@ h100-node (needs torch): the README's image.
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import time
 from pathlib import Path
 
-import lamina
-from lamina.analysis.timeline import schedule
-from lamina.backends.interface import find_entry
-from lamina.ir.mesh.target import load_target, parse_target
-from lamina.passes.pipeline_stages import activation_peak, saved_bytes
+# 8 host devices for the jax column: XLA reads this once, when jax is first imported (below, in
+# lamina.compile), so it is set before anything can import jax
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import lamina  # noqa: E402
+from lamina.analysis.timeline import schedule  # noqa: E402
+from lamina.backends.interface import find_entry  # noqa: E402
+from lamina.executable import random_arrays  # noqa: E402
+from lamina.ir.mesh.target import load_target, parse_target  # noqa: E402
+from lamina.passes.pipeline_stages import activation_peak, saved_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FREE_LINKS = (ROOT / "ir/mesh/targets/h100-node.toml").read_text().replace(
@@ -57,7 +75,46 @@ def mlp_text(layers: int, width: int, batch: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def row(text: str, stages: int, micro: int, sched: str) -> list[str]:
+DEVICES = 8
+STAGED_DATA = 2    # the staged step's data axis: DEVICES = STAGED_DATA x --stages
+
+
+def jax_seconds(text: str, pipeline: str, repeats: int) -> float:
+    """Median wall time of one call of `pipeline`'s step on the jax backend (8 host devices),
+    compiled once, after one warm-up call (which traces and compiles the XLA program)."""
+    module = lamina.parse(text)
+    lamina.apply(module, pipeline)
+    exe = lamina.compile(module, "f_grad", backend="jax", devices=DEVICES)
+    inputs = random_arrays(module, "f_grad", 0)
+    exe(inputs)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        exe(inputs)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def staged_pipeline(stages: int, micro: int, sched: str) -> str:
+    """The staged step: data=2 x `stages` stages. The order is the one
+    test_pipeline_stages' test_composes_with_data_and_model_axes checks: the placed step with
+    its collectives and M micro-batches, then the cut (pipeline-stages before propagate-sharding
+    leaves the batch reshape's placement unpropagated, which the verifier refuses)."""
+    return (f"place-batch{{data=x,y axis=data size={STAGED_DATA}}},derive-backward{{data=x,y}},"
+            f"accumulate-gradients{{micro-batches={micro}}},propagate-sharding,"
+            f"insert-collectives,pipeline-stages{{stages={stages} schedule={sched}}}")
+
+
+def dp_pipeline(micro: int, batch: int) -> str:
+    """The anchor: the unstaged data-parallel step over all 8 devices, accumulating M
+    micro-batches where M divides each device's rows (else one batch)."""
+    accumulate = (f"accumulate-gradients{{micro-batches={micro}}},"
+                  if (batch // DEVICES) % micro == 0 else "")
+    return (f"place-batch{{data=x,y axis=data size={DEVICES}}},derive-backward{{data=x,y}},"
+            f"{accumulate}propagate-sharding,insert-collectives")
+
+
+def row(text: str, stages: int, micro: int, sched: str, jax: list[str]) -> list[str]:
     module = lamina.parse(text)
     start = time.perf_counter()
     lamina.apply(module, f"derive-backward{{data=x,y}},pipeline-stages{{stages={stages} "
@@ -71,7 +128,7 @@ def row(text: str, stages: int, micro: int, sched: str) -> list[str]:
     formula = (stages - 1) / (micro + stages - 1)
     return [sched, str(micro), f"{free:.4f}", f"{formula:.4f}", f"{nvlink:.4f}",
             f"{peak / 2**20:.2f} MiB", f"{peak / one:.2f}" if one else "-",
-            "n/a (jax lowering pending)", f"{staged:.1f}"]
+            *jax, f"{staged:.1f}"]
 
 
 def gpt2_timeline(out: str) -> None:
@@ -100,20 +157,30 @@ def gpt2_timeline(out: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="pipeline-stages: modeled bubble and activation peaks")
-    ap.add_argument("--micro", type=int, nargs="+", default=[4, 8, 16, 32, 64])
+    ap.add_argument("--micro", type=int, nargs="+", default=[4, 8, 16],
+                    help="M values; the jax columns compile each step once: 32 and 64 take minutes")
     ap.add_argument("--stages", type=int, default=4)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--rows", type=int, default=8, help="rows per micro-batch")
+    ap.add_argument("--repeats", type=int, default=3, help="timed jax calls per step (median)")
+    ap.add_argument("--no-jax", action="store_true", help="leave out the jax wall-time columns")
     ap.add_argument("--timeline", default=None)
     args = ap.parse_args(argv)
     head = ["schedule", "M", "bubble (links 0)", "(P-1)/(M+P-1)", "bubble (h100-node)",
-            "peak act", "micro-batches held", "jax s/step", "pass s"]
+            "peak act", "micro-batches held", "jax s/step", "DP jax s/step", "staged/DP",
+            "pass s"]
     rows = []
     for micro in args.micro:
-        text = mlp_text(args.layers, args.width, args.rows * micro)
+        batch = args.rows * micro
+        text = mlp_text(args.layers, args.width, batch)
+        dp = None if args.no_jax else jax_seconds(text, dp_pipeline(micro, batch), args.repeats)
         for sched in ("gpipe", "1f1b"):
-            rows.append(row(text, args.stages, micro, sched))
+            jax = ["-", "-", "-"]
+            if dp is not None:
+                pp = jax_seconds(text, staged_pipeline(args.stages, micro, sched), args.repeats)
+                jax = [f"{pp:.4f}", f"{dp:.4f}", f"{pp / dp:.2f}"]
+            rows.append(row(text, args.stages, micro, sched, jax))
             print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print(f"{args.layers}-layer MLP, width {args.width}, {args.rows} rows per micro-batch, "
