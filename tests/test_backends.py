@@ -98,7 +98,7 @@ def test_options_reach_the_backend() -> None:
     assert one.outputs["out0"].tobytes() == two.outputs["out0"].tobytes()
     # a typo is not ignored; like every API failure it is a LaminaError naming the options
     with pytest.raises(lamina.LaminaError, match=r"backend 'numpy' has no option 'thread' "
-                       r"\(its options: threads, tile_bytes, target\)"):
+                       r"\(its options: threads, tile_bytes, target, kernel_times\)"):
         lamina.run(module, entry="ln_gelu_dropout_small", thread=1)
 
 

@@ -88,8 +88,9 @@ def _compiled_hlo(module: ModuleOp) -> str:
 
 
 @st.composite
-def _cuts(draw: st.DrawFn, n_ops: int) -> list[int]:
-    stages = draw(st.integers(2, min(4, max(2, n_ops))))
+def _cuts(draw: st.DrawFn, n_ops: int, most: int) -> list[int]:
+    """Cut points for 2 .. `most` stages (at most 4; fewer where the program has fewer ops)."""
+    stages = draw(st.integers(2, min(most, max(2, n_ops))))
     points = draw(st.lists(st.integers(1, max(1, n_ops - 1)), min_size=stages - 1,
                            max_size=stages - 1, unique=True)) if n_ops > 1 else [1]
     return sorted(points)
@@ -113,7 +114,8 @@ def test_random_staged_programs_equal_unstaged(prog, data, mesh: str, lower: boo
         pipeline = build_pipeline("propagate-sharding,insert-collectives{target=h100-node}")
         if not placed_or_scan_refused(lambda: run_pipeline(ctx, module, pipeline), prog.text):
             return
-    cuts = data.draw(_cuts(_n_ops(module)))
+    # the mesh times the stages fits the 8 host devices jax starts with in the test process
+    cuts = data.draw(_cuts(_n_ops(module), {"stage": 4, "data": 4, "data-model": 2}[mesh]))
     stage_program(module, cuts)
     verify(module)
     if lower:   # the moves as insert-collectives lowers them: collective_permute
