@@ -31,9 +31,11 @@ from XLA's optimized HLO, XLA's own buffer plan per device (jax's CPU devices re
 memory statistics) and its step time. Below the table, the issue's targets, each met or not:
 K=4 has at most 1/4 of baseline's gradient reductions per step (a reduction that happens per
 micro-batch counts K times); ZeRO-3's parameters and optimizer state per device at most 1/8 of
-baseline's plus the largest parameter it gathers at once; bf16's peak activations (the modeled
-peak above the step's arguments) at most 0.6x baseline's; every Lamina row sends at most GSPMD's
-bytes.
+baseline's plus the largest parameter it gathers at once; bf16's activations saved for the
+backward (the forward's values live where the backward starts, `saved_activations`) at most 0.6x
+baseline's, with the whole modeled peak above the step's arguments beside it (it also holds the
+gradients and the update's temporaries, f32 in both rows); every Lamina row sends at most
+GSPMD's bytes.
 """
 
 from __future__ import annotations
@@ -195,6 +197,28 @@ def modeled_peak(func: Any) -> int:
     return peak
 
 
+def saved_activations(func: Any) -> int:
+    """Per-device bytes of the forward's values still live when the backward starts (at each
+    loss seed derive-backward marks `lamina.loss_seed`; the largest over accumulate-gradients'
+    micro-batches): the activations saved for the backward, without the arguments, the
+    gradients and the optimizer's temporaries that `peak modeled - arguments` also holds."""
+    from lamina.analysis.sizes import local_bytes
+    from lamina.ir.buffers.memory import FreeOp
+
+    live: dict[Any, int] = {}
+    cur = best = 0
+    for op in func.body.block.ops:
+        if "lamina.loss_seed" in op.attributes:
+            best = max(best, cur)
+        if isinstance(op, FreeOp):
+            cur -= live.pop(op.operands[0], 0)
+            continue
+        for r in op.results:
+            live[r] = local_bytes(r, func)
+            cur += live[r]
+    return best
+
+
 def argument_bytes(func: Any) -> dict[str, int]:
     """Per-device bytes of the step's arguments: `model` the parameters and optimizer state (what
     ZeRO shards), `all` every argument (data included)."""
@@ -232,6 +256,7 @@ def lamina_rows(names: list[str], sz: Size, spmd: bool) -> dict[str, dict[str, A
     for name in names:
         _module, func, weights = build(ROWS[name], sz)
         rec: dict[str, Any] = {"collectives": collectives(func), "peak_model": modeled_peak(func),
+                               "saved": saved_activations(func),
                                "args": argument_bytes(func), "gathered": gathered_bytes(func)}
         if spmd:
             t0 = time.perf_counter()
@@ -319,9 +344,13 @@ def targets(names: list[str], lam: dict[str, Any], anchor: dict[str, Any] | str)
         def act(r: dict[str, Any]) -> int:   # the modeled peak above the arguments
             return r["peak_model"] - r["args"]["all"]
         ratio = act(lam["bf16"]) / max(1, act(lam["baseline"]))
-        out.append(f"bf16: peak activations (modeled peak - arguments) {_mib(act(lam['bf16']))} "
-                   f"MiB against f32's {_mib(act(lam['baseline']))} MiB = {ratio:.2f}x: "
-                   f"{'met' if ratio <= 0.6 else 'not met'} (target: at most 0.6x)")
+        saved = lam["bf16"]["saved"] / max(1, lam["baseline"]["saved"])
+        out.append(f"bf16: activations saved for the backward {_mib(lam['bf16']['saved'])} MiB "
+                   f"against f32's {_mib(lam['baseline']['saved'])} MiB = {saved:.2f}x: "
+                   f"{'met' if saved <= 0.6 else 'not met'} (target: at most 0.6x); the whole "
+                   f"modeled peak above the arguments (gradients and the f32 update included) "
+                   f"{_mib(act(lam['bf16']))} MiB against {_mib(act(lam['baseline']))} MiB = "
+                   f"{ratio:.2f}x")
     if isinstance(anchor, dict):
         for n in names:
             if n in anchor and "sent" in lam[n]:

@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from lamina.analysis.placed import placed_mesh
+from lamina.analysis.placed import first_unplaced, placed_mesh
 from lamina.analysis.sizes import fmt_bytes, local_bytes, type_bytes
 from lamina.analysis.step_cost import op_seconds
 from lamina.analysis.timeline import schedule
@@ -249,6 +249,10 @@ class _Staging:
         if p.schedule == "interleaved":
             raise error_at(func, f"{PASS}: schedule=interleaved (virtual stages) is not yet "
                            "supported; use gpipe or 1f1b")
+        if (gap := first_unplaced(func)) is not None:   # stages would pin them replicated
+            raise error_at(gap[0], f"{PASS}: @{func.sym_name.data} is partly placed ({gap[1]}): "
+                           "place it whole first (propagate-sharding, insert-collectives), then "
+                           "run pipeline-stages, or run pipeline-stages before placing anything")
         micro = self._micro_batches()
         ops = list(func.body.block.ops)
         seeds = [i for i, op in enumerate(ops) if op.attributes.get(SEED_ATTR) is not None]

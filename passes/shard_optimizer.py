@@ -50,7 +50,7 @@ from typing import ClassVar
 
 from lamina.analysis.sizes import spec_local_bytes
 from lamina.analysis.zero_bytes import ParamTraffic, Traffic, marked_sources, step_bytes
-from lamina.ir.buffers.memory import MoveOp, with_tier
+from lamina.ir.buffers.memory import FreeOp, MoveOp, with_tier
 from lamina.ir.buffers.updates import GRADIENT_ATTR, OPTIMIZER_STATE, roles_of, updates_of
 from lamina.ir.builder import Builder, retype
 from lamina.ir.core.diagnostics import error_at
@@ -58,6 +58,7 @@ from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.mesh.collectives import build as build_placement
 from lamina.ir.mesh.placement import Mesh, find_mesh, place_of, spec_of, tier_of
 from lamina.ir.mesh.sharding import Spec
+from lamina.ir.ops.fused import FusedOp
 from lamina.ir.ops.lamina import ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Fusion
@@ -69,6 +70,8 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
 PASS = "shard-optimizer"
+ORDER = ("after append-optimizer and mixed-precision, before propagate-sharding, "
+         "insert-collectives, fuse-elementwise and annotate-lifetimes")
 
 
 @dataclass
@@ -386,6 +389,12 @@ def _check(func: FuncOp) -> None:
         if isinstance(op, PlacementOp) and not isinstance(op, ReshardOp):
             raise error_at(op, f"{PASS}: {name} already has collectives ({op.name}); run "
                            f"{PASS} before insert-collectives")
+        if isinstance(op, FreeOp):
+            raise error_at(op, f"{PASS}: {name} holds a lamina.free: annotate-lifetimes ran "
+                           f"already; run {PASS} {ORDER}")
+        if isinstance(op, FusedOp):
+            raise error_at(op, f"{PASS}: {name} holds a lamina.fused kernel: fuse-elementwise "
+                           f"ran already; run {PASS} {ORDER}")
 
 
 @dataclass(frozen=True)

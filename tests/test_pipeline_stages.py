@@ -269,3 +269,13 @@ def test_insert_collectives_lowers_a_reshard_between_stages_to_a_permute() -> No
     assert kinds == ["collective_permute"]
     x = np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32)
     np.testing.assert_array_equal(run_spmd(func, [x]).outputs[0], np.tanh(x))
+
+
+def test_a_partly_placed_step_is_refused_with_the_order() -> None:
+    """Placed arguments, unplaced ops (place-batch ran, propagate-sharding not yet): the stage
+    types would pin the unplaced values replicated, so the pass says what to run first."""
+    module = lamina.parse(DP)
+    with pytest.raises(lamina.LaminaError, match="pipeline-stages: @f_grad is partly placed .*"
+                       r"propagate-sharding, insert-collectives\), then run pipeline-stages"):
+        lamina.apply(module, "place-batch{data=x,y axis=data size=2},derive-backward{data=x,y},"
+                             "pipeline-stages{stages=2 micro-batches=2}")

@@ -59,7 +59,6 @@ from importlib.metadata import version
 from typing import Any, TextIO
 
 import lamina
-from lamina.analysis.linalg.export import export_module
 from lamina.analysis.timeline import schedule
 from lamina.cli.diagnostic_verifier import Diagnostic, check, diagnostics_of, parse_expectations
 from lamina.cli.entry import guarded
@@ -87,7 +86,11 @@ def _print_mlir(module: ModuleOp, generic: bool, debuginfo: bool) -> str:
 
 # output format name -> printer (module, generic form?, debug info?) -> text
 def _print_linalg(module: ModuleOp, generic: bool, debuginfo: bool) -> str:
-    """Upstream MLIR (`lamina.analysis.linalg`); the flags of the Lamina printer do not apply."""
+    """Upstream MLIR (`lamina.analysis.linalg`); the flags of the Lamina printer do not apply.
+    Imported here, not at startup: the export loads ml_dtypes (about 1 s), which every other
+    lamina-opt run (and every lit test) would pay."""
+    from lamina.analysis.linalg.export import export_module
+
     return export_module(module)
 
 
