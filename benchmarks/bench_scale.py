@@ -47,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,22 +180,29 @@ def collectives(func: Any) -> dict[str, int]:
     return out
 
 
-def modeled_peak(func: Any) -> int:
-    """Per-device live bytes along the function's order (module docstring: peak modeled)."""
+def live_bytes(func: Any, with_args: bool) -> Iterator[tuple[Any, int]]:
+    """(op, per-device live bytes just before it) along the function's order: a value is live
+    from its definition to its `lamina.free` (annotate-lifetimes), the arguments from the start
+    when `with_args`."""
     from lamina.analysis.sizes import local_bytes
     from lamina.ir.buffers.memory import FreeOp
 
-    live = {a: local_bytes(a, func) for a in func.body.block.args}
-    cur = peak = sum(live.values())
+    live = {a: local_bytes(a, func) for a in func.body.block.args} if with_args else {}
+    cur = sum(live.values())
     for op in func.body.block.ops:
+        yield op, cur
         if isinstance(op, FreeOp):
             cur -= live.pop(op.operands[0], 0)
             continue
         for r in op.results:
             live[r] = local_bytes(r, func)
             cur += live[r]
-        peak = max(peak, cur)
-    return peak
+    yield None, cur
+
+
+def modeled_peak(func: Any) -> int:
+    """Per-device live bytes along the function's order (module docstring: peak modeled)."""
+    return max(cur for _, cur in live_bytes(func, with_args=True))
 
 
 def saved_activations(func: Any) -> int:
@@ -202,21 +210,8 @@ def saved_activations(func: Any) -> int:
     loss seed derive-backward marks `lamina.loss_seed`; the largest over accumulate-gradients'
     micro-batches): the activations saved for the backward, without the arguments, the
     gradients and the optimizer's temporaries that `peak modeled - arguments` also holds."""
-    from lamina.analysis.sizes import local_bytes
-    from lamina.ir.buffers.memory import FreeOp
-
-    live: dict[Any, int] = {}
-    cur = best = 0
-    for op in func.body.block.ops:
-        if "lamina.loss_seed" in op.attributes:
-            best = max(best, cur)
-        if isinstance(op, FreeOp):
-            cur -= live.pop(op.operands[0], 0)
-            continue
-        for r in op.results:
-            live[r] = local_bytes(r, func)
-            cur += live[r]
-    return best
+    return max((cur for op, cur in live_bytes(func, with_args=False)
+                if op is not None and "lamina.loss_seed" in op.attributes), default=0)
 
 
 def argument_bytes(func: Any) -> dict[str, int]:
