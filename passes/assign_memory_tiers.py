@@ -27,6 +27,16 @@ A value the program already put in a tier (the result of an explicit `lamina.mov
 nvme, or declared in SRAM) stays where it is and only takes room; SRAM holds only values
 declared in SRAM and the intermediates of the `lamina.fused` op that runs at that step.
 
+Pipeline stages
+---------------
+After `pipeline-stages` a value placed `stage = AXIS[i]` lives only on the devices of stage i,
+and the capacity is that of one device: the model gives each value its stage (an unstaged value
+is on every device) and the solvers fit each stage's devices on their own (one capacity per
+stage, `tier_plan.problem`). A value is moved only for an overflow of a stage that holds it;
+`--explain` names the stage in each reason ("step 12 on stage pp[1]") and adds the modeled HBM
+peak of each stage, which is what the SPMD interpreter holds on the stage's first device, and
+the stage that binds; the diagnostic of a model no plan fits names the overflowing stage.
+
 From the plan to the function
 -----------------------------
 Compute reads and writes only HBM, so a value is in HBM at its definition and at every use. An
@@ -75,7 +85,7 @@ from lamina.analysis.sizes import local_bytes
 from lamina.analysis.step_cost import op_seconds
 from lamina.ir.buffers.memory import FreeOp, MoveOp, ancestor_in, value_label
 from lamina.ir.core.diagnostics import LaminaError, error_at
-from lamina.ir.mesh.placement import tier_of
+from lamina.ir.mesh.placement import stage_of, tier_of
 from lamina.ir.mesh.target import Target, load_target
 from lamina.ir.ops.fused import FusedOp
 from lamina.passes.explain import ExplainLog, LaminaPass
@@ -87,6 +97,7 @@ from lamina.passes.tier_plan.problem import (
     Plan,
     Problem,
     Value,
+    peaks,
 )
 from lamina.passes.tier_rewrite import FuncModel, rewrite
 from xdsl.context import Context
@@ -136,16 +147,20 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
     if hbm_capacity:
         capacity["hbm"] = float(hbm_capacity)
     bandwidth = {t: target.transfer_bandwidth("hbm", t) for t in OFFLOAD_TIERS if t in capacity}
-    fixed = {t: [0.0] * (K + 1) for t in capacity}
+    defs = [*((a, -1) for a in block.args), *((r, i) for i, o in enumerate(steps) for r in o.results)]
+    stages = _stages([v for v, _ in defs])
+    # per (tier, stage index or None: every stage), the bytes per step no plan moves
+    fixed: dict[tuple[str, int | None], list[float]] = {(t, None): [0.0] * (K + 1) for t in capacity}
     for i, o in enumerate(steps):
-        if isinstance(o, FusedOp) and "sram" in fixed:
-            fixed["sram"][i] += sram_bytes(o, target)
+        if isinstance(o, FusedOp) and "sram" in capacity:
+            key = ("sram", _stage_index(o.results[0], stages) if o.results else None)
+            fixed.setdefault(key, [0.0] * (K + 1))[i] += sram_bytes(o, target)
     values: list[SSAValue] = []
     model: list[Value] = []
-    placed: dict[str, list[int]] = {}   # per tier, the changes of its placed bytes per step
-    for v, d in [*((a, -1) for a in block.args),
-                 *((r, i) for i, o in enumerate(steps) for r in o.results)]:
+    placed: dict[tuple[str, int | None], list[int]] = {}   # the changes of placed bytes per step
+    for v, d in defs:
         size = local_bytes(v, func)
+        stage = _stage_index(v, stages)
         needs, end = _needs_and_end(v, d, block, ret, index)
         tier = tier_of(v.type)
         declared_off = tier in OFFLOAD_TIERS or tier == "sram"
@@ -154,7 +169,7 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
             assert tier is not None
             # added up at the end from differences: a value that lives to the return would
             # cost O(K) here, O(K^2) over a program of them
-            spans = placed.setdefault(tier, [0] * (K + 2))
+            spans = placed.setdefault((tier, stage), [0] * (K + 2))
             spans[d] += size
             spans[min(end, K) + 1] -= size
             continue
@@ -163,9 +178,9 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
                            f"target '{target.name}' does not have")
         values.append(v)
         model.append(Value(names(v), size, d, sorted(n for n in needs if n > d), end,
-                           home=tier if d < 0 and tier in OFFLOAD_TIERS else None))
-    for tier, spans in placed.items():
-        ys = fixed.setdefault(tier, [0.0] * (K + 1))
+                           home=tier if d < 0 and tier in OFFLOAD_TIERS else None, stage=stage))
+    for key, spans in placed.items():
+        ys = fixed.setdefault(key, [0.0] * (K + 1))
         run = 0
         for k in range(K + 1):
             run += spans[k]
@@ -174,7 +189,10 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
     # a move step computes nothing: the planner costs transfers on the copy engine, beside
     # compute, and a move counted as compute would hide other transfers behind a transfer
     compute = [0.0 if isinstance(o, MoveOp) else op_seconds(o, target, func) for o in steps]
-    prob = Problem(K, compute, model, capacity, bandwidth, fixed)
+    prob = Problem(K, compute, model, capacity, bandwidth,
+                   {t: ys for (t, s), ys in fixed.items() if s is None},
+                   [f"{axis}[{i}]" for axis, i in stages] or [""],
+                   {(t, s): ys for (t, s), ys in fixed.items() if s is not None})
     fm = FuncModel(func, steps, ret, values, prob, constant_chains(steps), depth)
     index = {v: i for i, v in enumerate(values)}
     time_of = dict(zip(steps, compute, strict=True))
@@ -182,6 +200,18 @@ def build_model(func: FuncOp, target: Target, hbm_capacity: float = 0, recompute
         if recompute or v in fm.chains:
             _recompute_facts(v, fm, index, time_of)
     return fm
+
+
+def _stages(values: list[SSAValue]) -> list[tuple[str, int]]:
+    """The pipeline stages the values are placed on (`stage = AXIS[i]`), in order; [] for a
+    program without stages. Each is one group of devices with its own capacity to fit."""
+    return sorted({s for v in values if (s := stage_of(v.type)) is not None})
+
+
+def _stage_index(v: SSAValue, stages: list[tuple[str, int]]) -> int | None:
+    """The index in `stages` of the stage holding `v`; None when every device holds it."""
+    s = stage_of(v.type)
+    return None if s is None else stages.index(s)
 
 
 def _needs_and_end(v: SSAValue, d: int, block: Block, ret: ReturnOp,
@@ -218,7 +248,8 @@ def _infeasible_error(fm: FuncModel, e: Infeasible, target: Target) -> LaminaErr
     own = sum(local_bytes(v, fm.func) for v in {*at.operands, *at.results}
               if isinstance(v.type, TensorType))
     live = ", ".join(f"{fm.problem.values[vi].name} ({n} B)" for n, vi in e.live[:4])
-    return error_at(at, f"assign-memory-tiers: no assignment fits tier '{e.tier}' at program point "
+    return error_at(at, f"assign-memory-tiers: no assignment fits tier '{e.tier}'"
+                    f"{fm.problem.on_stage(e.stage)} at program point "
                     f"{e.step} ({what}): {int(e.need)} bytes per device needed, capacity "
                     f"{int(e.capacity)} (target '{target.name}'); the op's own operands and result "
                     f"take {own} bytes" + (f"; largest live values: {live}" if live else "")
@@ -277,4 +308,16 @@ def assign_function(func: FuncOp, target: Target, solver: str = "greedy",
                 f"transfer and recompute time {plan.cost * 1e6:.3g} us ({solver}, target "
                 f"'{target.name}', hbm capacity "
                 f"{int(fm.problem.capacity['hbm'])} B per device)")
+        if fm.problem.stages > 1:
+            log.add(func, _stage_peaks(fm.problem, plan))
     return plan
+
+
+def _stage_peaks(prob: Problem, plan: Plan) -> str:
+    """The explain line of a staged program: per stage the modeled HBM peak of one of its devices
+    (what the SPMD interpreter measures on the stage's first device), and the stage that binds."""
+    got = peaks(prob, plan)
+    binding = max(range(len(got)), key=lambda s: (got[s], -s))
+    per = ", ".join(f"{name} {int(p)} B" for name, p in zip(prob.stage_names, got, strict=True))
+    return (f"modeled hbm peak per device by stage: {per}; stage {prob.stage_names[binding]} "
+            f"binds ({int(got[binding])} of {int(prob.capacity['hbm'])} B)")

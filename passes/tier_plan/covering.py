@@ -21,10 +21,14 @@ class Covering:
     change (only their prefetch points do), so they go into a segment tree over the steps
     instead, built on the first question (a program that never overflows HBM asks none): each
     gap sits in the O(log K) nodes that cover its span, and the gaps over step k are those in
-    the nodes on the path from k's leaf to the root, O(log K + answer)."""
+    the nodes on the path from k's leaf to the root, O(log K + answer). A pipeline-staged program
+    has one per stage, over the gaps of the values its devices hold (each staged value in one)."""
 
-    def __init__(self, gaps: list[list[Gap]], K: int) -> None:
+    def __init__(self, gaps: list[list[Gap]], K: int, values: list[int] | None = None) -> None:
+        """Index the gaps of `values` (value indices, in order; None: every value), e.g. those a
+        device of one pipeline stage holds."""
         self.gaps, self.K = gaps, K
+        self.values = range(len(gaps)) if values is None else values
         self.tree: RangeCover | None = None
         self.keys: list[tuple[int, int]] = []
 
@@ -34,8 +38,8 @@ class Covering:
             size *= 2
         tree = RangeCover(size)
         keys = self.keys
-        for vi, gs in enumerate(self.gaps):
-            for gi, g in enumerate(gs):
+        for vi in self.values:
+            for gi, g in enumerate(self.gaps[vi]):
                 lo, hi = g.a + 1, min(g.b if g.tail else g.b - 1, self.K)
                 if lo > hi:
                     continue

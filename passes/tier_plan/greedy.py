@@ -32,6 +32,13 @@ the inputs are then pinned there (no later change may take them out of HBM at b,
 until the recompute is undone. A value that is never moved has only
 recompute victims. The local search also tries recomputing an offloaded gap instead (3a).
 
+Pipeline stages: the HBM bytes per step are kept per stage (a device of each), and a step fits
+when it fits on every stage. At a step that overflows on stage s the victims are the gaps of
+the values stage s holds (its own, and those without a stage: one `Covering` per stage), so a
+value moves only for its own stage's overflow, and the reason names that stage; a prefetch is
+issued earlier only where every stage holding the value has room. A staged value updates one
+stage's bytes, an unstaged one all P: the work is at most P times the unstaged bound.
+
 Cost: a sweep is O(K + sum over overflowing steps of the gaps live there, log); a local-search try
 is O(the gap's span x the gaps live there), with costs per value cached and HBM bytes updated
 incrementally (`_State`).
@@ -74,20 +81,26 @@ class _State:
         self.prob = prob
         self.recompute = recompute  # False: only values that are never moved are recomputed
         K = self.K = prob.steps
+        S = range(prob.stages)
         self.cap = prob.capacity["hbm"]
         self.gaps = [gaps_of(v, vi) for vi, v in enumerate(prob.values)]
+        # per value, the stages whose devices hold it (one capacity per stage, see `problem`)
+        self.on = [prob.stages_of(v) for v in prob.values]
         self.pre: list[list[int | None]] = [[None] * len(g) for g in self.gaps]
         self.tier: list[str | None] = [None] * len(prob.values)
-        self.hbm = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
-        # per step, the recomputes' transient bytes and the bytes defined there (see `load`)
-        self.extra = [0.0] * (K + 1)
-        self.defined = defined_bytes(prob)
-        # per step, the bytes in HBM in the moment before it under any plan: the values it reads
-        self.floor = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
-        for v in prob.values:
-            for k in v.needs:
-                self.floor[k] += v.size
-        self.off = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.tiers()}
+        # per stage, the HBM bytes per step on one of its devices
+        self.hbm = [prob.fixed_at("hbm", s) for s in S]
+        # per stage and step, the recomputes' transient bytes and the bytes defined there (`load`)
+        self.extra = [[0.0] * (K + 1) for _ in S]
+        self.defined = [defined_bytes(prob, s) for s in S]
+        # per stage and step, the bytes in HBM in the moment before it under any plan: the values
+        # it reads
+        self.floor = [prob.fixed_at("hbm", s) for s in S]
+        for vi, v in enumerate(prob.values):
+            for s in self.on[vi]:
+                for k in v.needs:
+                    self.floor[s][k] += v.size
+        self.off = {t: [prob.fixed_at(t, s) for s in S] for t in prob.tiers()}
         self.reasons: dict[tuple[int, int], str] = {}
         # per value, the steps where a recompute reads it (step -> how many): it must be in HBM
         self.pins: list[dict[int, int]] = [{} for _ in prob.values]
@@ -96,26 +109,31 @@ class _State:
         self.vcost = [0.0] * len(prob.values)
         self.total = 0.0   # sum of vcost, kept up to date so cost() is O(1)
         self.exposed = 0   # how many values have a nonzero vcost
-        # per step, the gaps that hold their value in HBM there without needing it: the victims
-        self.covering = Covering(self.gaps, K)
+        # per stage and step, the gaps that hold their value in HBM there without needing it: the
+        # victims
+        self.covering = [Covering(self.gaps, K, None if prob.stages == 1 else
+                                  [vi for vi, v in enumerate(prob.values) if v.stage in (None, s)])
+                         for s in S]
         # the HBM bytes per step of everything kept, from the differences at the gaps' ends
         # (O(values + steps), where adding each gap's bytes step by step was O(sum of spans):
         # quadratic in a program whose values live long); sizes are whole bytes, so the sums
         # are exact and equal to adding them one by one
-        delta = [0] * (K + 2)
+        delta = [[0] * (K + 2) for _ in S]
         for vi, v in enumerate(prob.values):
-            if not v.is_arg:
-                self.hbm[v.define] += v.size
-            for g in self.gaps[vi]:
-                lo, hi = g.a + 1, min(g.b, K)
-                if lo <= hi:
-                    delta[lo] += v.size
-                    delta[hi + 1] -= v.size
-        run = 0
-        for k in range(K + 1):
-            run += delta[k]
-            if run:
-                self.hbm[k] += run
+            for s in self.on[vi]:
+                if not v.is_arg:
+                    self.hbm[s][v.define] += v.size
+                for g in self.gaps[vi]:
+                    lo, hi = g.a + 1, min(g.b, K)
+                    if lo <= hi:
+                        delta[s][lo] += v.size
+                        delta[s][hi + 1] -= v.size
+        for s in S:
+            run = 0
+            for k in range(K + 1):
+                run += delta[s][k]
+                if run:
+                    self.hbm[s][k] += run
         for vi, v in enumerate(prob.values):
             if v.home is not None and self.gaps[vi]:
                 self.tier[vi] = v.home
@@ -138,13 +156,15 @@ class _State:
 
     def _occupy(self, vi: int, t: str, sign: int) -> None:
         n = sign * self.prob.values[vi].size
-        ys = self.off[t]
-        for k in self._span(vi):
-            ys[k] += n
+        for s in self.on[vi]:
+            ys = self.off[t][s]
+            for k in self._span(vi):
+                ys[k] += n
 
     def _fits(self, vi: int, t: str) -> bool:
-        n, cap, ys = self.prob.values[vi].size, self.prob.capacity[t], self.off[t]
-        return all(ys[k] + n <= cap + 1e-9 for k in self._span(vi))
+        n, cap = self.prob.values[vi].size, self.prob.capacity[t]
+        return all(ys[k] + n <= cap + 1e-9 for ys in (self.off[t][s] for s in self.on[vi])
+                   for k in self._span(vi))
 
     def _set(self, vi: int, gi: int, p: int | None) -> None:
         """Set gap gi's prefetch point (HBM bytes only; the tier is the caller's business)."""
@@ -153,15 +173,18 @@ class _State:
         new = hbm_start(g, p)
         hi = min(g.b, self.K) + 1
         n = v.size
-        if new > old:
-            for k in range(old, min(new, hi)):
-                self.hbm[k] -= n
-        else:
-            for k in range(new, min(old, hi)):
-                self.hbm[k] += n
+        for s in self.on[vi]:
+            hbm = self.hbm[s]
+            if new > old:
+                for k in range(old, min(new, hi)):
+                    hbm[k] -= n
+            else:
+                for k in range(new, min(old, hi)):
+                    hbm[k] += n
         for q, sign in ((self.pre[vi][gi], -1), (p, 1)):
             if q == RECOMPUTE:
-                self.extra[g.b] += sign * v.extra
+                for s in self.on[vi]:
+                    self.extra[s][g.b] += sign * v.extra
                 for u in v.inputs:
                     pins = self.pins[u]
                     pins[g.b] = pins.get(g.b, 0) + sign
@@ -184,9 +207,14 @@ class _State:
         self.tier[vi] = t
         self._recost(vi)
 
-    def load(self, k: int) -> float:
-        """The HBM bytes step k must fit (`problem.hbm_peak`)."""
-        return hbm_peak(self.hbm[k], self.extra[k], self.defined[k])
+    def load(self, s: int, k: int) -> float:
+        """The HBM bytes step k must fit on a device of stage s (`problem.hbm_peak`)."""
+        return hbm_peak(self.hbm[s][k], self.extra[s][k], self.defined[s][k])
+
+    def has_room(self, vi: int, k: int) -> bool:
+        """Whether value vi fits in HBM at step k on every device that holds it."""
+        n = self.prob.values[vi].size
+        return all(self.load(s, k) + n <= self.cap + 1e-9 for s in self.on[vi])
 
     # -- trial changes: a local-search try runs between begin() and commit() or rollback() --
     def begin(self) -> None:
@@ -238,7 +266,9 @@ class _State:
             return True
         if not can_recompute(self.prob, g):
             return False
-        if self.floor[g.b] + self.extra[g.b] + self.prob.values[vi].extra > self.cap + 1e-9:
+        extra = self.prob.values[vi].extra
+        if any(self.floor[s][g.b] + self.extra[s][g.b] + extra > self.cap + 1e-9
+               for s in self.on[vi]):
             return False  # its transients cannot fit before g.b whatever else leaves HBM there
         return all(self.in_hbm(u, g.b) for u in self.prob.values[vi].inputs)
 
@@ -275,32 +305,40 @@ class _State:
 
     # -- the sweep --
     def repair(self, lo: int, hi: int, rule: str, banned: tuple[int, int] | None = None) -> None:
-        """Fix every HBM overflow at steps lo..hi in order: at an overflowing step k, offload
-        (prefetch point k + 1; a tail: returned from the copy) the gaps in HBM at k that do not
-        need it there, best first by `rule`, until k fits. Raises Infeasible."""
+        """Fix every HBM overflow at steps lo..hi in order, each stage's devices against their own
+        capacity: at step k overflowing on stage s, offload (prefetch point k + 1; a tail:
+        returned from the copy) the gaps held there in HBM at k that do not need it there, best
+        first by `rule`, until k fits on s. Raises Infeasible."""
         cap = self.cap
         for k in range(max(lo, 0), min(hi, self.K) + 1):
-            if self.load(k) <= cap + 1e-9:
-                continue
-            for _key, vi, gi, q, _n, _d in self._victims(k, rule, banned):
-                if self.load(k) <= cap + 1e-9:
-                    break
-                if hbm_start(self.gaps[vi][gi], self.pre[vi][gi]) > k:
-                    continue  # taken out of HBM at k by the other option of the same gap
-                if self.change(vi, gi, q):
-                    self.reasons[(vi, gi)] = f"step {k}"
-            if self.load(k) > cap + 1e-9:
-                raise Infeasible(k, "hbm", self.load(k), cap, live_at(self.prob, self.plan(), k))
+            for s in range(self.prob.stages):
+                if self.load(s, k) > cap + 1e-9:
+                    self._relieve(s, k, rule, banned)
 
-    def _victims(self, k: int, rule: str, banned: tuple[int, int] | None) -> list[_Candidate]:
-        """The gaps that could leave HBM at step k (all but `banned`), best first by `rule`; one
-        that covers the excess alone goes first when it costs less than filling it in order (the
-        knapsack fix)."""
+    def _relieve(self, s: int, k: int, rule: str, banned: tuple[int, int] | None) -> None:
+        """Offload victims at step k on stage s until it fits; raises Infeasible when it cannot."""
+        cap = self.cap
+        for _key, vi, gi, q, _n, _d in self._victims(s, k, rule, banned):
+            if self.load(s, k) <= cap + 1e-9:
+                break
+            if hbm_start(self.gaps[vi][gi], self.pre[vi][gi]) > k:
+                continue  # taken out of HBM at k by the other option of the same gap
+            if self.change(vi, gi, q):
+                self.reasons[(vi, gi)] = f"step {k}{self.prob.on_stage(s)}"
+        if self.load(s, k) > cap + 1e-9:
+            raise Infeasible(k, "hbm", self.load(s, k), cap,
+                             live_at(self.prob, self.plan(), k, s), s)
+
+    def _victims(self, s: int, k: int, rule: str,
+                 banned: tuple[int, int] | None) -> list[_Candidate]:
+        """The gaps that could leave HBM at step k on stage s (all but `banned`), best first by
+        `rule`; one that covers the excess alone goes first when it costs less than filling it in
+        order (the knapsack fix)."""
         prob = self.prob
         cands: list[_Candidate] = []
         if not prob.tiers():
             return cands  # a target without host/nvme: nothing can leave HBM (repair says so)
-        for vi, gi in self.covering.at(k):
+        for vi, gi in self.covering[s].at(k):
             if (vi, gi) == banned:
                 continue
             v, g = prob.values[vi], self.gaps[vi][gi]
@@ -323,7 +361,7 @@ class _State:
                     key = (per_byte / max(1, min(g.b, self.K + 1) - k), -g.b, -v.size)
                 cands.append((key, vi, gi, q, v.size, delta))
         cands.sort()
-        excess = self.load(k) - self.cap
+        excess = self.load(s, k) - self.cap
         fill = got = 0.0
         for c in cands:
             if got >= excess:
@@ -346,7 +384,7 @@ class _State:
             return False
         j = min(hbm_start(g, p), self.K + 1)
         lo = g.a + 1
-        while j > lo and self.load(j - 1) + v.size <= self.cap + 1e-9:
+        while j > lo and self.has_room(vi, j - 1):
             j -= 1
         if j == lo and (v.home is None or gi > 0):
             if self.value_cost(vi, (gi, None)) <= self.vcost[vi] + 1e-15:
@@ -361,9 +399,11 @@ class _State:
         return False
 
     def fits(self) -> bool:
-        """Every step fits in HBM and in every offload tier."""
-        return all(self.load(k) <= self.cap + 1e-9 for k in range(self.K + 1)) and all(
-            y <= self.prob.capacity[t] + 1e-9 for t, ys in self.off.items() for y in ys)
+        """Every step fits in HBM and in every offload tier, on every stage."""
+        return all(self.load(s, k) <= self.cap + 1e-9 for s in range(self.prob.stages)
+                   for k in range(self.K + 1)) and all(
+            y <= self.prob.capacity[t] + 1e-9 for t, per in self.off.items() for ys in per
+            for y in ys)
 
     def plan(self) -> Plan:
         return Plan(list(self.tier), [list(x) for x in self.pre], reasons=dict(self.reasons))
@@ -469,8 +509,8 @@ def _offload_moves(st: _State) -> bool:
                 st.rollback()
                 continue
             seen: set[tuple[int, int]] = set()
-            for k in range(g.a + 1, min(q, K + 1)):
-                for key in st.covering.at(k):
+            for k, s in ((k, s) for k in range(g.a + 1, min(q, K + 1)) for s in st.on[vi]):
+                for key in st.covering[s].at(k):
                     if key not in seen and key != (vi, gi) and st.pre[key[0]][key[1]] is not None:
                         seen.add(key)
                         st.earlier(*key)
@@ -520,15 +560,16 @@ def solve_greedy(prob: Problem) -> Plan:
         assert err is not None
         raise err
     # the sweeps fit HBM; an offload tier can still overflow with arguments declared in it
-    for t, ys in best.off.items():
-        for k, y in enumerate(ys):
-            if y > prob.capacity[t] + 1e-9:
-                raise Infeasible(k, t, y, prob.capacity[t], [])
-    sram = prob.fixed.get("sram")
-    if sram is not None and "sram" in prob.capacity:
-        for k, y in enumerate(sram):
-            if y > prob.capacity["sram"]:
-                raise Infeasible(k, "sram", y, prob.capacity["sram"], [])
+    for t, per in best.off.items():
+        for s, ys in enumerate(per):
+            for k, y in enumerate(ys):
+                if y > prob.capacity[t] + 1e-9:
+                    raise Infeasible(k, t, y, prob.capacity[t], [], s)
+    if "sram" in prob.capacity:
+        for s in range(prob.stages):
+            for k, y in enumerate(prob.fixed_at("sram", s)):
+                if y > prob.capacity["sram"]:
+                    raise Infeasible(k, "sram", y, prob.capacity["sram"], [], s)
     plan = best.plan()
     plan.cost = plan_cost(prob, plan)
     plan.solve_seconds = time.perf_counter() - t0

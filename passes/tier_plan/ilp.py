@@ -22,7 +22,8 @@ The program, per value v (all variables 0-1):
   (its transient `extra` counts in the moment before b, see the capacity rows); each input u
   must be in HBM at b: the variable is at most the sum of u's options that hold u in HBM at b.
   A value that is never moved has no tier variables and no offload options.
-Capacity rows: per step, HBM and each offload tier (less the fixed bytes there) must fit; at a
+Capacity rows: per step, HBM and each offload tier (less the fixed bytes there) must fit, once
+per pipeline stage on the values its devices hold (an unstaged value in every stage's rows); at a
 step where a recompute with transient bytes may run, HBM fits a second time in the moment before
 it: the step's row less its own results (a constant) plus those transients.
 A value whose copy the optimum makes but never uses decodes as kept (that only frees room).
@@ -98,21 +99,23 @@ class _Model:
     the plan back from a solution)."""
 
     def __init__(self, prob: Problem) -> None:
-        K = prob.steps
+        K, S = prob.steps, range(prob.stages)
         self.prob = prob
         self.m = _Milp()
         self.tiers = prob.tiers()
-        self.hbm_rows: list[list[_Entry]] = [[] for _ in range(K + 1)]
-        # per step, the transient bytes of the recomputes that may run before it
-        self.extra_rows: list[list[_Entry]] = [[] for _ in range(K + 1)]
-        self.off_rows: dict[str, list[list[_Entry]]] = {t: [[] for _ in range(K + 1)]
-                                                        for t in self.tiers}
-        self.hbm_fixed = list(prob.fixed.get("hbm", [0.0] * (K + 1)))
+        # per stage and step, one row per capacity (a device of each stage holds its own values)
+        self.hbm_rows: list[list[list[_Entry]]] = [[[] for _ in range(K + 1)] for _ in S]
+        # per stage and step, the transient bytes of the recomputes that may run before it
+        self.extra_rows: list[list[list[_Entry]]] = [[[] for _ in range(K + 1)] for _ in S]
+        self.off_rows: dict[str, list[list[list[_Entry]]]] = {
+            t: [[[] for _ in range(K + 1)] for _ in S] for t in self.tiers}
+        self.hbm_fixed = [prob.fixed_at("hbm", s) for s in S]
         self.options: list[list[list[_Option]]] = []
         self._rc: list[tuple[int, Value, int]] = []   # (variable, value, need step)
         for vi, v in enumerate(prob.values):
             if not v.is_arg:
-                self.hbm_fixed[v.define] += v.size
+                for s in prob.stages_of(v):
+                    self.hbm_fixed[s][v.define] += v.size
             self.options.append(self._value(vi, v))
         self._input_rows()
         self._capacity_rows()
@@ -139,8 +142,9 @@ class _Model:
             m.row([(y[v.home], 1.0)], 1, 1)
         lo_t = 0 if v.is_arg else v.define + 1
         for t in tiers:
-            for k in range(lo_t, min(v.end, K) + 1):
-                self.off_rows[t][k].append((y[t], v.size))
+            for s in self.prob.stages_of(v):
+                for k in range(lo_t, min(v.end, K) + 1):
+                    self.off_rows[t][s][k].append((y[t], v.size))
         firsts: dict[str, list[int]] = {t: [] for t in tiers}
         options = [self._gap(v, gi, g, firsts, tiers) for gi, g in enumerate(gaps_of(v, vi))]
         for t in tiers:
@@ -152,19 +156,20 @@ class _Model:
         """One gap's options (exactly one is taken) and its first[t] variables (added to
         `firsts`, the value's firsts so far)."""
         m, K = self.m, self.prob.steps
+        on = self.prob.stages_of(v)
         opts: list[_Option] = []
         if v.home is None or gi > 0:
             kv = m.var(0.0)
             opts.append((kv, None, None))
-            for k in range(g.a + 1, min(g.b, K) + 1):
-                self.hbm_rows[k].append((kv, v.size))
+            self._in_hbm(on, kv, v.size, g.a + 1, min(g.b, K))
         if can_recompute(self.prob, g):
             assert v.recompute is not None
             r = m.var(v.recompute)
             opts.append((r, None, RECOMPUTE))
-            self.hbm_rows[g.b].append((r, v.size))
+            self._in_hbm(on, r, v.size, g.b, g.b)
             if v.extra:
-                self.extra_rows[g.b].append((r, v.extra))
+                for s in on:
+                    self.extra_rows[s][g.b].append((r, v.extra))
             self._rc.append((r, v, g.b))
         for t in tiers:
             if v.home is not None and t != v.home:
@@ -180,8 +185,7 @@ class _Model:
             for p in ps:
                 xv = m.var(0.0 if g.tail else self.prob.in_cost(v, t, p, g.b))
                 opts.append((xv, t, p))
-                for k in range(p, min(g.b, K) + 1):
-                    self.hbm_rows[k].append((xv, v.size))
+                self._in_hbm(on, xv, v.size, p, min(g.b, K))
                 # offloading gap gi needs the copy, made at or before it
                 m.row([(xv, 1.0)] + [(f2, -1.0) for f2 in firsts[t]], -math.inf, 0)
             if g.a < 0:
@@ -191,24 +195,37 @@ class _Model:
         m.row([(o[0], 1.0) for o in opts], 1, 1)
         return opts
 
+    def _in_hbm(self, on: range, var: int, size: int, lo: int, hi: int) -> None:
+        """Option `var` holds `size` bytes in HBM at steps lo..hi on the devices of stages `on`."""
+        for s in on:
+            rows = self.hbm_rows[s]
+            for k in range(lo, hi + 1):
+                rows[k].append((var, size))
+
     def _capacity_rows(self) -> None:
-        """Per step, HBM and each offload tier fit; raises Infeasible when the fixed bytes alone
-        overflow HBM at a step no variable touches."""
+        """Per stage and step, HBM and each offload tier fit; raises Infeasible when the fixed
+        bytes alone overflow HBM at a step no variable touches."""
+        for s in range(self.prob.stages):
+            self._stage_rows(s)
+
+    def _stage_rows(self, s: int) -> None:
+        """The capacity rows of one device of stage `s` (see `_capacity_rows`)."""
         prob = self.prob
         K, hbm_cap = prob.steps, prob.capacity["hbm"]
-        defined = defined_bytes(prob)
+        defined = defined_bytes(prob, s)
+        rows, extra, fixed_hbm = self.hbm_rows[s], self.extra_rows[s], self.hbm_fixed[s]
+        fixed = {t: prob.fixed_at(t, s) for t in self.tiers}
         for k in range(K + 1):
-            if self.hbm_rows[k]:
-                self.m.cap_row(self.hbm_rows[k], hbm_cap - self.hbm_fixed[k], hbm_cap)
-            if self.extra_rows[k]:
-                self.m.cap_row(self.hbm_rows[k] + self.extra_rows[k],
-                               hbm_cap - (self.hbm_fixed[k] - defined[k]), hbm_cap)
-            if not self.hbm_rows[k] and self.hbm_fixed[k] > hbm_cap:
-                raise Infeasible(k, "hbm", self.hbm_fixed[k], hbm_cap, [])
+            if rows[k]:
+                self.m.cap_row(rows[k], hbm_cap - fixed_hbm[k], hbm_cap)
+            if extra[k]:
+                self.m.cap_row(rows[k] + extra[k], hbm_cap - (fixed_hbm[k] - defined[k]), hbm_cap)
+            if not rows[k] and fixed_hbm[k] > hbm_cap:
+                raise Infeasible(k, "hbm", fixed_hbm[k], hbm_cap, [], s)
             for t in self.tiers:
-                if self.off_rows[t][k]:
-                    fixed = prob.fixed.get(t, [0.0] * (K + 1))[k]
-                    self.m.cap_row(self.off_rows[t][k], prob.capacity[t] - fixed, prob.capacity[t])
+                if self.off_rows[t][s][k]:
+                    self.m.cap_row(self.off_rows[t][s][k], prob.capacity[t] - fixed[t][k],
+                                   prob.capacity[t])
 
     def plan(self, x: Any) -> Plan:
         """The plan a solution `x` (one value per variable) stands for."""

@@ -15,6 +15,15 @@ style): it stays there and is prefetched before each use. Bytes the solver does 
 the program already put in a tier, SRAM intermediates of fused ops) are `Problem.fixed`, per tier
 and step.
 
+Pipeline stages
+---------------
+Capacities are per device. In a pipeline-staged program (`Problem.stage_names`, one per stage)
+a value on stage s (`Value.stage`) is held by the devices of stage s only, and a value without a
+stage by every device; the devices of one stage hold the same values, so one device stands for
+each stage. Every tier must fit at every step on each stage's device, counting the values of that
+stage and the unstaged ones (`stage_occupancy`; the fixed bytes of one stage are
+`Problem.staged_fixed`). Without stages there is one group of devices and nothing changes.
+
 Gaps and plans
 --------------
 Compute reads and writes only HBM, so a value must be in HBM at its definition and at every need.
@@ -86,6 +95,7 @@ class Value:
     inputs: list[int] = field(default_factory=list)  # values that must be in HBM to recompute it
     extra: int = 0              # transient bytes a recompute needs besides the value itself
     never_moved: bool = False   # computed from constants alone: kept or recomputed, never moved
+    stage: int | None = None    # the pipeline stage whose devices hold it (None: every device)
 
     @property
     def is_arg(self) -> bool:
@@ -102,12 +112,36 @@ class Problem:
     capacity: dict[str, float]          # per tier (bytes per device)
     bandwidth: dict[str, float]         # offload tier -> bytes/s between it and hbm
     fixed: dict[str, list[float]] = field(default_factory=dict)  # bytes per step (len K+1) per tier
+    # one name per pipeline stage ([""]: a program without stages, one group of devices)
+    stage_names: list[str] = field(default_factory=lambda: [""])
+    # bytes per step the solver does not place that only one stage's devices hold: (tier, stage)
+    staged_fixed: dict[tuple[str, int], list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # prefix sums of the compute times: every cost asks for the compute of a window of steps
         self.prefix = [0.0]
         for c in self.compute:
             self.prefix.append(self.prefix[-1] + c)
+
+    @property
+    def stages(self) -> int:
+        """How many groups of devices hold different values (1 without pipeline stages)."""
+        return len(self.stage_names)
+
+    def stages_of(self, v: Value) -> range:
+        """The stages whose devices hold `v`: its own, or all of them for an unstaged value."""
+        return range(self.stages) if v.stage is None else range(v.stage, v.stage + 1)
+
+    def fixed_at(self, tier: str, s: int) -> list[float]:
+        """The bytes per step (0..K) in `tier` on one device of stage `s` that no plan moves."""
+        ys = list(self.fixed.get(tier, [0.0] * (self.steps + 1)))
+        for k, y in enumerate(self.staged_fixed.get((tier, s), ())):
+            ys[k] += y
+        return ys
+
+    def on_stage(self, s: int | None) -> str:
+        """' on stage NAME' for messages about a staged program, '' without stages."""
+        return "" if s is None or self.stages == 1 else f" on stage {self.stage_names[s]}"
 
     def window(self, lo: int, hi: int) -> float:
         """Compute time of steps lo..hi-1 (empty when hi <= lo)."""
@@ -199,21 +233,24 @@ class Plan:
 
 
 class Infeasible(Exception):
-    """No plan fits: `tier` needs `need` bytes at `step`, over its capacity. `live` is (bytes,
-    value index) of the values in HBM there, largest first, for the pass's diagnostic."""
+    """No plan fits: `tier` needs `need` bytes at `step` on a device of `stage` (None: the only
+    group of devices, or not known), over its capacity. `live` is (bytes, value index) of the
+    values in HBM there, largest first, for the pass's diagnostic."""
 
     def __init__(self, step: int, tier: str, need: float, capacity: float,
-                 live: list[tuple[int, int]]) -> None:
+                 live: list[tuple[int, int]], stage: int | None = None) -> None:
         super().__init__(f"step {step}: tier {tier} needs {need} > {capacity}")
         self.step, self.tier, self.need, self.capacity, self.live = step, tier, need, capacity, live
+        self.stage = stage
 
 
-def defined_bytes(prob: Problem) -> list[int]:
-    """Per step (0..K), the bytes of the planned values defined there: what HBM holds at the
-    step but not yet in the moment before it, where recomputes for the step run."""
+def defined_bytes(prob: Problem, s: int = 0) -> list[int]:
+    """Per step (0..K), the bytes of the planned values defined there that a device of stage `s`
+    holds: what HBM holds at the step but not yet in the moment before it, where recomputes for
+    the step run."""
     out = [0] * (prob.steps + 1)
     for v in prob.values:
-        if not v.is_arg:
+        if not v.is_arg and v.stage in (None, s):
             out[v.define] += v.size
     return out
 
@@ -224,30 +261,58 @@ def hbm_peak(step: float, extra: float, defined: float) -> float:
     return step + max(0.0, extra - defined)
 
 
-def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
-    """Bytes per tier per step (0..K) under `plan`; HBM's is the peak around the step
+def stage_occupancy(prob: Problem, plan: Plan) -> list[dict[str, list[float]]]:
+    """Per stage, bytes per tier per step (0..K) on one of its devices under `plan` (a value
+    counts on the stages that hold it, `Problem.stages_of`); HBM's is the peak around the step
     (`hbm_peak`: the step, or the moment before it when recomputes run there)."""
-    K = prob.steps
-    occ = {t: list(prob.fixed.get(t, [0.0] * (K + 1))) for t in prob.capacity}
-    occ.setdefault("hbm", [0.0] * (K + 1))
-    extra = [0.0] * (K + 1)
+    K, S = prob.steps, prob.stages
+    occ = [{t: prob.fixed_at(t, s) for t in prob.capacity} for s in range(S)]
+    for o in occ:
+        o.setdefault("hbm", [0.0] * (K + 1))
+    extra = [[0.0] * (K + 1) for _ in range(S)]
     for vi, v in enumerate(prob.values):
+        on = prob.stages_of(v)
+        hbm = [0.0] * (K + 2)   # the value's HBM bytes per step, from differences
         if not v.is_arg:
-            occ["hbm"][v.define] += v.size
+            hbm[v.define] += v.size
+            hbm[v.define + 1] -= v.size
         for g, p in zip(gaps_of(v, vi), plan.prefetch[vi], strict=True):
-            lo = hbm_start(g, p)
-            for k in range(lo, min(g.b, K) + 1):
-                occ["hbm"][k] += v.size
+            lo, hi = hbm_start(g, p), min(g.b, K)
+            if lo <= hi:
+                hbm[lo] += v.size
+                hbm[hi + 1] -= v.size
             if p == RECOMPUTE:
-                extra[g.b] += v.extra
+                for s in on:
+                    extra[s][g.b] += v.extra
+        run = 0.0
+        for k in range(K + 1):
+            run += hbm[k]
+            if run:
+                for s in on:
+                    occ[s]["hbm"][k] += run
         t = plan.tier[vi]
         if t is not None:
             lo = 0 if v.is_arg else v.define + 1
-            for k in range(lo, min(v.end, K) + 1):
-                occ[t][k] += v.size
-    defined = defined_bytes(prob)
-    occ["hbm"] = [hbm_peak(y, extra[k], defined[k]) for k, y in enumerate(occ["hbm"])]
+            for s in on:
+                ys = occ[s][t]
+                for k in range(lo, min(v.end, K) + 1):
+                    ys[k] += v.size
+    for s in range(S):
+        defined = defined_bytes(prob, s)
+        occ[s]["hbm"] = [hbm_peak(y, extra[s][k], defined[k]) for k, y in enumerate(occ[s]["hbm"])]
     return occ
+
+
+def occupancy(prob: Problem, plan: Plan) -> dict[str, list[float]]:
+    """Bytes per tier per step (0..K) under `plan` on the fullest device: per step the largest
+    over the stages of `stage_occupancy` (without stages, the one device every device is)."""
+    per = stage_occupancy(prob, plan)
+    return {t: [max(o[t][k] for o in per) for k in range(prob.steps + 1)] for t in per[0]}
+
+
+def peaks(prob: Problem, plan: Plan, tier: str = "hbm") -> list[float]:
+    """Per stage, the most bytes one of its devices holds in `tier` at a step under `plan`."""
+    return [max(o[tier]) for o in stage_occupancy(prob, plan)]
 
 
 def offload_cost(prob: Problem, v: Value, tier: str, gaps: Sequence[Gap],
@@ -283,11 +348,13 @@ def plan_cost(prob: Problem, plan: Plan) -> float:
     return total
 
 
-def live_at(prob: Problem, plan: Plan, k: int) -> list[tuple[int, int]]:
-    """(bytes, value index) of the values in HBM at step k under `plan`, largest first: what an
-    Infeasible at k names."""
+def live_at(prob: Problem, plan: Plan, k: int, s: int | None = None) -> list[tuple[int, int]]:
+    """(bytes, value index) of the values in HBM at step k under `plan` (on a device of stage
+    `s`; None: on any device), largest first: what an Infeasible at k names."""
     out: list[tuple[int, int]] = []
     for vi, v in enumerate(prob.values):
+        if s is not None and v.stage not in (None, s):
+            continue
         inside = v.define == k
         for g, p in zip(gaps_of(v, vi), plan.prefetch[vi], strict=True):
             inside |= hbm_start(g, p) <= k <= g.b
@@ -308,8 +375,9 @@ def check_plan(prob: Problem, plan: Plan, eps: float = 1e-6) -> None:
                 for u in v.inputs:
                     assert in_hbm(prob, plan, u, g.b), \
                         f"{v.name} recomputed at {g.b} without {prob.values[u].name} in HBM"
-    occ = occupancy(prob, plan)
-    for t, ys in occ.items():
-        for k, y in enumerate(ys):
-            if y > prob.capacity.get(t, math.inf) + eps:
-                raise AssertionError(f"plan overflows {t} at step {k}: {y} > {prob.capacity[t]}")
+    for s, occ in enumerate(stage_occupancy(prob, plan)):
+        for t, ys in occ.items():
+            for k, y in enumerate(ys):
+                if y > prob.capacity.get(t, math.inf) + eps:
+                    raise AssertionError(f"plan overflows {t} at step {k}{prob.on_stage(s)}: "
+                                         f"{y} > {prob.capacity[t]}")
