@@ -245,8 +245,9 @@ def _infeasible_error(fm: FuncModel, e: Infeasible, target: Target) -> LaminaErr
     """The diagnostic for a model no plan fits, at the op of the step that overflows."""
     at: Operation = fm.steps[e.step] if e.step < len(fm.steps) else fm.ret
     what = f"{at.name}" if not at.results else f"{value_label(at.results[0])} = {at.name}"
+    stage = {v: mv.stage for v, mv in zip(fm.values, fm.problem.values, strict=True)}
     own = sum(local_bytes(v, fm.func) for v in {*at.operands, *at.results}
-              if isinstance(v.type, TensorType))
+              if isinstance(v.type, TensorType) and stage.get(v) in (None, e.stage))
     live = ", ".join(f"{fm.problem.values[vi].name} ({n} B)" for n, vi in e.live[:4])
     return error_at(at, f"assign-memory-tiers: no assignment fits tier '{e.tier}'"
                     f"{fm.problem.on_stage(e.stage)} at program point "
@@ -262,7 +263,7 @@ def _infeasible_why(fm: FuncModel, e: Infeasible, target: Target) -> str:
     prob = fm.problem
     if e.tier == "hbm" and not prob.tiers():
         return f"; target '{target.name}' has no host or nvme tier to offload values to"
-    declared = [v for v in prob.values if v.home == e.tier]
+    declared = [v for v in prob.values if v.home == e.tier and v.stage in (None, e.stage)]
     if not declared:
         return ""
     names = ", ".join(f"{v.name} ({int(v.size)} B)" for v in declared[:4])
