@@ -11,6 +11,7 @@ the stage; and the staged, tiered step equals the unstaged one, verifies and rou
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from lamina.passes.tier_plan.problem import (
 )
 from memtools import target_with
 from strategies import examples
+from strategies.tiers import need_and_live, random_values
 from test_accumulate_gradients import Mlp, _assert_close, _inputs
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import SSAValue
@@ -250,3 +252,33 @@ def test_infeasible_names_the_stage(solve: Any) -> None:
     with pytest.raises(Infeasible) as e:
         solve(prob)
     assert e.value.stage == 1 and e.value.need > 7
+
+
+def _random_staged(seed: int, n: int, stages: int) -> Problem:
+    """tests/strategies/tiers' dense instances with each value on a random stage (a sixth on
+    every stage); HBM a third of the way from the largest step need of one stage to the largest
+    stage's peak with nothing moved."""
+    rng = np.random.default_rng(seed)
+    values = [dataclasses.replace(v, stage=None if rng.random() < 1 / 6 else int(rng.integers(stages)))
+              for v in random_values(rng, n)]
+    need = max(max(need_and_live([v for v in values if v.stage in (None, s)], n)[0])
+               for s in range(stages))
+    compute = [float(x) for x in rng.uniform(0.2e-6, 3e-6, size=n)]
+    prob = Problem(n, compute, values, {"hbm": math.inf, "host": 1e12}, {"host": 20e9},
+                   stage_names=[f"pp[{s}]" for s in range(stages)])
+    prob.capacity["hbm"] = need + (max(peaks(prob, _keep_all(prob))) - need) / 3
+    return prob
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_and_ilp_fit_every_stage(seed: int) -> None:
+    """Random staged instances: both plans fit every stage's capacity (`check_plan` per stage),
+    the ILP is no dearer than the greedy, and each stage's peak is within the capacity."""
+    prob = _random_staged(seed, 16, 2 + seed % 2)
+    with pytest.raises(AssertionError, match="plan overflows hbm at step .* on stage pp"):
+        check_plan(prob, _keep_all(prob))
+    g, opt = solve_greedy(prob), solve_ilp(prob)
+    for plan in (g, opt):
+        check_plan(prob, plan)
+        assert max(peaks(prob, plan)) <= prob.capacity["hbm"] + 1e-6
+    assert opt.cost <= g.cost + 1e-12
