@@ -22,7 +22,10 @@ a value on stage s (`Value.stage`) is held by the devices of stage s only, and a
 stage by every device; the devices of one stage hold the same values, so one device stands for
 each stage. Every tier must fit at every step on each stage's device, counting the values of that
 stage and the unstaged ones (`stage_occupancy`; the fixed bytes of one stage are
-`Problem.staged_fixed`). Without stages there is one group of devices and nothing changes.
+`Problem.staged_fixed`). Without stages there is one group of devices and nothing changes. The
+windows that hide a transfer are still steps of the one program order, whatever their stage (a
+simplification: a stage's copy engine also overlaps the other stages' compute, which runs on other
+devices, and its own idle time in the pipeline's bubble).
 
 Gaps and plans
 --------------
