@@ -58,7 +58,7 @@ from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import Feature, RunResult
 from lamina.backends.iree.cache import VERSION, CachedModule, compiled_module
 from lamina.backends.iree.options import IreeOptions
-from lamina.backends.iree.placed import DeviceGroup, placed_text
+from lamina.backends.iree.placed import DeviceGroup, StageModule, placed_texts
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.core.dtypes import STORAGE
 from lamina.ir.ops.opbase import tensor_info
@@ -119,16 +119,21 @@ class IreeProgram:
         self.func = func
         self.symbol = func.sym_name.data
         self.mesh = placed_mesh(func)
-        if self.mesh is not None:
-            self.text, self.decls = placed_text(func, self.mesh)
-        else:
-            self.text, self.decls = wrap_module([export_function(func)]), []
-        self.module: CachedModule = compiled_module(self.text, options.iree_target,
-                                                    COMMON_FLAGS + target.flags)
+        # one program, or one per pipeline stage of a staged function (each compiled once)
+        parts = placed_texts(func, self.mesh) if self.mesh is not None else [
+            (None, wrap_module([export_function(func)]), [])]
+        self.texts = [text for _, text, _ in parts]
+        self.modules: list[CachedModule] = [
+            compiled_module(text, options.iree_target, COMMON_FLAGS + target.flags)
+            for text in self.texts]
+        self.module = self.modules[0]
         self.config = config = device_config(target.driver)
-        self.vm_module = vm_module = rt.VmModule.mmap(config.vm_instance, str(self.module.path))
+        vm_modules = [rt.VmModule.mmap(config.vm_instance, str(m.path)) for m in self.modules]
+        self.vm_module = vm_module = vm_modules[0]
         if self.mesh is not None:
-            self.devices = DeviceGroup(self.mesh.mesh, config, vm_module, self.decls)
+            self.devices = DeviceGroup(self.mesh.mesh, config, [
+                StageModule(stage, vm, tuple(decls))
+                for (stage, _, decls), vm in zip(parts, vm_modules, strict=True)])
         else:
             self.context = rt.SystemContext(config=config)
             self.context.add_vm_module(vm_module)
@@ -137,8 +142,11 @@ class IreeProgram:
         self.boundary = [boundary_dtype(tensor_info(t).dtype) for t in func.function_type.inputs.data]
         self.stats: dict[str, Any] = {
             "backend": "iree", "iree_target": options.iree_target, "iree_version": VERSION,
-            "module_compiled": self.module.compiled, "module_seconds": self.module.seconds,
+            "module_compiled": any(m.compiled for m in self.modules),
+            "module_seconds": sum(m.seconds for m in self.modules),
             "module_path": str(self.module.path)}
+        if len(self.modules) > 1:   # a staged program: stage i's module is module_paths[i]
+            self.stats["module_paths"] = [str(m.path) for m in self.modules]
 
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
         # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1);
