@@ -29,7 +29,9 @@ export's own, within 2 ulp of NumPy's for |x| < 2^30).
 Features: fused kernels (each is one `linalg.generic` or a root op plus its epilogue), tier
 moves and frees (the export drops them: they change no value), and placed programs: the
 per-device export compiled once and run once per device in threads, its collectives bound in
-Python (`lamina.backends.iree.placed`; what the per-device export refuses is its diagnostic).
+Python (`lamina.backends.iree.placed`; what the per-device export refuses is its diagnostic);
+a pipeline-staged program as one module per stage, each compiled once, each device running its
+stage's.
 
 Donation is accepted and changes nothing: IREE copies each argument into a buffer of its own and
 the results are new arrays, so a donated argument's array is left as it was and no buffer is
@@ -37,8 +39,8 @@ reused (as on JAX with NumPy inputs). `warmup` changes nothing either: the modul
 ahead of time, so nothing is left for the first call.
 
 Statistics: `backend`, `iree_target`, `iree_version`, `module_compiled` (whether this process
-compiled the module; False: loaded from the cache), `module_seconds` (compiling or loading it),
-`module_path`, `run_seconds`.
+compiled a module; False: loaded from the cache), `module_seconds` (compiling or loading them),
+`module_path` (a staged program's: stage 0's, and `module_paths`, stage i's at i), `run_seconds`.
 """
 
 from __future__ import annotations
