@@ -8,7 +8,10 @@
   and back as the interpreter's float32 storage, its bits, with scans and f64 sin/cos;
 - a partly placed program is one diagnostic, a program the export refuses is the
   export's diagnostic (exit 1 both), and a target without a device is one diagnostic;
-- a few random programs through the backend interface.
+- a few random programs through the backend interface;
+- pipeline-staged MLP steps (pipeline-stages, P = 2, M = 2: gpipe on a stage mesh, 1f1b on a
+  data x stage 2 x 2 mesh) run one compiled module per stage and equal the SPMD interpreter,
+  and `lamina-run --backend iree --check` runs a staged file.
 
 IREE compiles take about a second each, so the cache directory is shared by the tests of one
 worker (writes are atomic renames, so workers could even share it) except where a test counts
@@ -37,6 +40,7 @@ from lamina.ir.core.dtypes import tensor_dtype
 from lamina.ir.text.source import make_context, parse_text, verify
 from strategies import examples, is_long_run
 from strategies.programs import ALL_FAMILIES, programs
+from test_accumulate_gradients import Mlp, _inputs, mlps
 from xdsl.dialects.builtin import ModuleOp
 
 pytest.importorskip("iree.runtime")
@@ -371,3 +375,62 @@ def test_iree_target_flag_is_the_backend_option(tmp_path: Path,
     assert main([str(prog), "--iree-target", "llvm-cpu"]) == 1
     assert capsys.readouterr().err.strip() == \
         "lamina-run: error: --iree-target applies to --backend iree"
+
+
+# (mesh, head of the pipeline, pipeline-stages' options): P = 2, M = 2 either way
+STAGINGS = {
+    "gpipe on stage = 2": ("derive-backward{data=x,y}", "stages=2 micro-batches=2 schedule=gpipe"),
+    "1f1b on data x stage 2 x 2": (
+        "place-batch{data=x,y axis=data size=2},derive-backward{data=x,y},"
+        "accumulate-gradients{micro-batches=2},propagate-sharding,insert-collectives",
+        "stages=2 schedule=1f1b"),
+}
+
+
+def _staged_step(mlp: Mlp, staging: str) -> ModuleOp:
+    head, options = STAGINGS[staging]
+    module = lamina.parse(mlp.text())
+    lamina.apply(module, f"{head},pipeline-stages{{{options}}}")
+    return module
+
+
+@pytest.mark.parametrize("staging", sorted(STAGINGS))
+@settings(max_examples=examples(1), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mlp=mlps(("f32",)))
+def test_staged_steps_run_one_module_per_stage_as_on_the_spmd_interpreter(
+        mlp: Mlp, staging: str, compiles: list[str]) -> None:
+    """A random MLP step staged by pipeline-stages: compiled once, two stage modules (each
+    stage's devices run theirs, permutes as sends and receives); two calls equal the SPMD
+    interpreter and compile nothing more."""
+    from lamina.backends.numpy.spmd import run_spmd
+
+    mlp = Mlp(8, mlp.widths, mlp.acts, mlp.loss, mlp.dtype)   # 8 rows: 2 x 2 x 2 cuts
+    module = _staged_step(mlp, staging)
+    func = find_entry(module, "f_grad")
+    start = len(compiles)   # the fixture's cache lives across Hypothesis' examples
+    exe = lamina.compile(module, "f_grad", backend="iree")
+    made = compiles[start:]   # none when an earlier example drew the same step
+    assert len(made) in (0, 2) and all("every device of stage stage[" in t for t in made)
+    for seed in (0, 1):
+        inputs = _inputs(func, seed)
+        got = exe(inputs)
+        assert len(set(got.stats["module_paths"])) == 2
+        want = run_spmd(func, inputs).outputs
+        for (name, g), w, t in zip(got.outputs.items(), want, func.function_type.outputs.data,
+                                   strict=True):
+            diff = compare(name, tensor_dtype(t), g, w)
+            assert diff.ok, f"{staging}, seed {seed}: {diff.line()}\n{mlp.text()}"
+    assert len(compiles) == start + len(made)
+
+
+def test_lamina_run_backend_iree_checks_a_staged_file(tmp_path: Path, cache_dir: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`lamina-run X --backend iree --check` on a file pipeline-stages wrote (1f1b, data x
+    stage): every output of the staged step is checked against the interpreter."""
+    mlp = Mlp(8, (3, 4, 2), ("tanh", "gelu"), "mean", "f32")
+    path = tmp_path / "staged.mlir"
+    path.write_text(str(_staged_step(mlp, "1f1b on data x stage 2 x 2")), encoding="utf-8")
+    assert run_main([str(path), "--entry", "f_grad", "--backend", "iree", "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert out.count(": ok ") == 5 and "error" not in err, (out, err)

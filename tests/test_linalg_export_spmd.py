@@ -7,8 +7,15 @@
   assembled global outputs match the NumPy interpreter's single-device run (`run_function`):
   the placed samples, random placed programs, and random reshards as insert-collectives lowers
   them (all_gather, all_to_all, all_slice, reduce_scatter);
-- a partly placed function, a module with two meshes, an unlowered reshard and a position-
-  dependent op on a split dimension are one located diagnostic each.
+- a pipeline-staged function exports one program per stage (its arguments, ops and results;
+  a permute as a send on one stage and a receive on the other, every call in order through a
+  token), two exports are the same bytes, and the two stage modules run on IREE equal the SPMD
+  interpreter; the binder's meeting points are group-local (a group meets while another
+  stage's devices never call), a receive gives up rather than hang, and a failed device wakes
+  the receives waiting on it;
+- a partly placed function, a module with two meshes, an unlowered reshard, a staged function
+  exported as one SPMD module and a position-dependent op on a split dimension are one located
+  diagnostic each.
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lamina
 import numpy as np
@@ -30,10 +40,12 @@ from lamina.backends.compare import compare
 from lamina.backends.inputs import random_inputs
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
+from lamina.backends.numpy.spmd import run_spmd
 from lamina.cli.run import main as run_main
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.core.dtypes import tensor_dtype
-from lamina.ir.mesh.collective_kinds import RESHARD
+from lamina.ir.mesh.collective_kinds import ALL_REDUCE, COLLECTIVE_PERMUTE, RESHARD, Collective
+from lamina.ir.mesh.placement import MeshOp
 from lamina.ir.text.source import make_context, parse_text, verify
 from lamina.passes.pipeline import build_pipeline, run_pipeline
 from strategies import examples
@@ -250,6 +262,130 @@ def test_every_collective_kind_but_reshard_has_a_binding() -> None:
     assert placed.LOWERINGS.missing() == [RESHARD.kind]
 
 
+X0, X1, W1 = ("tensor<4x8xf32, #lamina.place<@m, [[data], []], stage = pp[0]>>",
+              "tensor<4x8xf32, #lamina.place<@m, [[data], []], stage = pp[1]>>",
+              "tensor<8x8xf32, #lamina.place<@m, [[], []], stage = pp[1]>>")
+STAGED = f"""lamina.mesh @m [data = 2, pp = 2]
+func.func @f(%x: {X0}, %w: {W1}) -> ({X1}, {X0}) {{
+  %y = lamina.exp %x : {X0}
+  %t = lamina.collective_permute %y {{axes = ["pp"]}} : {X0} -> {X1}
+  %u = lamina.matmul %t, %w : ({X1}, {W1}) -> {X1}
+  %v = lamina.collective_permute %u {{axes = ["pp"]}} : {X1} -> {X0}
+  %z = lamina.add %v, %y : {X0}
+  func.return %u, %z : {X1}, {X0}
+}}
+"""
+
+
+def _stage_texts(m: ModuleOp) -> list[str]:
+    func = find_entry(m, None)
+    mesh = placed_mesh(func)
+    assert mesh is not None
+    texts = []
+    for stage in spmd.function_stages(func, mesh.mesh):
+        device = spmd.PerDevice(mesh.mesh, stage)
+        body = export_function(func, device=device)
+        texts.append(wrap_module(device.decl_lines + [body], spmd.header(mesh.mesh, stage)))
+    return texts
+
+
+def test_a_staged_function_exports_one_program_per_stage() -> None:
+    """Stage 0 takes %x, sends exp(x), receives the product back and returns the sum; stage 1
+    takes %w, receives, multiplies, sends and returns the product; each stage's calls chain
+    their order token from %lamina_device."""
+    zero, one = _stage_texts(lamina.parse(STAGED, "s"))
+    assert _stage_texts(lamina.parse(STAGED, "s")) == [zero, one]   # the same bytes
+    assert "every device of stage pp[0] runs" in zero and "stage pp[1]" in one
+    assert "func.func @f(%arg0: tensor<2x8xf32>, %lamina_device: tensor<2xi64>) -> " \
+        "(tensor<2x8xf32>)" in zero
+    assert "func.func @f(%arg1: tensor<8x8xf32>, %lamina_device: tensor<2xi64>) -> " \
+        "(tensor<2x8xf32>)" in one
+    send = re.search(r"(%v\d+) = func.call @lamina_collectives.collective_permute_0\(%v\d+, "
+                     r"%lamina_device\) : \(tensor<2x8xf32>, tensor<2xi64>\) -> tensor<1xi64>",
+                     zero)
+    assert send, zero
+    assert re.search(rf"= func.call @lamina_collectives.collective_permute_1\({send.group(1)}\) "
+                     r": \(tensor<1xi64>\) -> tensor<2x8xf32>", zero), zero
+    assert 'role = "send", source = 0 : i64, target = 1 : i64' in zero
+    assert 'role = "recv", source = 1 : i64, target = 0 : i64' in zero
+    assert "lamina.matmul" not in zero and "linalg.matmul" in one and "math.exp" not in one
+    assert zero.count("func.call") == one.count("func.call") == 2
+
+
+def test_staged_modules_run_per_stage_on_iree_as_on_the_spmd_interpreter() -> None:
+    m = lamina.parse(STAGED, "s")
+    func = find_entry(m, None)
+    mesh = placed_mesh(func)
+    assert mesh is not None
+    config = rt.Config("local-task")
+    programs = []
+    for stage, text in zip(spmd.function_stages(func, mesh.mesh), _stage_texts(m), strict=True):
+        vmfb = ic.compile_str(text, target_backends=["llvm-cpu"], extra_args=IREE_FLAGS)
+        device = spmd.PerDevice(mesh.mesh, stage)
+        export_function(func, device=device)
+        programs.append(placed.StageModule(
+            stage, rt.VmModule.copy_buffer(config.vm_instance, vmfb),
+            tuple(device.decls.values())))
+    group = placed.DeviceGroup(mesh.mesh, config, programs)
+    inputs = random_inputs(func, 0)
+    for _ in range(2):   # the meeting points and mailboxes are fresh for each run
+        got = group.run(func, inputs)
+        for g, w in zip(got, run_spmd(func, inputs).outputs, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _decl(kind: Collective, axes: tuple[str, ...], role: str = "", **ints: int) -> spmd.Declaration:
+    return spmd.Declaration(f"lamina_collectives.{kind.kind}_0", kind, axes, "sum", ints, role)
+
+
+def _threads(fns: dict[int, Callable[[], Any]]) -> dict[int, Any]:
+    """Run each device's function in its own thread; each one's result or exception."""
+    out: dict[int, Any] = {}
+
+    def main(dev: int, fn: Callable[[], Any]) -> None:
+        try:
+            out[dev] = fn()
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out[dev] = e
+
+    ts = [threading.Thread(target=main, args=(d, f)) for d, f in fns.items()]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=30)
+    return out
+
+
+def test_exchange_meets_by_group_and_pairs_permutes() -> None:
+    """On data x pp 2 x 2, stage 0's devices (0, 2) all-reduce over data while stage 1's never
+    call (the old barrier of all devices would wait forever); a send from device 0 is device
+    1's receive (its pp peer), whichever comes first."""
+    ex = placed.Exchange(MeshOp("m", [("data", 2), ("pp", 2)]).mesh)
+    ar = _decl(ALL_REDUCE, ("data",))
+    got = _threads({0: lambda: ex.run(ar, 0, np.ones(3)), 2: lambda: ex.run(ar, 2, np.ones(3))})
+    assert all(np.array_equal(got[d], np.full(3, 2.0)) for d in (0, 2)), got
+    recv = _decl(COLLECTIVE_PERMUTE, ("pp",), spmd.RECV, source=0, target=1)
+    send = _decl(COLLECTIVE_PERMUTE, ("pp",), spmd.SEND, source=0, target=1)
+    got = _threads({1: lambda: ex.recv(recv, 1), 0: lambda: ex.send(send, 0, np.arange(4.0))})
+    assert np.array_equal(got[1], np.arange(4.0)), got
+
+
+def test_a_receive_gives_up_and_a_failure_wakes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    ex = placed.Exchange(MeshOp("m", [("pp", 2)]).mesh)
+    recv = _decl(COLLECTIVE_PERMUTE, ("pp",), spmd.RECV, source=0, target=1)
+    monkeypatch.setattr(placed, "BARRIER_SECONDS", 0.2)
+    with pytest.raises(LaminaError, match="device 1 received nothing from device 0 in 0.2 s"):
+        ex.recv(recv, 1)
+    monkeypatch.setattr(placed, "BARRIER_SECONDS", 60.0)
+    waiting = threading.Thread(target=lambda: ex.abort(0))
+    timer = threading.Timer(0.2, waiting.start)
+    timer.start()
+    with pytest.raises(placed.Broken, match="device 0 failed"):
+        ex.recv(recv, 1)
+    timer.join()
+    waiting.join()
+
+
 T = "tensor<8x16xf32, #lamina.place<@m, [[a], []]>>"
 R = "tensor<8x16xf32, #lamina.place<@m, [[], []]>>"
 BAD = {
@@ -271,6 +407,8 @@ func.func @f(%x: {T}) -> {R} {{
   func.return %r : {R}
 }}
 """, "r:3:3: error: lamina.reshard: not lowered to collectives", "insert-collectives"),
+    "staged as one module": (STAGED, "r:4:3: error: lamina.collective_permute: a pipeline-staged "
+                             "function exports one program per stage", "--backend iree"),
 }
 
 

@@ -93,7 +93,9 @@ def export_function(func: FuncOp, symbol: str | None = None,
     """One function as a `func.func` of the export (its text, indented for a module), named
     `symbol` (default: its own name; a caller gathering functions of several modules into one
     renames them apart). A placed function exports as the per-device program (`device`: the
-    module's collective declarations; without one, a placed function is refused)."""
+    module's collective declarations; without one, a placed function is refused); with
+    `device.stage`, as that pipeline stage's program: only the arguments, ops and results its
+    devices hold (`PerDevice.holds`, in the function's order)."""
     mesh = placed_mesh(func)
     if mesh is not None:
         if device is None:
@@ -108,23 +110,26 @@ def export_function(func: FuncOp, symbol: str | None = None,
     env: Env = {}
     sig = []
     for i, arg in enumerate(block.args):
+        if device is not None and not device.holds(arg.type):
+            continue
         sig.append(f"%arg{i}: {tensor_type(shape(arg.type), _storage(arg.type, func))}")
         env[arg] = ns.tensor(f"%arg{i}", shape(arg.type), _storage(arg.type, func))
     if device is not None:   # the device's mesh coordinates (lamina.analysis.linalg.spmd)
         rank = len(device.mesh.axes)
         sig.append(f"%lamina_device: {tensor_type((rank,), np.dtype(np.int64))}")
         device.coords = ns.tensor("%lamina_device", (rank,), np.int64)
+        if device.stage is not None:   # a stage's calls in order (lamina.analysis.linalg.spmd)
+            device.token = ("%lamina_device", tensor_type((rank,), np.dtype(np.int64)))
     dropped = _run_block(ns, block, env, lazy=False, device=device)
-    outs = [_storage(t, func) for t in func.function_type.outputs.data]
-    out_types = [tensor_type(shape(t), d)
-                 for t, d in zip(func.function_type.outputs.data, outs, strict=True)]
+    ret = block.last_op
+    assert isinstance(ret, ReturnOp)
+    returned = [v for v in ret.operands if device is None or device.holds(v.type)]
+    out_types = [tensor_type(shape(v.type), _storage(v.type, func)) for v in returned]
     lines = [f"  func.func @{symbol or func.sym_name.data}({', '.join(sig)}) -> ({', '.join(out_types)}) {{"]
     if dropped:
         lines.append(f"    // lamina: {dropped} tier move(s) and free(s) dropped: they change no value")
-    ret = block.last_op
-    assert isinstance(ret, ReturnOp)
     try:
-        results = [ns.materialize(env[v]).value for v in ret.operands]
+        results = [ns.materialize(env[v]).value for v in returned]
     except Unsupported as e:
         raise _refusal(ret, e) from None
     body = ns.lines
@@ -139,7 +144,7 @@ def _run_block(ns: LinalgNamespace, block: Block, env: Env, lazy: bool,
     and frees were dropped."""
     dropped = 0
     for op in block.ops:
-        if isinstance(op, ReturnOp | YieldOp):
+        if isinstance(op, ReturnOp | YieldOp) or (device is not None and not device.runs(op)):
             continue
         if isinstance(op, MoveOp | FreeOp):
             if isinstance(op, MoveOp):
@@ -162,17 +167,29 @@ def _run_block(ns: LinalgNamespace, block: Block, env: Env, lazy: bool,
 
 
 def _collective(ns: LinalgNamespace, op: PlacementOp, env: Env, device: spmd.PerDevice) -> None:
-    """Each operand of a collective through a call of its declaration (a bucket: one call each)."""
+    """Each operand of a collective through a call of its declaration (a bucket: one call each);
+    a permute's send takes the operand and gives an order token, its receive takes none; in a
+    stage's program each call takes the order token, last (`lamina.analysis.linalg.spmd`)."""
+    role = device.role(op)
     for x, r in zip(op.inputs, op.outputs, strict=True):
-        try:
-            src = ns.materialize(env[x])
-        except Unsupported as e:
-            raise _refusal(op, e) from None
         xt = tensor_type(device.local_shape(x.type), _storage(x.type, op))
         rt = tensor_type(device.local_shape(r.type), _storage(r.type, op))
         sym = device.declaration(op, xt, rt)
-        name = ns.emit(f"func.call @{sym}({src.value}) : ({xt}) -> {rt}")
-        env[r] = ns.tensor(name, device.local_shape(r.type), _storage(r.type, op))
+        ins: list[tuple[str, str]] = []
+        if role != spmd.RECV:
+            try:
+                ins.append((ns.materialize(env[x]).value, xt))
+            except Unsupported as e:
+                raise _refusal(op, e) from None
+        if device.token is not None:
+            ins.append(device.token)
+        out = spmd.TOKEN_TYPE if role == spmd.SEND else rt
+        name = ns.emit(f"func.call @{sym}({', '.join(v for v, _ in ins)}) : "
+                       f"({', '.join(t for _, t in ins)}) -> {out}")
+        if device.token is not None:
+            device.token = (name, out)
+        if role != spmd.SEND:
+            env[r] = ns.tensor(name, device.local_shape(r.type), _storage(r.type, op))
 
 
 def _refusal(op: Operation, e: Unsupported) -> LaminaError:

@@ -29,7 +29,9 @@ export's own, within 2 ulp of NumPy's for |x| < 2^30).
 Features: fused kernels (each is one `linalg.generic` or a root op plus its epilogue), tier
 moves and frees (the export drops them: they change no value), and placed programs: the
 per-device export compiled once and run once per device in threads, its collectives bound in
-Python (`lamina.backends.iree.placed`; what the per-device export refuses is its diagnostic).
+Python (`lamina.backends.iree.placed`; what the per-device export refuses is its diagnostic);
+a pipeline-staged program as one module per stage, each compiled once, each device running its
+stage's.
 
 Donation is accepted and changes nothing: IREE copies each argument into a buffer of its own and
 the results are new arrays, so a donated argument's array is left as it was and no buffer is
@@ -37,8 +39,8 @@ reused (as on JAX with NumPy inputs). `warmup` changes nothing either: the modul
 ahead of time, so nothing is left for the first call.
 
 Statistics: `backend`, `iree_target`, `iree_version`, `module_compiled` (whether this process
-compiled the module; False: loaded from the cache), `module_seconds` (compiling or loading it),
-`module_path`, `run_seconds`.
+compiled a module; False: loaded from the cache), `module_seconds` (compiling or loading them),
+`module_path` (a staged program's: stage 0's, and `module_paths`, stage i's at i), `run_seconds`.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from lamina.backends.arrays import check_inputs
 from lamina.backends.interface import Feature, RunResult
 from lamina.backends.iree.cache import VERSION, CachedModule, compiled_module
 from lamina.backends.iree.options import IreeOptions
-from lamina.backends.iree.placed import DeviceGroup, placed_text
+from lamina.backends.iree.placed import DeviceGroup, StageModule, placed_texts
 from lamina.ir.core.diagnostics import LaminaError
 from lamina.ir.core.dtypes import STORAGE
 from lamina.ir.ops.opbase import tensor_info
@@ -119,16 +121,21 @@ class IreeProgram:
         self.func = func
         self.symbol = func.sym_name.data
         self.mesh = placed_mesh(func)
-        if self.mesh is not None:
-            self.text, self.decls = placed_text(func, self.mesh)
-        else:
-            self.text, self.decls = wrap_module([export_function(func)]), []
-        self.module: CachedModule = compiled_module(self.text, options.iree_target,
-                                                    COMMON_FLAGS + target.flags)
+        # one program, or one per pipeline stage of a staged function (each compiled once)
+        parts = placed_texts(func, self.mesh) if self.mesh is not None else [
+            (None, wrap_module([export_function(func)]), [])]
+        self.texts = [text for _, text, _ in parts]
+        self.modules: list[CachedModule] = [
+            compiled_module(text, options.iree_target, COMMON_FLAGS + target.flags)
+            for text in self.texts]
+        self.module = self.modules[0]
         self.config = config = device_config(target.driver)
-        self.vm_module = vm_module = rt.VmModule.mmap(config.vm_instance, str(self.module.path))
+        vm_modules = [rt.VmModule.mmap(config.vm_instance, str(m.path)) for m in self.modules]
+        self.vm_module = vm_module = vm_modules[0]
         if self.mesh is not None:
-            self.devices = DeviceGroup(self.mesh.mesh, config, vm_module, self.decls)
+            self.devices = DeviceGroup(self.mesh.mesh, config, [
+                StageModule(stage, vm, tuple(decls))
+                for (stage, _, decls), vm in zip(parts, vm_modules, strict=True)])
         else:
             self.context = rt.SystemContext(config=config)
             self.context.add_vm_module(vm_module)
@@ -137,8 +144,11 @@ class IreeProgram:
         self.boundary = [boundary_dtype(tensor_info(t).dtype) for t in func.function_type.inputs.data]
         self.stats: dict[str, Any] = {
             "backend": "iree", "iree_target": options.iree_target, "iree_version": VERSION,
-            "module_compiled": self.module.compiled, "module_seconds": self.module.seconds,
+            "module_compiled": any(m.compiled for m in self.modules),
+            "module_seconds": sum(m.seconds for m in self.modules),
             "module_path": str(self.module.path)}
+        if len(self.modules) > 1:   # a staged program: stage i's module is module_paths[i]
+            self.stats["module_paths"] = [str(m.path) for m in self.modules]
 
     def __call__(self, inputs: Sequence[Any]) -> RunResult:
         # C order for IREE's buffers (not np.ascontiguousarray: it makes rank-0 arrays rank 1);
