@@ -2,6 +2,7 @@
 explicit in the IR (issue 28).
 
     -p 'derive-backward{data=x,y},pipeline-stages{stages=4 micro-batches=8 schedule=1f1b}'
+    -p 'derive-backward{data=x,y},pipeline-stages{stages=4 micro-batches=8 schedule=interleaved virtual=2}'
 
 Input: a gradient function as derive-backward makes it (`lamina.gradients`, one loss seed), which
 the pass first splits into `micro-batches` = M micro-batches with accumulate-gradients' own
@@ -17,35 +18,48 @@ verifier refuses an op reading another stage's value), and a value crosses by on
 `lamina.collective_permute` per (value, stage that reads it), placed before its first reader there
 (an op that reads nothing, a constant, is copied onto that stage instead). The schedule is the
 order of the ops (a global order that is each stage's local order of micro-steps) plus
-`lamina.micro_step = "F3"` / `"B3"` on the ops of micro-batch 3's forward / backward and the
-function attribute `lamina.pipeline = {axis = "pp", stages = 4, micro_batches = 8, schedule =
-"1f1b"}`, which the timeline and `--stats-json` read.
+`lamina.micro_step = "F3"` / `"B3"` on the ops of micro-batch 3's forward / backward ("F3.1":
+micro-batch 3 through the stage's model chunk 1, where V > 1) and the function attribute
+`lamina.pipeline = {axis = "pp", stages = 4, micro_batches = 8, schedule = "1f1b"}` (interleaved
+adds `virtual = V`), which the timeline and `--stats-json` read.
 
-The cut: the forward ops of micro-batch 0 in program order are split into P consecutive runs,
-the same for every micro-batch (op j of each micro-batch's forward on the same stage).
+The cut: the forward ops of micro-batch 0 in program order are split into V*P consecutive runs,
+the model chunks (V = `virtual`, 1 but for interleaved), the same for every micro-batch (op j of
+each micro-batch's forward in the same chunk); chunk c runs on stage c % P, so with V > 1 the
+activations wrap from the last stage back to stage 0 (one collective_permute, like any other).
 `split=auto`: cut j is chosen among the positions whose modeled compute before it (per forward
 op, `lamina.analysis.step_cost.op_seconds` on `target` of it and of the backward ops that
-differentiate it) is within an eighth of a stage of j/P of the total,
+differentiate it) is within an eighth of a chunk of j/(V*P) of the total,
 the one whose crossing bytes (forward values made before it and read after it) are smallest,
-ties to the most balanced; `split=ops`: before each op marked `lamina.stage_boundary` (P-1 of
-them). The loss seed runs on the last stage; a backward op on the stage of the forward op it
+ties to the most balanced; `split=ops`: before each op marked `lamina.stage_boundary` (V*P-1 of
+them). The loss seed runs in the last chunk; a backward op in the chunk of the forward op it
 differentiates (derive-backward gives it that op's location); one whose location names no
-forward op of its micro-batch runs on the latest stage among the forward values it reads, or
+forward op of its micro-batch runs in the latest chunk among the forward values it reads, or
 else the earliest among its other operands.
 Ops that read only arguments and constants (slices of the batch, transposes of a weight,
-constants) run on the stage of their first reader; ops combining micro-batches (the gradient
-sums, the loss, the optimizer update) on the stage of their first staged operand. An argument
+constants) run in the chunk of their first reader; ops combining micro-batches (the gradient
+sums, the loss, the optimizer update) in the chunk of their first staged operand. An argument
 lives on the stage of its first reader.
 
-The order: each stage's local sequence of micro-steps is the schedule's, `gpipe` all M forwards
-then all M backwards, `1f1b` P-s-1 warm-up forwards on stage s, then one forward and one
-backward in turn, then the remaining backwards; the micro-steps are timed on unit steps (a stage
-starts F_k when stage s-1 finished it, B_k when stage s+1 finished it) and the ops are listed
-in that order (ties: the original order), keeping every operand before its use. `interleaved`
-(Megatron's virtual stages) is refused: not yet supported. Refusals, one located diagnostic
-each: stages < 1, more stages than forward ops, an unknown schedule or split, a boundary count
-that is not P-1, M disagreeing with an existing split, M > 1 on a forward or on a step without
-micro-batches, and whatever accumulate-gradients refuses (M not dividing the batch).
+The order: each stage's local sequence of micro-steps (`local_order`) is the schedule's, `gpipe`
+all M forwards then all M backwards; `1f1b` P-s-1 warm-up forwards on stage s, then one forward
+and one backward in turn, then the remaining backwards; `interleaved` Megatron-LM's
+(`forward_backward_pipelining_with_interleaving`): the stage's forward micro-step i
+(0 <= i < M*V) is its chunk (i // P) % V of micro-batch (i // (P*V)) * P + i % P, backward i the
+same with the chunk V-1-(i // P) % V, min((P-s-1)*2 + (V-1)*P, M*V) warm-up forwards, then one
+forward and one backward in turn, then the rest (V = 1 is 1f1b's order). The micro-steps are
+timed on unit steps (`step_times`: one at a time per stage; F(c, k) after F(c-1, k), B(c, k)
+after B(c+1, k), the last chunk's B(k) after its F(k)) and the ops listed in that order (ties:
+the stage, then the original order), keeping every operand before its use. With equal chunks
+and free transfers each stage idles 2(P-1) unit steps and works 2*V*M: the bubble is
+(P-1)/(V*M+P-1) (`bubble_formula`; GPipe's and 1F1B's with V = 1), and stage s holds at most
+min(warm-up + 1, V*M) chunk steps of saved activations (`held_steps`: 1F1B P-s, interleaved on
+stage 0 (P-1)*2 + (V-1)*P + 1, Megatron's figure). Refusals, one located diagnostic each:
+stages < 1, more chunks than forward ops, an unknown schedule or split, a boundary count that is
+not V*P-1, virtual > 1 without schedule=interleaved, interleaved with M not a multiple of P
+(Megatron's order runs the micro-batches in groups of P), M disagreeing with an existing split,
+M > 1 on a forward or on a step without micro-batches, and whatever accumulate-gradients refuses
+(M not dividing the batch).
 With `--explain`: each cut and its crossing bytes, each stage's modeled compute, the schedule.
 """
 
