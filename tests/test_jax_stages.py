@@ -127,16 +127,22 @@ def test_random_staged_programs_equal_unstaged(prog, data, mesh: str, lower: boo
     _check(module, reference, prog.inputs, f"cuts {cuts} on {mesh}\n{text}")
 
 
-@settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mlp=mlps(("f32",)), stages=st.integers(2, 4), micro=st.sampled_from((1, 2, 4)),
-       sched=st.sampled_from(("gpipe", "1f1b")))
+       sched=st.sampled_from(("gpipe", "1f1b", "interleaved")))
 def test_pipeline_stages_output_runs_on_jax(mlp: Mlp, stages: int, micro: int,
                                             sched: str) -> None:
-    """pipeline-stages' own output (random MLP losses, P, M, schedule) on jax equals the
-    unstaged gradient step on the NumPy interpreter."""
+    """pipeline-stages' own output (random MLP losses, P, M, schedule; interleaved with M = P
+    and two chunks per stage where the forward has the ops) on jax equals the unstaged
+    gradient step on the NumPy interpreter."""
+    options = f"schedule={sched}"
+    if sched == "interleaved":   # M = P must divide the batch (8 or 16 rows)
+        stages = 2 if stages == 3 else stages
+        micro, virtual = stages, 2 if 3 * len(mlp.widths) >= 2 * stages else 1
+        options += f" virtual={virtual}"
     module = lamina.parse(mlp.text())
     lamina.apply(module, f"derive-backward{{data=x,y}},pipeline-stages{{stages={stages} "
-                         f"micro-batches={micro} schedule={sched}}}")
+                         f"micro-batches={micro} {options}}}")
     reference = lamina.parse(mlp.text())
     lamina.apply(reference, "derive-backward{data=x,y}")
     inputs = _inputs(find_entry(reference, "f_grad"))
