@@ -48,11 +48,10 @@ and one backward in turn, then the remaining backwards; `interleaved` Megatron-L
 (0 <= i < M*V) is its chunk (i // P) % V of micro-batch (i // (P*V)) * P + i % P, backward i the
 same with the chunk V-1-(i // P) % V, min((P-s-1)*2 + (V-1)*P, M*V) warm-up forwards, then one
 forward and one backward in turn, then the rest (V = 1 is 1f1b's order). The micro-steps are
-timed (`step_times`: one at a time per stage, a backward twice a forward; F(c, k) after
-F(c-1, k), B(c, k) after B(c+1, k), the last chunk's B(k) after its F(k)) and the ops listed in
-that order (ties: the stage, then the original order), keeping every operand before its use.
-With equal chunks (a forward f, a backward b) and free transfers each stage idles (P-1)(f+b)
-and works V*M(f+b): the bubble is
+timed on unit steps (`step_times`: one at a time per stage; F(c, k) after F(c-1, k), B(c, k)
+after B(c+1, k), the last chunk's B(k) after its F(k)) and the ops listed in that order (ties:
+the stage, then the original order), keeping every operand before its use. With equal chunks
+and free transfers each stage idles 2(P-1) unit steps and works 2*V*M: the bubble is
 (P-1)/(V*M+P-1) (`bubble_formula`; GPipe's and 1F1B's with V = 1), and stage s holds at most
 min(warm-up + 1, V*M) chunk steps of saved activations (`held_steps`: 1F1B P-s, interleaved on
 stage 0 (P-1)*2 + (V-1)*P + 1, Megatron's figure). Refusals, one located diagnostic each:
@@ -241,17 +240,9 @@ def _after(key: StepKey, chunks: int) -> StepKey | None:
     return (c, "F", k) if c == chunks - 1 else (c + 1, "B", k)
 
 
-BACKWARD_STEPS = 2   # a backward micro-step's length in forward ones (two matmuls per one)
-
-
 def step_times(schedule: str, stages: int, micro: int, virtual: int = 1) -> dict[StepKey, int]:
-    """When each (global chunk, phase, micro-batch) starts, a forward micro-step taking one
-    unit and a backward `BACKWARD_STEPS`: each stage runs its local order one micro-step at a
-    time, each as soon as the one it waits for ended. Only the interleaving of the stages'
-    orders depends on the lengths; with backwards twice the forwards it is one under which the
-    timeline (whose comm lanes run their permutes in program order) meets the bubble formula
-    with equal backwards and forwards too, where unit backwards would delay interleaved
-    permutes behind ones not yet ready."""
+    """When each (global chunk, phase, micro-batch) starts, on unit micro-steps: each stage
+    runs its local order one micro-step at a time, each as soon as the one it waits for ended."""
     orders = [local_order(schedule, stages, micro, s, virtual) for s in range(stages)]
     done: dict[StepKey, int] = {}
     start: dict[StepKey, int] = {}
@@ -268,7 +259,7 @@ def step_times(schedule: str, stages: int, micro: int, virtual: int = 1) -> dict
                 continue
             t = max(free[s], done[dep] if dep is not None else 0)
             start[key] = t
-            done[key] = free[s] = t + (1 if step.phase == "F" else BACKWARD_STEPS)
+            done[key] = free[s] = t + 1
             pos[s] += 1
             moved = True
         assert moved, "pipeline schedule deadlocked"
