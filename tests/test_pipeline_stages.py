@@ -217,8 +217,12 @@ def test_bubble_is_the_pipeline_formula(stages: int, micro: int, sched: str) -> 
 @settings(max_examples=examples(5), deadline=None)
 @given(st.integers(2, 4), st.integers(1, 3), st.integers(1, 2))
 def test_interleaved_bubble_is_megatrons(stages: int, virtual: int, groups: int) -> None:
-    """Interleaved, one layer per chunk, M = groups x P: every stage idles P-1 chunk steps of
-    each phase and is busy V*M of them, so the bubble is (P-1)/(V*M+P-1), exactly."""
+    """Interleaved, one layer per chunk, M = groups x P, unit chunk steps (a backward as long
+    as a forward, as `step_times` times them): every stage idles P-1 chunk steps of each phase
+    and is busy V*M of them, so the bubble is (P-1)/(V*M+P-1), exactly. (With backwards twice
+    the forwards and P >= 4 the timeline idles a little more: a device's comm lane runs its
+    permutes in program order, which is step_times' interleaving of the stages, so a permute
+    can wait behind one whose value is not ready yet.)"""
     micro = groups * stages
     func = _one_layer_per_chunk(stages * virtual, micro,
                                 f"stages={stages} schedule=interleaved virtual={virtual}")
