@@ -7,12 +7,16 @@ step on P = 4 stages, M = 4..16 micro-batches.
 
 The step: derive-backward of a 16-layer tanh MLP regression loss (width `--width`, `--rows`
 rows per micro-batch, so `--rows` x M rows in all, f32), then
-`pipeline-stages{stages=P micro-batches=M schedule=S}` with the auto cut. Per (schedule, M):
+`pipeline-stages{stages=P micro-batches=M schedule=S}` with the auto cut; S = gpipe, 1f1b and
+interleaved with `virtual=2` (2P chunks, chunk c on stage c % P). Per (schedule, M):
 - `bubble (links 0)`: the modeled timeline (`lamina.analysis.timeline.schedule`) on a copy of
-  h100-node whose links are free (alpha 1e-30 s, beta 9e18 B/s), against (P-1)/(M+P-1);
+  h100-node whose links are free (alpha 1e-30 s, beta 9e18 B/s), against the schedule's formula
+  (`bubble_formula`: (P-1)/(M+P-1), interleaved (P-1)/(V*M+P-1));
 - `bubble (h100-node)`: the same on h100-node's NVLink (3 us, 450 GB/s): the transfers' share;
 - `peak act`: stage 0's peak of saved activations (`activation_peak`; stage 0 holds the most),
-  and how many micro-batches' worth it is (`saved_bytes` of F0; 1F1B: P, GPipe: M);
+  how many micro-batches' worth it is (`saved_bytes` of micro-batch 0's steps on stage 0, all
+  its chunks), and the schedule's figure (`held_steps` / V: 1F1B P, GPipe M, interleaved
+  ((P-1)*2 + (V-1)*P + 1) / V, Megatron's price for the smaller bubble);
 - `jax s/step`: the staged step on 8 host devices, a data = 2 axis x P = 4 stages
   (`place-batch{size=2}`, derive-backward, accumulate-gradients{M}, propagate-sharding,
   insert-collectives, then pipeline-stages: the order the pass accepts on a placed step),
@@ -48,7 +52,13 @@ from lamina.analysis.timeline import schedule  # noqa: E402
 from lamina.backends.interface import find_entry  # noqa: E402
 from lamina.executable import random_arrays  # noqa: E402
 from lamina.ir.mesh.target import load_target, parse_target  # noqa: E402
-from lamina.passes.pipeline_stages import activation_peak, saved_bytes  # noqa: E402
+from lamina.passes.pipeline_stages import (  # noqa: E402
+    MicroStep,
+    activation_peak,
+    bubble_formula,
+    held_steps,
+    saved_bytes,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FREE_LINKS = (ROOT / "ir/mesh/targets/h100-node.toml").read_text().replace(
@@ -77,6 +87,12 @@ def mlp_text(layers: int, width: int, batch: int) -> str:
 
 DEVICES = 8
 STAGED_DATA = 2    # the staged step's data axis: DEVICES = STAGED_DATA x --stages
+SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved", 2))   # (schedule, model chunks per stage)
+
+
+def schedule_options(sched: str, virtual: int) -> str:
+    """pipeline-stages' schedule options for a row (`virtual=` only where interleaved)."""
+    return f"schedule={sched}" + (f" virtual={virtual}" if sched == "interleaved" else "")
 
 
 def jax_seconds(text: str, pipeline: str, repeats: int) -> float:
@@ -95,14 +111,15 @@ def jax_seconds(text: str, pipeline: str, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def staged_pipeline(stages: int, micro: int, sched: str) -> str:
+def staged_pipeline(stages: int, micro: int, sched: str, virtual: int = 1) -> str:
     """The staged step: data=2 x `stages` stages. The order is the one
     test_pipeline_stages' test_composes_with_data_and_model_axes checks: the placed step with
     its collectives and M micro-batches, then the cut (pipeline-stages before propagate-sharding
     leaves the batch reshape's placement unpropagated, which the verifier refuses)."""
     return (f"place-batch{{data=x,y axis=data size={STAGED_DATA}}},derive-backward{{data=x,y}},"
             f"accumulate-gradients{{micro-batches={micro}}},propagate-sharding,"
-            f"insert-collectives,pipeline-stages{{stages={stages} schedule={sched}}}")
+            f"insert-collectives,pipeline-stages{{stages={stages} "
+            f"{schedule_options(sched, virtual)}}}")
 
 
 def dp_pipeline(micro: int, batch: int) -> str:
@@ -114,20 +131,23 @@ def dp_pipeline(micro: int, batch: int) -> str:
             f"{accumulate}propagate-sharding,insert-collectives")
 
 
-def row(text: str, stages: int, micro: int, sched: str, jax: list[str]) -> list[str]:
+def row(text: str, stages: int, micro: int, sched: str, virtual: int, jax: list[str]
+        ) -> list[str]:
     module = lamina.parse(text)
     start = time.perf_counter()
     lamina.apply(module, f"derive-backward{{data=x,y}},pipeline-stages{{stages={stages} "
-                 f"micro-batches={micro} schedule={sched}}}")
+                 f"micro-batches={micro} {schedule_options(sched, virtual)}}}")
     staged = time.perf_counter() - start
     func = find_entry(module, "f_grad")
     free = schedule(func, parse_target(FREE_LINKS, "<free links>")).bubble_fraction
     nvlink = schedule(func, load_target("h100-node")).bubble_fraction
     peak = activation_peak(func, 0)   # stage 0 holds the most (1F1B: P micro-batches)
-    one = saved_bytes(func, 0, "F0")
-    formula = (stages - 1) / (micro + stages - 1)
-    return [sched, str(micro), f"{free:.4f}", f"{formula:.4f}", f"{nvlink:.4f}",
-            f"{peak / 2**20:.2f} MiB", f"{peak / one:.2f}" if one else "-",
+    one = sum(saved_bytes(func, 0, MicroStep("F", 0, v).name(virtual)) for v in range(virtual))
+    formula = bubble_formula(stages, micro, virtual)
+    held = held_steps(sched, stages, micro, 0, virtual) / virtual
+    name = sched + (f" V={virtual}" if sched == "interleaved" else "")
+    return [name, str(micro), f"{free:.4f}", f"{formula:.4f}", f"{nvlink:.4f}",
+            f"{peak / 2**20:.2f} MiB", f"{peak / one:.2f}" if one else "-", f"{held:.2f}",
             *jax, f"{staged:.1f}"]
 
 
@@ -167,20 +187,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-jax", action="store_true", help="leave out the jax wall-time columns")
     ap.add_argument("--timeline", default=None)
     args = ap.parse_args(argv)
-    head = ["schedule", "M", "bubble (links 0)", "(P-1)/(M+P-1)", "bubble (h100-node)",
-            "peak act", "micro-batches held", "jax s/step", "DP jax s/step", "staged/DP",
-            "pass s"]
+    head = ["schedule", "M", "bubble (links 0)", "(P-1)/(V*M+P-1)", "bubble (h100-node)",
+            "peak act", "micro-batches held", "held (formula)", "jax s/step", "DP jax s/step",
+            "staged/DP", "pass s"]
     rows = []
     for micro in args.micro:
         batch = args.rows * micro
         text = mlp_text(args.layers, args.width, batch)
         dp = None if args.no_jax else jax_seconds(text, dp_pipeline(micro, batch), args.repeats)
-        for sched in ("gpipe", "1f1b"):
+        for sched, virtual in SCHEDULES:
+            if sched == "interleaved" and micro % args.stages:
+                continue   # Megatron's interleaved order needs M a multiple of P
             jax = ["-", "-", "-"]
             if dp is not None:
-                pp = jax_seconds(text, staged_pipeline(args.stages, micro, sched), args.repeats)
+                pp = jax_seconds(text, staged_pipeline(args.stages, micro, sched, virtual),
+                                 args.repeats)
                 jax = [f"{pp:.4f}", f"{dp:.4f}", f"{pp / dp:.2f}"]
-            rows.append(row(text, args.stages, micro, sched, jax))
+            rows.append(row(text, args.stages, micro, sched, virtual, jax))
             print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print(f"{args.layers}-layer MLP, width {args.width}, {args.rows} rows per micro-batch, "

@@ -127,16 +127,22 @@ def test_random_staged_programs_equal_unstaged(prog, data, mesh: str, lower: boo
     _check(module, reference, prog.inputs, f"cuts {cuts} on {mesh}\n{text}")
 
 
-@settings(max_examples=examples(3), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mlp=mlps(("f32",)), stages=st.integers(2, 4), micro=st.sampled_from((1, 2, 4)),
-       sched=st.sampled_from(("gpipe", "1f1b")))
+       sched=st.sampled_from(("gpipe", "1f1b", "interleaved")))
 def test_pipeline_stages_output_runs_on_jax(mlp: Mlp, stages: int, micro: int,
                                             sched: str) -> None:
-    """pipeline-stages' own output (random MLP losses, P, M, schedule) on jax equals the
-    unstaged gradient step on the NumPy interpreter."""
+    """pipeline-stages' own output (random MLP losses, P, M, schedule; interleaved with M = P
+    and two chunks per stage where the forward has the ops) on jax equals the unstaged
+    gradient step on the NumPy interpreter."""
+    options = f"schedule={sched}"
+    if sched == "interleaved":   # M = P must divide the batch (8 or 16 rows)
+        stages = 2 if stages == 3 else stages
+        micro, virtual = stages, 2 if 3 * len(mlp.widths) >= 2 * stages else 1
+        options += f" virtual={virtual}"
     module = lamina.parse(mlp.text())
     lamina.apply(module, f"derive-backward{{data=x,y}},pipeline-stages{{stages={stages} "
-                         f"micro-batches={micro} schedule={sched}}}")
+                         f"micro-batches={micro} {options}}}")
     reference = lamina.parse(mlp.text())
     lamina.apply(reference, "derive-backward{data=x,y}")
     inputs = _inputs(find_entry(reference, "f_grad"))
@@ -149,3 +155,22 @@ def _only(module: ModuleOp, entry: str) -> ModuleOp:
         if op.name == "func.func" and op.sym_name.data != entry:  # type: ignore[attr-defined]
             op.detach()
     return module
+
+
+def test_interleaved_stages_run_on_jax() -> None:
+    """pipeline-stages{schedule=interleaved virtual=2} on a placed step (data = 2 x P = 2 stages,
+    M = 2, 4 host devices): the activations of chunk 1 (stage 1) wrap round to chunk 2 (stage 0)
+    by a ppermute from stage 1's devices to stage 0's, and the step equals the unstaged one."""
+    text = Mlp(16, (3, 4, 4, 2), ("tanh", "gelu", "tanh"), "mean", "f32").text()
+    head = ("place-batch{data=x,y axis=data size=2},derive-backward{data=x,y},"
+            "accumulate-gradients{micro-batches=2},propagate-sharding,insert-collectives")
+    module = lamina.parse(text)
+    lamina.apply(module, f"{head},pipeline-stages{{stages=2 schedule=interleaved virtual=2}}")
+    reference = lamina.parse(text)
+    lamina.apply(reference, "derive-backward{data=x,y}")
+    inputs = _inputs(find_entry(reference, "f_grad"))
+    stats = _check(_only(module, "f_grad"), _only(reference, "f_grad"), inputs, "P=2 V=2 M=2")
+    pairs = {tuple(sorted(map(tuple, c["replica_groups"]))) for c in stats["hlo_collectives"]
+             if c["kind"] == "collective_permute"}
+    # devices data-major: stage 0 holds devices 0 and 2, stage 1 devices 1 and 3
+    assert {((0, 1), (2, 3)), ((1, 0), (3, 2))} <= pairs

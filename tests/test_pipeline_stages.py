@@ -1,9 +1,11 @@
 """pipeline-stages (issue 28): staged steps equal unstaged ones on the SPMD interpreter, the
-schedule in the IR is the one asked for, the modeled bubble is the pipeline formula, and 1F1B
-keeps P micro-batches of activations where GPipe keeps M.
+schedule in the IR is the one asked for, the modeled bubble is the pipeline formula
+((P-1)/(V*M+P-1), V = 1 but for interleaved), 1F1B keeps P micro-batches of activations where
+GPipe keeps M, and interleaved its warm-up's chunk micro-steps plus one.
 
 Random MLP losses (Hypothesis, tests/test_accumulate_gradients' generator), random P, M,
-schedule and cut (auto, or random `lamina.stage_boundary` marks); with a data axis too. The
+schedule (interleaved with random V), and cut (auto, or random `lamina.stage_boundary` marks);
+with a data axis too. The
 collective_permute op itself: its SPMD semantics, its cost, and insert-collectives lowering a
 reshard between stages to it.
 """
@@ -29,11 +31,15 @@ from lamina.ir.mesh.collectives import CollectivePermuteOp, PlacementOp
 from lamina.ir.mesh.placement import Mesh, stage_of
 from lamina.ir.mesh.target import load_target
 from lamina.ir.text.source import parse_text, verify
-from lamina.passes.pipeline_stages import MICRO_STEP_ATTR, activation_peak, local_order
+from lamina.passes.pipeline_stages import (
+    MICRO_STEP_ATTR,
+    activation_peak,
+    local_order,
+    micro_step_of,
+)
 from strategies import examples
 from test_accumulate_gradients import Mlp, _assert_close, _inputs, mlps
-from xdsl.dialects.builtin import StringAttr
-from xdsl.ir import Attribute, Block, Operation
+from xdsl.ir import Attribute, Operation
 
 BOUNDARY = " {lamina.stage_boundary}"
 
@@ -76,18 +82,25 @@ def _local_orders(func, stages: int) -> list[list[str]]:
     return out
 
 
-@settings(max_examples=examples(6), deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(mlps(("f32",)), st.integers(2, 4), st.sampled_from((1, 2, 4)),
-       st.sampled_from(("gpipe", "1f1b")), st.booleans(), st.data())
+       st.sampled_from(("gpipe", "1f1b", "interleaved")), st.booleans(), st.data())
 def test_staged_step_equals_unstaged(mlp: Mlp, stages: int, micro: int, sched: str,
                                      by_marks: bool, data: st.DataObject) -> None:
-    mlp = Mlp(8, mlp.widths, mlp.acts, mlp.loss, mlp.dtype)
     n_ops = 3 * (len(mlp.widths) - 1) + 3   # the last, reduce, has attributes: not marked
+    virtual, batch = 1, 8
+    if sched == "interleaved":   # M a multiple of P; V*P chunks, each of one op at least
+        micro, batch = stages * data.draw(st.sampled_from((1, 2))), 4 * stages
+        virtual = data.draw(st.integers(1, max(1, min(3, (n_ops - 1) // stages))))
+    mlp = Mlp(batch, mlp.widths, mlp.acts, mlp.loss, mlp.dtype)
+    chunks = stages * virtual
     text = mlp.text()
     options = f"stages={stages} micro-batches={micro} schedule={sched}"
+    if sched == "interleaved":
+        options += f" virtual={virtual}"
     if by_marks:
-        cuts = sorted(data.draw(st.lists(st.integers(1, n_ops - 2), min_size=stages - 1,
-                                         max_size=stages - 1, unique=True)))
+        cuts = sorted(data.draw(st.lists(st.integers(1, n_ops - 2), min_size=chunks - 1,
+                                         max_size=chunks - 1, unique=True)))
         text, options = _marked(mlp, cuts), options + " split=ops"
     module, func = _staged(text, options)
     ref = _reference(mlp.text())
@@ -96,9 +109,13 @@ def test_staged_step_equals_unstaged(mlp: Mlp, stages: int, micro: int, sched: s
     assert str(lamina.parse(str(module))) == str(module)   # verifies and round-trips
     got = _local_orders(func, stages)
     for s in range(stages):   # a stage may have no backward (slices of the batch only)
-        want = [f"{ph}{k}" for ph, k in local_order(sched, stages, micro, s)]
+        want = [m.name(virtual) for m in local_order(sched, stages, micro, s, virtual)]
         assert got[s] == [w for w in want if w in got[s]], s
-    assert sum(isinstance(op, CollectivePermuteOp) for op in func.walk()) >= 2 * (stages - 1)
+    moves = [(_stage(p.inputs[0].type), _stage(p.outputs[0].type), micro_step_of(p) or "")
+             for p in func.walk() if isinstance(p, CollectivePermuteOp)]
+    assert moves and all(src != dst for src, dst, _ in moves)
+    # a forward value goes back to stage 0 only where the chunks wrap round (chunk P's input)
+    assert any(src > 0 and dst == 0 and step[0] == "F" for src, dst, step in moves) == (virtual > 1)
 
 
 def _p(shape: str, splits: str) -> str:
@@ -150,53 +167,68 @@ def test_composes_with_data_and_model_axes(text: str, head: str, mesh: str) -> N
         assert on_jax.stats["hlo_extra"] == [] and on_jax.stats["lowered_matches_plan"]
 
 
-def _step_of(op) -> str | None:
-    """An op's micro-step; a permute's is that of the value it sends."""
-    if isinstance(op, CollectivePermuteOp):
-        owner = op.inputs[0].owner
-        return _step_of(owner) if not isinstance(owner, Block) else None
-    step = op.attributes.get(MICRO_STEP_ATTR)
-    return step.data if isinstance(step, StringAttr) else None
-
-
-def _unit_seconds(func) -> dict[int, float]:
-    """Equal stages, free transfers: each (stage, micro-step) takes 1 s (a forward) or 2 s (a
-    backward), all on its first kernel that reads what the step received from its neighbour
-    stage (on stage 0's forwards and the last stage's backwards: its first kernel), everything
+def _unit_seconds(func, stages: int, virtual: int = 1, backward: float = 2.0
+                  ) -> dict[int, float]:
+    """Equal chunks, free transfers: each (stage, micro-step) takes 1 s (a forward) or
+    `backward` s (a backward), all on its first kernel that reads what the step received from its neighbour
+    chunk (on chunk 0's forwards and the last chunk's backwards: its first kernel), everything
     else 0 s. A stage's lane runs in program order, so the step's other kernels, and what it
     sends on, come after that kernel: the steps are atomic, as the formula assumes."""
     received: set = set()
     for op in func.body.block.ops:
-        step = _step_of(op)
+        step = micro_step_of(op)
         if isinstance(op, CollectivePermuteOp) or any(
-                v.owner in received and _step_of(v.owner) == step for v in op.operands):
+                v.owner in received and micro_step_of(v.owner) == step for v in op.operands):
             received.add(op)
-    stages = {_stage(a.type) for op in func.body.block.ops for a in op.results}
-    last = max(stages)
+    last = stages * virtual - 1
     seen: set[tuple[int, str]] = set()
     out: dict[int, float] = {}
     for c in step_costs(func, load_target("h100-node")):
-        step = _step_of(c.op)
+        step = micro_step_of(c.op)
         out[c.index] = 0.0
         if c.kind != COMPUTE or step is None:
             continue
         s = _stage(c.op.results[0].type)
-        first = (s == 0 and step[0] == "F") or (s == last and step[0] == "B")
+        chunk = int(step.partition(".")[2] or 0) * stages + s
+        first = (chunk == 0 and step[0] == "F") or (chunk == last and step[0] == "B")
         if (s, step) not in seen and (first or c.op in received):
             seen.add((s, step))
-            out[c.index] = 1.0 if step[0] == "F" else 2.0
+            out[c.index] = 1.0 if step[0] == "F" else backward
     return out
+
+
+def _one_layer_per_chunk(chunks: int, micro: int, options: str):
+    """A tanh MLP of `chunks` equal layers cut at each layer's matmul: every chunk is one
+    layer, with both steps."""
+    mlp = Mlp(2 * micro, (2,) * (chunks + 1), ("tanh",) * chunks, "sum", "f32")
+    text = _marked(mlp, [3 * i for i in range(1, chunks)])
+    return _staged(text, f"micro-batches={micro} split=ops {options}")[1]
 
 
 @settings(max_examples=examples(5), deadline=None)
 @given(st.integers(2, 4), st.integers(1, 6), st.sampled_from(("gpipe", "1f1b")))
 def test_bubble_is_the_pipeline_formula(stages: int, micro: int, sched: str) -> None:
-    """One layer per stage (cut at each layer's matmul), so every stage has both steps."""
-    mlp = Mlp(2 * micro, (2,) * (stages + 1), ("tanh",) * stages, "sum", "f32")
-    text = _marked(mlp, [3 * i for i in range(1, stages)])
-    _, func = _staged(text, f"stages={stages} micro-batches={micro} schedule={sched} split=ops")
-    tl = schedule(func, load_target("h100-node"), _unit_seconds(func))
+    """One layer per stage, so every stage has both steps: (P-1)/(M+P-1)."""
+    func = _one_layer_per_chunk(stages, micro, f"stages={stages} schedule={sched}")
+    tl = schedule(func, load_target("h100-node"), _unit_seconds(func, stages))
     assert tl.bubble_fraction == pytest.approx((stages - 1) / (micro + stages - 1), abs=1e-12)
+
+
+@settings(max_examples=examples(5), deadline=None)
+@given(st.integers(2, 4), st.integers(1, 3), st.integers(1, 2))
+def test_interleaved_bubble_is_megatrons(stages: int, virtual: int, groups: int) -> None:
+    """Interleaved, one layer per chunk, M = groups x P, unit chunk steps (a backward as long
+    as a forward, as `step_times` times them): every stage idles P-1 chunk steps of each phase
+    and is busy V*M of them, so the bubble is (P-1)/(V*M+P-1), exactly. (With backwards twice
+    the forwards and P >= 4 the timeline idles a little more: a device's comm lane runs its
+    permutes in program order, which is step_times' interleaving of the stages, so a permute
+    can wait behind one whose value is not ready yet.)"""
+    micro = groups * stages
+    func = _one_layer_per_chunk(stages * virtual, micro,
+                                f"stages={stages} schedule=interleaved virtual={virtual}")
+    tl = schedule(func, load_target("h100-node"), _unit_seconds(func, stages, virtual, 1.0))
+    want = (stages - 1) / (virtual * micro + stages - 1)
+    assert tl.bubble_fraction == pytest.approx(want, abs=1e-12)
 
 
 def _stage(t: Attribute) -> int:
@@ -209,13 +241,13 @@ def _reads_backward(op: Operation) -> bool:
     """A backward op, or a permute sending to one."""
     if isinstance(op, CollectivePermuteOp):
         return any(_reads_backward(u.operation) for u in op.outputs[0].uses)
-    step = _step_of(op)
+    step = micro_step_of(op)
     return step is not None and step[0] == "B"
 
 
 def _saved_bytes(func, stage: int, step: str) -> int:
     """Bytes of micro-step `step`'s forward values on `stage` that a backward op reads."""
-    return sum(local_bytes(v, func) for op in func.body.block.ops if _step_of(op) == step
+    return sum(local_bytes(v, func) for op in func.body.block.ops if micro_step_of(op) == step
                for v in op.results if _stage(v.type) == stage
                and any(_reads_backward(u.operation) for u in v.uses))
 
@@ -224,15 +256,35 @@ def _saved_bytes(func, stage: int, step: str) -> int:
 def test_1f1b_keeps_p_micro_batches_of_activations_gpipe_m(stages: int, micro: int) -> None:
     """One layer per stage (cut at each layer's matmul): stage s of 1F1B holds min(P - s, M)
     micro-batches' saved activations at its peak, every stage of GPipe all M."""
-    mlp = Mlp(2 * micro, (2,) * (stages + 1), ("tanh",) * stages, "sum", "f32")
-    text = _marked(mlp, [3 * i for i in range(1, stages)])
     for sched, held in (("1f1b", lambda s: min(stages - s, micro)), ("gpipe", lambda s: micro)):
-        _, func = _staged(text, f"stages={stages} micro-batches={micro} schedule={sched} "
-                          "split=ops")
+        func = _one_layer_per_chunk(stages, micro, f"stages={stages} schedule={sched}")
         for s in range(stages):
             one = _saved_bytes(func, s, "F0")
             assert one > 0
             assert activation_peak(func, s) == held(s) * one, (sched, s)
+
+
+@pytest.mark.parametrize(("stages", "virtual", "micro"), [(2, 2, 2), (2, 2, 6), (4, 2, 4),
+                                                           (3, 3, 3)])
+def test_interleaved_holds_its_warm_up_plus_one_chunk_step(stages: int, virtual: int,
+                                                           micro: int) -> None:
+    """One layer per chunk: stage 0 (its chunks alike) holds min((P-1)*2 + (V-1)*P + 1, V*M)
+    chunk micro-steps' saved activations at its peak (Megatron's figure); every stage the most
+    its schedule keeps live, each forward adding its step's bytes, each backward freeing them."""
+    func = _one_layer_per_chunk(stages * virtual, micro,
+                                f"stages={stages} schedule=interleaved virtual={virtual}")
+    one = _saved_bytes(func, 0, "F0.0")
+    assert one > 0 and all(_saved_bytes(func, 0, f"F{k}.{v}") == one
+                           for k in range(micro) for v in range(virtual))
+    held = min((stages - 1) * 2 + (virtual - 1) * stages + 1, virtual * micro)
+    assert activation_peak(func, 0) == held * one
+    for s in range(stages):
+        live = peak = 0
+        for m in local_order("interleaved", stages, micro, s, virtual):
+            n = _saved_bytes(func, s, m._replace(phase="F").name(virtual))
+            live += n if m.phase == "F" else -n
+            peak = max(peak, live)
+        assert activation_peak(func, s) == peak, s
 
 
 def _permute_program(src: str, dst: str, op: str) -> str:
