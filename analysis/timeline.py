@@ -12,8 +12,10 @@ later on all of its devices: the modeled time, or the measured one `seconds` giv
 
 A device's busy time is the time its compute lane runs; the step time is the end of the last bar
 and the bubble fraction the idle share of the compute lanes, 1 - sum(busy) / (devices x step).
-For a GPipe schedule of M micro-batches over P equal stages with free transfers that is
-(P - 1) / (M + P - 1). One pass over the ops: linear in the program size times the devices per op.
+For a GPipe or 1F1B schedule of M micro-batches over P equal stages with free transfers
+(and backwards as long as forwards) that is (P - 1) / (M + P - 1), for Megatron's interleaved
+one with V chunks per stage (P - 1) / (V M + P - 1). One pass over the ops: linear in the
+program size times the devices per op.
 The same function always gives the same timeline (nothing depends on hashing or timing).
 """
 

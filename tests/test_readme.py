@@ -169,6 +169,10 @@ def test_every_stats_field_is_documented_and_every_documented_field_is_written(
         _stats(tmp_path, "step", str(ROOT / "samples/mlp_dp_forward.mlir"), "--entry",
                "dp_forward_step", "-p", "derive-backward{data=x},append-optimizer,"
                "shard-optimizer{stage=2},propagate-sharding,insert-collectives"),
+        # a pipeline-staged step: bubble_fraction, its formula, stage_busy_seconds
+        _stats(tmp_path, "staged", str(ROOT / "samples/mlp_train.mlir"), "--entry",
+               "mlp_loss_grad", "-p", "derive-backward{data=x,y},pipeline-stages{stages=2 "
+               "micro-batches=2}"),
     ]
     capsys.readouterr()
     written = {k for r in runs for k in r}

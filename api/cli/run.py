@@ -395,6 +395,7 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
     staged = pipeline_stats(func, target or load_target("h100-node"))
     if staged is not None:   # a pipeline-staged step: its modeled bubble and per-stage busy time
         stats["bubble_fraction"] = staged["bubble_fraction"]
+        stats["bubble_fraction_formula"] = staged["bubble_fraction_formula"]
         stats["stage_busy_seconds"] = staged["stage_busy_seconds"]
     return out
 
