@@ -33,8 +33,12 @@ the whole accumulator is reduce_scattered once per step (the same collectives as
 is made and sum the shards, a sharded accumulator (1/N of its bytes), at K reduce_scatters per
 parameter: (K + 1) Psi (N-1)/N sent per step instead of 2 Psi (N-1)/N.
 
-Refused (one diagnostic at the function): no step function, an argument off a mesh or a mesh
-without `axis`, a pending sum already placed (propagate-sharding ran), collectives already inserted.
+Refused (one diagnostic at the function, or at the op that shows the order broken): no step
+function, an argument off a mesh or a mesh without `axis`, a pending sum already placed
+(propagate-sharding ran), collectives already inserted, a `lamina.free` or a fused kernel
+(annotate-lifetimes, fuse-elementwise ran), and a second run: a reshard of a parameter or of a
+marked gradient is what this pass places, so the step was sharded already (running it again
+would reshard the shards: give the stage you want once).
 With --explain: each parameter's decision; per device, the bytes of the parameters, gradients and
 optimizer state, read off the step as placed (`lamina.analysis.zero_bytes`, which lamina-run's
 `--stats-json` reports too), and the bytes the collectives send per step beside ZeRO's formula
@@ -376,16 +380,31 @@ def _split_inside(u: Update, spec: Spec, split: Spec, mesh: str, roots: set[SSAV
                 retype(r, with_spec(r.type, mesh, split))
 
 
+def _resharded_by_zero(v: SSAValue, params: set[BlockArgument]) -> bool:
+    """Whether a reshard of `v` is one this pass places: of a parameter (stage 1, 2's local
+    slice for the update, stage 3's gathers) or of a gradient derive-backward marks (its split);
+    no earlier pass reshards either (they place such values by retyping them or through an
+    identity reshape), so finding one means the pass ran already."""
+    return v in params or isinstance(v, OpResult) and GRADIENT_ATTR in v.op.attributes
+
+
 def _check(func: FuncOp) -> None:
     """Refuse what is not an unplaced-op training step (module docstring)."""
     name = f"@{func.sym_name.data}"
     if not updates_of(func) or not any(r.name == "parameter" for r in roles_of(func).values()):
         raise error_at(func, f"{PASS}: {name} is not a training step (run derive-backward and "
                        "append-optimizer first: it needs lamina.updates and parameter roles)")
+    args = func.body.block.args
+    params = {args[i] for i, r in roles_of(func).items() if r.name == "parameter"}
     for op in func.walk():
         if any((sp := spec_of(r.type)) is not None and sp.partial for r in op.results):
             raise error_at(op, f"{PASS}: {name} has a pending sum placed ({op.name}): "
                            f"propagate-sharding ran already; run {PASS} before it")
+        if isinstance(op, ReshardOp) and _resharded_by_zero(op.operands[0], params):
+            what = op.operands[0].name_hint
+            raise error_at(op, f"{PASS}: {name} reshards "
+                           f"{f'%{what}' if what else 'a parameter or a gradient'} ({PASS} ran "
+                           f"already); run {PASS} once, {ORDER}")
         if isinstance(op, PlacementOp) and not isinstance(op, ReshardOp):
             raise error_at(op, f"{PASS}: {name} already has collectives ({op.name}); run "
                            f"{PASS} before insert-collectives")
