@@ -250,7 +250,7 @@ def test_explain_says_which_gradients_a_data_by_model_mesh_all_reduces(stage: in
     stats read off the final IR, and its traffic what the step's `data` collectives send."""
     text = _mlp([8, 16, 8], ["tanh", "tanh"], 2, model=True).replace("model = 4", "model = 2")
     module, func = _run(text, stage, "f_step")
-    reductions = {op.results[0].name_hint[2:]: _data_reduction(op.results[0])
+    reductions = {(op.results[0].name_hint or "")[2:]: _data_reduction(op.results[0]) or ""
                   for op in func.walk() if GRADIENT_ATTR in op.attributes}
     assert reductions == {"w0": "lamina.reduce_scatter", "b0": "lamina.reduce_scatter",
                           "w1": "lamina.all_reduce", "b1": "lamina.reduce_scatter"}
