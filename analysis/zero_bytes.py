@@ -150,6 +150,14 @@ def step_bytes(func: FuncOp, whole: Mapping[int, int] | None = None) -> StepByte
                      sum(local_bytes(args[i], func) for i in state))
 
 
+def step_stats(func: FuncOp) -> dict[str, int]:
+    """The run statistics `param_bytes`, `grad_bytes` and `optimizer_state_bytes` of a training
+    step (README, "Run statistics"), none for another function: what `lamina.run(...).stats`
+    and `lamina-run --stats-json` both report."""
+    got = step_bytes(func)
+    return got.as_stats() if got is not None else {}
+
+
 def formula_bytes(stage: int, psi: int, n: int) -> int:
     """ZeRO's bytes sent per device and step: 2 Psi (N-1)/N for stages 1 and 2, 3 Psi (N-1)/N
     for stage 3 (module docstring)."""

@@ -436,6 +436,27 @@ def test_lamina_run_stats_report_the_step_bytes(tmp_path) -> None:
         (psi, psi // 8, 2 * psi // 8)
 
 
+def test_python_api_run_stats_report_the_step_bytes(tmp_path) -> None:
+    """`lamina.run(...).stats` has the same ZeRO keys as `lamina-run --stats-json` (both read
+    `lamina.analysis.zero_bytes.step_stats`), and a function that is no training step has none."""
+    src = tmp_path / "step.mlir"
+    src.write_text(SAMPLE)
+    out = tmp_path / "stats.json"
+    pipeline = f"{STEP},{_zero(3)},{PLACE}"
+    assert run_main([str(src), "--entry", "dp_forward_step", "-p", pipeline,
+                     "--stats-json", str(out)]) == 0
+    cli = json.loads(out.read_text())
+    module = lamina.parse(SAMPLE)
+    lamina.apply(module, pipeline)
+    api = lamina.run(module, entry="dp_forward_step").stats
+    keys = ("param_bytes", "grad_bytes", "optimizer_state_bytes")
+    psi = 4 * (32 * 128 + 128 + 128 * 32 + 32)
+    assert {k: api[k] for k in keys} == {k: cli[k] for k in keys} == \
+        {"param_bytes": psi // 8, "grad_bytes": psi // 8, "optimizer_state_bytes": 2 * psi // 8}
+    forward = lamina.run(lamina.parse(SAMPLE), entry="dp_forward").stats
+    assert not set(keys) & set(forward)
+
+
 TIED = """lamina.mesh @m [data = 8]
 func.func @tied(%x: tensor<64x32xf32, #lamina.place<@m, [[data], []]>>, %w: tensor<32x32xf32, #lamina.place<@m, [[], []]>>) -> tensor<64x32xf32, #lamina.place<@m, [[data], []]>> {
   %h = lamina.matmul %x, %w : (tensor<64x32xf32, #lamina.place<@m, [[data], []]>>, tensor<32x32xf32, #lamina.place<@m, [[], []]>>) -> tensor<64x32xf32, #lamina.place<@m, [[data], []]>>
