@@ -20,9 +20,11 @@ Communication (`formula_bytes`, `Traffic`): ZeRO's per-device, per-step counts f
 N devices and Psi bytes of parameters per device: stages 1 and 2 send 2 Psi (N-1)/N (a
 reduce-scatter of the gradients and an all-gather of the updated parameters: an all-reduce's
 bytes), stage 3 3 Psi (N-1)/N (the parameters gathered for the forward and again for the
-backward). `Traffic` holds what each parameter's collectives send as a pass placed them, and
+backward). `Traffic` holds what each parameter's collectives send as a pass placed them (and the
+one scalar all-reduce grad-clip's global norm makes when it reads split gradients), and
 `Traffic.why` says where that differs from ZeRO's assumption (a parameter the backward does not
-read is gathered once, not twice; a gradient reduced once per micro-batch).
+read is gathered once, not twice; a gradient reduced once per micro-batch; a gradient all-reduced
+rather than reduce-scattered on a mesh with more axes; the norm's all-reduce).
 """
 
 from __future__ import annotations
@@ -193,13 +195,17 @@ class Traffic:
     stage: int
     n: int
     params: list[ParamTraffic] = field(default_factory=list)
+    # grad-clip's global norm over split gradients: the bytes of the one scalar all-reduce of
+    # the shards' summed squares a step makes (0: none), beside the formula's parameter bytes
+    norm_bytes: int = 0
 
     def psi(self) -> int:
         return sum(p.full for p in self.params)
 
     def sent(self) -> int:
         """Ring bytes per device: (N-1)/N of each reduced or gathered payload."""
-        return sum(p.sent_units() * (self.n - 1) // self.n for p in self.params)
+        return sum(p.sent_units() * (self.n - 1) // self.n for p in self.params) + \
+            2 * self.norm_bytes * (self.n - 1) // self.n
 
     def formula(self) -> int:
         return formula_bytes(self.stage, self.psi(), self.n)
@@ -210,6 +216,11 @@ class Traffic:
         want = 2 if self.stage == 3 else 1
         out: list[str] = []
         groups: dict[tuple[int, int], list[str]] = {}
+        if self.norm_bytes:
+            out.append(f"a scalar summed from the gradients' shards outside the updates "
+                       f"(grad-clip's global norm: their squares) is all_reduced once "
+                       f"({self.norm_bytes} B: {2 * self.norm_bytes * (self.n - 1) // self.n} B "
+                       "sent)")
         whole = [f"%{p.name}" for p in self.params if p.all_reduced and not p.all_reduce]
         if whole:
             out.append(f"{', '.join(whole)}: gradient all_reduced (twice its bytes as made, "

@@ -44,7 +44,13 @@ optimizer state, read off the step as placed (`lamina.analysis.zero_bytes`, whic
 `--stats-json` reports too), and the bytes the collectives send per step beside ZeRO's formula
 (2 Psi (N-1)/N for stages 1 and 2, an all-reduce's; 3 Psi (N-1)/N for stage 3), with a line
 saying why they differ when they do (a parameter the backward does not read gathered once, not
-twice; a gradient reduced once per micro-batch).
+twice; a gradient reduced once per micro-batch; grad-clip's global norm, whose shards' summed
+squares are one scalar all_reduce a step, counted in the traffic). Each parameter's line says how
+its gradient is reduced over `axis`: a reduce_scatter, or, on a mesh with more axes, an
+all_reduce and a slice where the backward makes the gradient split over another axis on the
+dimension the split takes (a data x model mesh's `model`-split activations; found on a copy of
+the module placed by propagate-sharding, so the line says what insert-collectives will make),
+its bytes then counted as the gradient is made.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from lamina.ir.buffers.memory import FreeOp, MoveOp, with_tier
 from lamina.ir.buffers.updates import GRADIENT_ATTR, OPTIMIZER_STATE, roles_of, updates_of
 from lamina.ir.builder import Builder, retype
 from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.dtypes import nbytes
 from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.mesh.collectives import build as build_placement
 from lamina.ir.mesh.placement import Mesh, find_mesh, place_of, spec_of, tier_of
@@ -166,6 +173,7 @@ class _Step:
         self.split_grads: list[tuple[BlockArgument, ReshardOp, Spec]] = []
         self.notes: list[tuple[BlockArgument, str, str]] = []   # (W, before, after the reduction)
         self.other_axes = False   # a mesh axis besides `axis` (all_reduced may find gradients)
+        self.norm_bytes = 0       # grad-clip's norm: the scalar the shards' squares sum into
         self.block = func.body.block
         ret = self.block.last_op
         assert isinstance(ret, ReturnOp)
@@ -281,6 +289,7 @@ class _Step:
             for use in list(g.uses):
                 if use.operation is not placed.owner:
                     use.operation.operands[use.index] = placed
+            self.norm_bytes = self.norm_bytes or _norm_scalar_bytes(placed, set(u.ops), self.ret)
 
     def place_state(self, u: Update, st: TensorType) -> list[SSAValue]:
         """The state arguments and their returned new values split (ZeRO-Offload keeps the
@@ -347,7 +356,7 @@ class _Step:
         whole = self.all_reduced() if self.log is not None else {}
         for p in traffic:
             p.all_reduced = next((b for w, b in whole.items() if w.name_hint == p.name), 0)
-        self.traffic = Traffic(self.p.stage, n, traffic)
+        self.traffic = Traffic(self.p.stage, n, traffic, self.norm_bytes)
         for w, before, after in self.notes:
             how = "" if not after else (
                 f"; insert-collectives all_reduces it over '{self.p.axis}' and slices it (the "
@@ -402,6 +411,24 @@ class _Step:
                  f"(Psi {t.psi()} B)")
         if t.sent() != t.formula():
             self.say(f"{name}: {t.sent()} B, not {t.formula()} B, because " + "; ".join(t.why()))
+
+
+def _norm_scalar_bytes(g: SSAValue, update: set[Operation], ret: Operation) -> int:
+    """The bytes of the rank-0 value a split gradient's reader outside its update makes (the
+    sum of its shard's squares grad-clip's global norm adds up, a pending sum over `axis`:
+    insert-collectives all_reduces the total once a step), or 0 when no such reader."""
+    todo = [use.operation for use in g.uses if use.operation not in update and use.operation is not ret]
+    seen: set[Operation] = set()
+    while todo:
+        op = todo.pop(0)
+        if op in seen:
+            continue
+        seen.add(op)
+        for r in op.results:
+            if isinstance(r.type, TensorType) and r.type.get_shape() == ():
+                return nbytes(r.type)
+            todo.extend(use.operation for use in r.uses)
+    return 0
 
 
 def split_mesh(reshard: ReshardOp) -> str:

@@ -423,6 +423,21 @@ def test_grad_clip_norm_is_summed_from_the_shards() -> None:
     assert tensor_info(reduced.inputs[0].type).shape == ()
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_grad_clip_norm_all_reduce_is_in_the_explained_traffic(stage: int) -> None:
+    """The norm's scalar all_reduce (4 B, 2 x 4 (N-1)/N sent) is counted in the traffic the
+    explain reports beside ZeRO's formula, and named in the line saying why they differ."""
+    step = "derive-backward{data=x},append-optimizer{grad-clip=0.01}"
+    _, func = _run(SAMPLE, stage, "dp_forward_step", step)
+    model, why = _explained(SAMPLE, stage, step)
+    norm = 2 * 4 * 7 // 8
+    assert model["step"] == _sent(func) == _sent(func, params_only=True) + norm
+    assert any("grad-clip's global norm" in line and f"({4} B: {norm} B sent)" in line
+               for line in why)
+    plain, _ = _explained(SAMPLE, stage)
+    assert model["step"] == plain["step"] + norm
+
+
 def test_lamina_run_stats_report_the_step_bytes(tmp_path) -> None:
     """`lamina-run --stats-json` has the step's per-device param/grad/state bytes."""
     src = tmp_path / "step.mlir"
