@@ -556,8 +556,8 @@ class _Sums:
 @dataclass
 class _Remat:
     """The batch-free layout values of a micro-batch's forward (a weight's transpose or
-    reshape, a broadcast of a bias, a constant: layout, broadcast and source ops on non-data
-    arguments) that its backward reads again. Each copy remakes them where its backward first
+    reshape, a broadcast of a bias: layout and broadcast ops on non-data arguments, `MOVES`)
+    that its backward reads again. Each copy remakes them where its backward first
     reads them, so the forward's own ones die after the forward's last read instead of living
     through the whole micro-batch: a weight's transpose is parameter-sized, and the running sums
     already hold one parameter-sized value per gradient."""
