@@ -20,13 +20,16 @@ Communication (`formula_bytes`, `Traffic`): ZeRO's per-device, per-step counts f
 N devices and Psi bytes of parameters per device: stages 1 and 2 send 2 Psi (N-1)/N (a
 reduce-scatter of the gradients and an all-gather of the updated parameters: an all-reduce's
 bytes), stage 3 3 Psi (N-1)/N (the parameters gathered for the forward and again for the
-backward). `Traffic` holds what each parameter's collectives send as a pass placed them, and
+backward). `Traffic` holds what each parameter's collectives send as a pass placed them (and the
+one scalar all-reduce grad-clip's global norm makes when it reads split gradients), and
 `Traffic.why` says where that differs from ZeRO's assumption (a parameter the backward does not
-read is gathered once, not twice; a gradient reduced once per micro-batch).
+read is gathered once, not twice; a gradient reduced once per micro-batch; a gradient all-reduced
+rather than reduce-scattered on a mesh with more axes; the norm's all-reduce).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lamina.analysis.sizes import local_bytes
@@ -88,7 +91,18 @@ def gradient_sources(func: FuncOp) -> dict[int, list[OpResult]]:
 
 
 def _scattered(g: OpResult) -> SSAValue | None:
-    """The shard `g` is held as when it is split right where it is made (module docstring)."""
+    """The shard `g` is held as when it is split right where it is made (module docstring),
+    through a chain of such splits (a reduce_scatter over `model`, then one over `data`)."""
+    shard = _split_at_once(g)
+    while shard is not None and isinstance(shard, OpResult) and \
+            (smaller := _split_at_once(shard)) is not None:
+        shard = smaller
+    return shard
+
+
+def _split_at_once(g: OpResult) -> SSAValue | None:
+    """The smallest result of the split placements that read `g` right after its op, when
+    they are all its readers and smaller than it."""
     users = {u.operation for u in g.uses}
     if not users or not all(isinstance(o, PlacementOp) for o in users):
         return None
@@ -102,8 +116,11 @@ def _scattered(g: OpResult) -> SSAValue | None:
     return shard if local_bytes(shard, g.op) < local_bytes(g, g.op) else None
 
 
-def _held(sources: list[OpResult]) -> int:
-    """Bytes one parameter's gradient holds per device (module docstring)."""
+def _held(sources: list[OpResult], as_made: int | None = None) -> int:
+    """Bytes one parameter's gradient holds per device (module docstring); `as_made`: the bytes
+    of a gradient whose split will be an all_reduce, not a reduce_scatter (held as made)."""
+    if as_made is not None:
+        return as_made
     held = 0
     for g in sources:
         kept = _scattered(g) or g
@@ -117,9 +134,12 @@ def _held(sources: list[OpResult]) -> int:
     return held
 
 
-def step_bytes(func: FuncOp) -> StepBytes | None:
+def step_bytes(func: FuncOp, whole: Mapping[int, int] | None = None) -> StepBytes | None:
     """The step's per-device bytes (module docstring), or None for a function without
-    parameter roles (not a training step)."""
+    parameter roles (not a training step). `whole`: parameter argument index -> the bytes its
+    gradient is held as, for one split right after it is made that insert-collectives will make
+    an all_reduce and a slice (shard-optimizer's explain, before propagate-sharding placed it)."""
+    whole = whole or {}
     roles = roles_of(func)
     args = func.body.block.args
     params = [i for i, r in roles.items() if r.name == "parameter"]
@@ -128,8 +148,16 @@ def step_bytes(func: FuncOp) -> StepBytes | None:
     state = [i for i, r in roles.items() if r.name in OPTIMIZER_STATE]
     sources = gradient_sources(func)
     return StepBytes(sum(local_bytes(args[i], func) for i in params),
-                     sum(_held(sources.get(i, [])) for i in params),
+                     sum(_held(sources.get(i, []), whole.get(i)) for i in params),
                      sum(local_bytes(args[i], func) for i in state))
+
+
+def step_stats(func: FuncOp) -> dict[str, int]:
+    """The run statistics `param_bytes`, `grad_bytes` and `optimizer_state_bytes` of a training
+    step (README, "Run statistics"), none for another function: what `lamina.run(...).stats`
+    and `lamina-run --stats-json` both report."""
+    got = step_bytes(func)
+    return got.as_stats() if got is not None else {}
 
 
 def formula_bytes(stage: int, psi: int, n: int) -> int:
@@ -149,6 +177,16 @@ class ParamTraffic:
     gathers: int
     all_reduce: bool = False   # left unsplit: its gradient's all-reduce (2 Psi_p (N-1)/N)
 
+    def sent_units(self) -> int:
+        """The payload bytes its ring collectives carry, each sending (N-1)/N of it: an
+        all-reduce counts twice (reduce-scatter and all-gather)."""
+        if self.all_reduce:
+            return 2 * self.full
+        reduce = 2 * self.all_reduced if self.all_reduced else self.full
+        return self.reduces * reduce + self.gathers * self.full
+    # split, but its gradient all-reduced before the slice: that all-reduce's per-device bytes
+    all_reduced: int = 0
+
 
 @dataclass
 class Traffic:
@@ -157,14 +195,17 @@ class Traffic:
     stage: int
     n: int
     params: list[ParamTraffic] = field(default_factory=list)
+    # grad-clip's global norm over split gradients: the bytes of the one scalar all-reduce of
+    # the shards' summed squares a step makes (0: none), beside the formula's parameter bytes
+    norm_bytes: int = 0
 
     def psi(self) -> int:
         return sum(p.full for p in self.params)
 
     def sent(self) -> int:
         """Ring bytes per device: (N-1)/N of each reduced or gathered payload."""
-        return sum((2 if p.all_reduce else p.reduces + p.gathers) * p.full * (self.n - 1) // self.n
-                   for p in self.params)
+        return sum(p.sent_units() * (self.n - 1) // self.n for p in self.params) + \
+            2 * self.norm_bytes * (self.n - 1) // self.n
 
     def formula(self) -> int:
         return formula_bytes(self.stage, self.psi(), self.n)
@@ -175,6 +216,16 @@ class Traffic:
         want = 2 if self.stage == 3 else 1
         out: list[str] = []
         groups: dict[tuple[int, int], list[str]] = {}
+        if self.norm_bytes:
+            out.append(f"a scalar summed from the gradients' shards outside the updates "
+                       f"(grad-clip's global norm: their squares) is all_reduced once "
+                       f"({self.norm_bytes} B: {2 * self.norm_bytes * (self.n - 1) // self.n} B "
+                       "sent)")
+        whole = [f"%{p.name}" for p in self.params if p.all_reduced and not p.all_reduce]
+        if whole:
+            out.append(f"{', '.join(whole)}: gradient all_reduced (twice its bytes as made, "
+                       "(N-1)/N each), not reduce_scattered: the backward makes it split over "
+                       "another mesh axis where the shard's split goes")
         for p in self.params:
             if not p.all_reduce and (p.reduces, p.gathers) != (1, want):
                 groups.setdefault((p.reduces, p.gathers), []).append(f"%{p.name}")

@@ -83,6 +83,7 @@ class Executable:
 
     def __init__(self, func: FuncOp, backend: str, program: Program, donated: tuple[str, ...],
                  compile_seconds: float):
+        from lamina.analysis.zero_bytes import step_stats
         from lamina.backends.interface import arg_names, output_names
 
         self.entry: str = func.sym_name.data
@@ -91,6 +92,7 @@ class Executable:
         self.output_names: list[str] = output_names(func)
         self.donated = donated
         self.compile_seconds = compile_seconds
+        self._step_stats = step_stats(func)   # a training step's ZeRO bytes (param_bytes, ...)
         self._program = program
         self._index = {n: i for i, n in enumerate(self.arg_names)}
 
@@ -135,6 +137,7 @@ class Executable:
         result = self._program(self._arrays(inputs))
         stats = result.stats
         stats["compile_seconds"] = self.compile_seconds
+        stats.update(self._step_stats)
         return Run(Outputs(zip(self.output_names, result.outputs, strict=True)), stats,
                    result.notes, result.explain, result.memory)
 

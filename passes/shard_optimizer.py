@@ -33,14 +33,24 @@ the whole accumulator is reduce_scattered once per step (the same collectives as
 is made and sum the shards, a sharded accumulator (1/N of its bytes), at K reduce_scatters per
 parameter: (K + 1) Psi (N-1)/N sent per step instead of 2 Psi (N-1)/N.
 
-Refused (one diagnostic at the function): no step function, an argument off a mesh or a mesh
-without `axis`, a pending sum already placed (propagate-sharding ran), collectives already inserted.
+Refused (one diagnostic at the function, or at the op that shows the order broken): no step
+function, an argument off a mesh or a mesh without `axis`, a pending sum already placed
+(propagate-sharding ran), collectives already inserted, a `lamina.free` or a fused kernel
+(annotate-lifetimes, fuse-elementwise ran), and a second run: a reshard of a parameter or of a
+marked gradient is what this pass places, so the step was sharded already (running it again
+would reshard the shards: give the stage you want once).
 With --explain: each parameter's decision; per device, the bytes of the parameters, gradients and
 optimizer state, read off the step as placed (`lamina.analysis.zero_bytes`, which lamina-run's
 `--stats-json` reports too), and the bytes the collectives send per step beside ZeRO's formula
 (2 Psi (N-1)/N for stages 1 and 2, an all-reduce's; 3 Psi (N-1)/N for stage 3), with a line
 saying why they differ when they do (a parameter the backward does not read gathered once, not
-twice; a gradient reduced once per micro-batch).
+twice; a gradient reduced once per micro-batch; grad-clip's global norm, whose shards' summed
+squares are one scalar all_reduce a step, counted in the traffic). Each parameter's line says how
+its gradient is reduced over `axis`: a reduce_scatter, or, on a mesh with more axes, an
+all_reduce and a slice where the backward makes the gradient split over another axis on the
+dimension the split takes (a data x model mesh's `model`-split activations; found on a copy of
+the module placed by propagate-sharding, so the line says what insert-collectives will make),
+its bytes then counted as the gradient is made.
 """
 
 from __future__ import annotations
@@ -53,7 +63,8 @@ from lamina.analysis.zero_bytes import ParamTraffic, Traffic, marked_sources, st
 from lamina.ir.buffers.memory import FreeOp, MoveOp, with_tier
 from lamina.ir.buffers.updates import GRADIENT_ATTR, OPTIMIZER_STATE, roles_of, updates_of
 from lamina.ir.builder import Builder, retype
-from lamina.ir.core.diagnostics import error_at
+from lamina.ir.core.diagnostics import LaminaError, error_at
+from lamina.ir.core.dtypes import nbytes
 from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.mesh.collectives import build as build_placement
 from lamina.ir.mesh.placement import Mesh, find_mesh, place_of, spec_of, tier_of
@@ -63,6 +74,7 @@ from lamina.ir.ops.lamina import ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
+from lamina.passes.propagate_sharding import PropagateSharding
 from lamina.passes.train_common import info_type, mesh_type_like, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
@@ -154,8 +166,14 @@ def _align_moves(u: Update, st: TensorType) -> None:
 class _Step:
     """Shards one step function's updates."""
 
-    def __init__(self, p: ShardOptimizer, func: FuncOp, log: ExplainLog | None) -> None:
-        self.p, self.func, self.log = p, func, log
+    def __init__(self, p: ShardOptimizer, func: FuncOp, log: ExplainLog | None,
+                 module: ModuleOp, ctx: Context) -> None:
+        self.p, self.func, self.log, self.module, self.ctx = p, func, log, module, ctx
+        # each split gradient placement: (parameter, its reshard, the split), for the explain
+        self.split_grads: list[tuple[BlockArgument, ReshardOp, Spec]] = []
+        self.notes: list[tuple[BlockArgument, str, str]] = []   # (W, before, after the reduction)
+        self.other_axes = False   # a mesh axis besides `axis` (all_reduced may find gradients)
+        self.norm_bytes = 0       # grad-clip's norm: the scalar the shards' squares sum into
         self.block = func.body.block
         ret = self.block.last_op
         assert isinstance(ret, ReturnOp)
@@ -231,8 +249,9 @@ class _Step:
         split = self.split_spec(w, mesh, spec)
         full = spec_local_bytes(wt, spec, mesh.axis_sizes)
         if split is None:
-            self.say(f"%{w.name_hint}: stays as placed ({spec}): '{self.p.axis}' divides none of "
-                     "its dimensions' local sizes, or it is split over it already")
+            self.notes.append((w, f"%{w.name_hint}: stays as placed ({spec}): '{self.p.axis}' "
+                               "divides none of its dimensions' local sizes, or it is split over "
+                               "it already", ""))
             return ParamTraffic(w.name_hint or "", full, 1, 1, all_reduce=True)
         st = with_spec(TensorType(wt.element_type, wt.get_shape()), mesh.name, split)
         self.place_gradients(u, st)
@@ -244,10 +263,10 @@ class _Step:
         state = ", ".join(f"%{s.name_hint}" for s in sorted(u.state, key=lambda a: a.index))
         where = "right after the op that makes it" if self.p.stage > 1 else \
             "where it enters the update"
-        self.say(f"%{w.name_hint}: state {state or 'none'} and its update split as {split}; "
-                 f"gradient ({len(u.entering)} value(s)) reduce_scattered {where}"
-                 + (f"; parameter split too, all_gathered before each of its {gathers} use(s)"
-                    if self.p.stage == 3 else "; new value all_gathered back to " + str(spec)))
+        self.notes.append((w, f"%{w.name_hint}: state {state or 'none'} and its update split as "
+                           f"{split}; gradient ({len(u.entering)} value(s)) placed split {where}",
+                           f"parameter split too, all_gathered before each of its {gathers} use(s)"
+                           if self.p.stage == 3 else f"new value all_gathered back to {spec}"))
         return ParamTraffic(w.name_hint or "", full, len(u.entering), gathers)
 
     def place_gradients(self, u: Update, st: TensorType) -> None:
@@ -265,9 +284,12 @@ class _Step:
             assert where is not None
             _place_like_w(g, u.w)
             placed = returned_as(Builder.before_op(where, self.func.location), g, st)
+            if isinstance(placed.owner, ReshardOp):
+                self.split_grads.append((u.w, placed.owner, spec_of(st) or Spec(())))
             for use in list(g.uses):
                 if use.operation is not placed.owner:
                     use.operation.operands[use.index] = placed
+            self.norm_bytes = self.norm_bytes or _norm_scalar_bytes(placed, set(u.ops), self.ret)
 
     def place_state(self, u: Update, st: TensorType) -> list[SSAValue]:
         """The state arguments and their returned new values split (ZeRO-Offload keeps the
@@ -327,17 +349,59 @@ class _Step:
             w = self.block.args[i]
             mesh, spec = self.mesh_of(w)
             n = mesh.axis_sizes[self.p.axis]
+            self.other_axes |= any(a != self.p.axis and k > 1 for a, k in mesh.axis_sizes.items())
             traffic.append(self.shard(w, results[i], mesh, spec))
         self.func.function_type = FunctionType.from_lists(
             [a.type for a in self.block.args], [v.type for v in self.ret.operands])
-        self.traffic = Traffic(self.p.stage, n, traffic)
-        self.explain(self.traffic)
+        whole = self.all_reduced() if self.log is not None else {}
+        for p in traffic:
+            p.all_reduced = next((b for w, b in whole.items() if w.name_hint == p.name), 0)
+        self.traffic = Traffic(self.p.stage, n, traffic, self.norm_bytes)
+        for w, before, after in self.notes:
+            how = "" if not after else (
+                f"; insert-collectives all_reduces it over '{self.p.axis}' and slices it (the "
+                "backward makes it split over another mesh axis on the dimension split here, so "
+                "no reduce_scatter reaches the shard: the full gradient is held, as at stage 1)"
+                if w in whole else f"; a reduce_scatter over '{self.p.axis}'")
+            self.say(before + how + (f"; {after}" if after else ""))
+        self.explain(self.traffic, {w.index: b for w, b in whole.items()})
 
-    def explain(self, t: Traffic) -> None:
-        """The per-device bytes (measured on the IR) and the traffic beside ZeRO's formula."""
+    def all_reduced(self) -> dict[BlockArgument, int]:
+        """The parameters whose gradient reaches its split placement split over another mesh
+        axis on the dimension the split adds `axis` to (a model-parallel activation's gradient,
+        on a data x model mesh): insert-collectives cannot reduce_scatter that over `axis` into
+        the shard, it all_reduces it and slices. Read off a copy of the module placed by
+        propagate-sharding (its default target), only where the mesh has axes besides `axis`.
+        Each with the per-device bytes its all_reduce carries (the gradient as it is split)."""
+        if not self.split_grads or not self.other_axes:
+            return {}
+        mapping: dict[SSAValue, SSAValue] = {}
+        copy = self.module.clone(value_mapper=mapping)
+        try:
+            PropagateSharding().run(self.ctx, copy, None)
+        except LaminaError:
+            return {}   # the pipeline's own propagate-sharding reports it
+        out: dict[BlockArgument, int] = {}
+        for w, reshard, split in self.split_grads:
+            src = mapping.get(reshard.outputs[0])
+            while src is not None and isinstance(src.owner, ReshardOp):   # insert-collectives
+                src = src.owner.operands[0]   # lowers a chain of reshards from its start
+            got = spec_of(src.type) if src is not None else None
+            if got is None or self.p.axis not in got.partial:
+                continue
+            d = next(i for i, axes in enumerate(split.splits) if self.p.axis in axes)
+            if got.splits[d] != split.splits[d][:split.splits[d].index(self.p.axis)]:
+                mesh = find_mesh(self.func, split_mesh(reshard))
+                assert mesh is not None and isinstance(w.type, TensorType)
+                out[w] = spec_local_bytes(w.type, Spec(got.splits), mesh.mesh.axis_sizes)
+        return out
+
+    def explain(self, t: Traffic, whole: dict[int, int]) -> None:
+        """The per-device bytes (measured on the IR, a gradient all_reduced counted as made)
+        and the traffic beside ZeRO's formula."""
         if self.log is None:
             return
-        b = step_bytes(self.func)
+        b = step_bytes(self.func, whole)
         assert b is not None
         psi = "3 Psi" if t.stage == 3 else "2 Psi"
         name = f"@{self.func.sym_name.data}"
@@ -347,6 +411,31 @@ class _Step:
                  f"(Psi {t.psi()} B)")
         if t.sent() != t.formula():
             self.say(f"{name}: {t.sent()} B, not {t.formula()} B, because " + "; ".join(t.why()))
+
+
+def _norm_scalar_bytes(g: SSAValue, update: set[Operation], ret: Operation) -> int:
+    """The bytes of the rank-0 value a split gradient's reader outside its update makes (the
+    sum of its shard's squares grad-clip's global norm adds up, a pending sum over `axis`:
+    insert-collectives all_reduces the total once a step), or 0 when no such reader."""
+    todo = [use.operation for use in g.uses if use.operation not in update and use.operation is not ret]
+    seen: set[Operation] = set()
+    while todo:
+        op = todo.pop(0)
+        if op in seen:
+            continue
+        seen.add(op)
+        for r in op.results:
+            if isinstance(r.type, TensorType) and r.type.get_shape() == ():
+                return nbytes(r.type)
+            todo.extend(use.operation for use in r.uses)
+    return 0
+
+
+def split_mesh(reshard: ReshardOp) -> str:
+    """The mesh a reshard places its result on."""
+    place = place_of(reshard.outputs[0].type)
+    assert place is not None and place.mesh_name is not None
+    return place.mesh_name
 
 
 def _place_like_w(g: SSAValue, w: BlockArgument) -> None:
@@ -376,16 +465,31 @@ def _split_inside(u: Update, spec: Spec, split: Spec, mesh: str, roots: set[SSAV
                 retype(r, with_spec(r.type, mesh, split))
 
 
+def _resharded_by_zero(v: SSAValue, params: set[BlockArgument]) -> bool:
+    """Whether a reshard of `v` is one this pass places: of a parameter (stage 1, 2's local
+    slice for the update, stage 3's gathers) or of a gradient derive-backward marks (its split);
+    no earlier pass reshards either (they place such values by retyping them or through an
+    identity reshape), so finding one means the pass ran already."""
+    return v in params or isinstance(v, OpResult) and GRADIENT_ATTR in v.op.attributes
+
+
 def _check(func: FuncOp) -> None:
     """Refuse what is not an unplaced-op training step (module docstring)."""
     name = f"@{func.sym_name.data}"
     if not updates_of(func) or not any(r.name == "parameter" for r in roles_of(func).values()):
         raise error_at(func, f"{PASS}: {name} is not a training step (run derive-backward and "
                        "append-optimizer first: it needs lamina.updates and parameter roles)")
+    args = func.body.block.args
+    params = {args[i] for i, r in roles_of(func).items() if r.name == "parameter"}
     for op in func.walk():
         if any((sp := spec_of(r.type)) is not None and sp.partial for r in op.results):
             raise error_at(op, f"{PASS}: {name} has a pending sum placed ({op.name}): "
                            f"propagate-sharding ran already; run {PASS} before it")
+        if isinstance(op, ReshardOp) and _resharded_by_zero(op.operands[0], params):
+            what = op.operands[0].name_hint
+            raise error_at(op, f"{PASS}: {name} reshards "
+                           f"{f'%{what}' if what else 'a parameter or a gradient'} ({PASS} ran "
+                           f"already); run {PASS} once, {ORDER}")
         if isinstance(op, PlacementOp) and not isinstance(op, ReshardOp):
             raise error_at(op, f"{PASS}: {name} already has collectives ({op.name}); run "
                            f"{PASS} before insert-collectives")
@@ -419,4 +523,4 @@ class ShardOptimizer(LaminaPass):
                            "append-optimizer first)")
         for func in steps:
             _check(func)
-            _Step(self, func, log).run()
+            _Step(self, func, log, module, ctx).run()

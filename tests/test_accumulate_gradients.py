@@ -181,6 +181,78 @@ def test_peak_bytes_fall_with_micro_batches() -> None:
     assert peaks[4] < 0.5 * peaks[1], peaks
 
 
+def _linear_stack(batch: int, width: int, depth: int) -> str:
+    """A tanh MLP whose weights are stored as torch's Linear keeps them ([out, in], transposed
+    in the forward, as the GPT-2 sample's import does), with a squared-error mean loss."""
+    t = f"tensor<{width}x{width}xf32>"
+    a = f"tensor<{batch}x{width}xf32>"
+    params = "".join(f", %w{i}: {t}" for i in range(depth))
+    lines = [f"func.func @f(%x: {a}, %y: {a}{params}) -> tensor<f32> {{"]
+    h = "%x"
+    for i in range(depth):
+        lines += [f"  %t{i} = lamina.transpose %w{i} {{permutation = array<i64: 1, 0>}} : {t}",
+                  f"  %m{i} = lamina.matmul {h}, %t{i} : ({a}, {t}) -> {a}",
+                  f"  %h{i} = lamina.tanh %m{i} : {a}"]
+        h = f"%h{i}"
+    lines += [f"  %d = lamina.sub {h}, %y : {a}", f"  %d2 = lamina.mul %d, %d : {a}",
+              f"  %l = lamina.reduce_mean %d2 {{axes = array<i64: 0, 1>}} : ({a}) -> tensor<f32>",
+              "  func.return %l : tensor<f32>", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _step_memory(k: int) -> tuple[int, int]:
+    """(HBM peak of a checked AdamW step, the most bytes of batch-shaped values live where a
+    micro-batch's backward starts: its saved activations) on `_linear_stack(64, 128, 8)`."""
+    from lamina.ir.buffers.memory import FreeOp
+    from lamina.ir.core.dtypes import nbytes
+
+    acc = f"accumulate-gradients{{micro-batches={k}}}," if k > 1 else ""
+    _, func = _grad(_linear_stack(64, 128, 8), f"derive-backward{{data=x,y}},{acc}"
+                    "append-optimizer{kind=adamw},annotate-lifetimes", "f_step")
+    checker = MemoryChecker(None)
+    run_function(func, _inputs(func), observer=checker)
+    live: set = set()
+    saved = 0
+    for op in func.body.block.ops:
+        if "lamina.loss_seed" in op.attributes:
+            saved = max(saved, sum(nbytes(v.type) for v in live
+                                   if tensor_info(v.type).shape != (128, 128)))
+        if isinstance(op, FreeOp):
+            live.discard(op.operands[0])
+        else:
+            live.update(op.results)
+    return checker.peak["hbm"], saved
+
+
+def test_accumulating_lowers_a_parameter_heavy_steps_peak() -> None:
+    """Weights about as large as the activations (the GPT-2 sample at full size): each
+    micro-batch's backward makes the weights' transposes again where it reads them (they do not
+    live through its forward next to the running sums) and adds each gradient into its running
+    sum where it is made, so the accumulated step's peak is below the full batch's and the
+    activations a micro-batch saves for its backward are 1/K of the full batch's."""
+    (full, saved1), (acc, saved4) = _step_memory(1), _step_memory(4)
+    assert acc < full, (acc, full)
+    # 1/4, and the micro-batch's slice of %x the backward reads (the full batch reads %x itself)
+    assert saved4 <= saved1 / 4 + 16 * 128 * 4 + 16, (saved4, saved1)
+
+
+def test_the_backward_remakes_the_weights_transposes(capsys: pytest.CaptureFixture[str]) -> None:
+    module, func = _grad(_linear_stack(8, 4, 2), "derive-backward{data=x,y},"
+                         "accumulate-gradients{micro-batches=2}")
+    transposes = [op for op in func.walk() if op.name == "lamina.transpose"
+                  and op.operands[0] in func.body.block.args[2:]]
+    # per micro-batch: each weight's in the forward, and %w1's again where the backward reads it
+    # (%x's gradient is not asked for, so the backward does not read %w0's)
+    assert len(transposes) == 2 * 3
+    lamina.apply(lamina.parse(_linear_stack(8, 4, 2)), "derive-backward{data=x,y},"
+                 "accumulate-gradients{micro-batches=2}", explain=True)
+    assert "1 batch-free layout value(s) of the forward (64 bytes" in capsys.readouterr().err
+    _, full = _grad(_linear_stack(8, 4, 2), "derive-backward{data=x,y}")
+    inputs = _inputs(full)
+    _assert_close(run_function(func, inputs).outputs, run_function(full, inputs).outputs, "f32")
+    assert str(lamina.parse(str(module))) == str(module)
+
+
 def test_explain_names_the_micro_batches(capsys: pytest.CaptureFixture[str]) -> None:
     lamina.apply(lamina.parse(MLP), "derive-backward{data=x,y},"
                  "accumulate-gradients{micro-batches=4}", explain=True)

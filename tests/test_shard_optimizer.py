@@ -227,6 +227,59 @@ def test_data_by_model_mesh_shards_over_data_beside_model(stage: int) -> None:
     assert "data" in {a for d in splits for a in d} and splits[1] == ("model",)
 
 
+def _data_reduction(g) -> str | None:
+    """The collective over `data` that first reduces gradient `g` (through other placements)."""
+    todo = [g]
+    while todo:
+        v = todo.pop(0)
+        for use in v.uses:
+            op = use.operation
+            if isinstance(op, AllReduceOp | ReduceScatterOp) and list(op.axis_names()) == ["data"]:
+                return op.name
+            if isinstance(op, PlacementOp):
+                todo.extend(op.outputs)
+    return None
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_explain_says_which_gradients_a_data_by_model_mesh_all_reduces(stage: int) -> None:
+    """On a 2x2 data x model mesh the backward makes %w1's gradient split over `model` on the
+    dimension ZeRO splits over `data`: insert-collectives all_reduces it over `data` and slices
+    it (no reduce_scatter reaches the shard), and --explain says so for exactly that parameter;
+    the others are reduce_scattered, as it says of them. Its gradient bytes are what lamina-run's
+    stats read off the final IR, and its traffic what the step's `data` collectives send."""
+    text = _mlp([8, 16, 8], ["tanh", "tanh"], 2, model=True).replace("model = 4", "model = 2")
+    module, func = _run(text, stage, "f_step")
+    reductions = {(op.results[0].name_hint or "")[2:]: _data_reduction(op.results[0]) or ""
+                  for op in func.walk() if GRADIENT_ATTR in op.attributes}
+    assert reductions == {"w0": "lamina.reduce_scatter", "b0": "lamina.reduce_scatter",
+                          "w1": "lamina.all_reduce", "b1": "lamina.reduce_scatter"}
+    err = io.StringIO()
+    with redirect_stderr(err):
+        lamina.apply(lamina.parse(text), f"{STEP},shard-optimizer{{stage={stage} explain=true}}")
+    said = {m.group(1): "all_reduce" if "all_reduces it over 'data'" in m.group(0) else
+            "reduce_scatter" if "a reduce_scatter over 'data'" in m.group(0) else None
+            for m in re.finditer(r"%(\w+): state .*", err.getvalue())}
+    assert said == {p: kind.removeprefix("lamina.") for p, kind in reductions.items()}
+    model, _ = _explained(text, stage)
+    assert model["gradients"] == _step_bytes(func)["grad_bytes"]
+    shapes = {tuple(tensor_info(a.type).shape) for a in func.body.block.args
+              if (a.name_hint or "")[:1] in ("w", "b")}
+    data_sent = sum(sent_bytes(op.COLLECTIVE.kind, None, 2, _local_bytes(op))
+                    for op in func.walk() if isinstance(op, AllReduceOp | ReduceScatterOp |
+                                                        AllGatherOp)
+                    and list(op.axis_names()) == ["data"]
+                    and tuple(tensor_info(op.inputs[0].type).shape) in shapes)
+    assert model["step"] == data_sent   # the parameters' and gradients' traffic over `data`
+
+
+def _local_bytes(op) -> int:
+    """Per-device bytes of a collective's payload (a reduce_scatter's input, else its output)."""
+    from lamina.analysis.sizes import local_bytes
+
+    return local_bytes(op.inputs[0] if isinstance(op, ReduceScatterOp) else op.outputs[0], op)
+
+
 @pytest.mark.parametrize("stage", [1, 3])
 def test_offloaded_moments_keep_their_tier_and_are_sharded(stage: int) -> None:
     step = "derive-backward{data=x},append-optimizer{state-tier=host}"
@@ -370,6 +423,21 @@ def test_grad_clip_norm_is_summed_from_the_shards() -> None:
     assert tensor_info(reduced.inputs[0].type).shape == ()
 
 
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_grad_clip_norm_all_reduce_is_in_the_explained_traffic(stage: int) -> None:
+    """The norm's scalar all_reduce (4 B, 2 x 4 (N-1)/N sent) is counted in the traffic the
+    explain reports beside ZeRO's formula, and named in the line saying why they differ."""
+    step = "derive-backward{data=x},append-optimizer{grad-clip=0.01}"
+    _, func = _run(SAMPLE, stage, "dp_forward_step", step)
+    model, why = _explained(SAMPLE, stage, step)
+    norm = 2 * 4 * 7 // 8
+    assert model["step"] == _sent(func) == _sent(func, params_only=True) + norm
+    assert any("grad-clip's global norm" in line and f"({4} B: {norm} B sent)" in line
+               for line in why)
+    plain, _ = _explained(SAMPLE, stage)
+    assert model["step"] == plain["step"] + norm
+
+
 def test_lamina_run_stats_report_the_step_bytes(tmp_path) -> None:
     """`lamina-run --stats-json` has the step's per-device param/grad/state bytes."""
     src = tmp_path / "step.mlir"
@@ -381,6 +449,27 @@ def test_lamina_run_stats_report_the_step_bytes(tmp_path) -> None:
     psi = 4 * (32 * 128 + 128 + 128 * 32 + 32)
     assert (stats["param_bytes"], stats["grad_bytes"], stats["optimizer_state_bytes"]) == \
         (psi, psi // 8, 2 * psi // 8)
+
+
+def test_python_api_run_stats_report_the_step_bytes(tmp_path) -> None:
+    """`lamina.run(...).stats` has the same ZeRO keys as `lamina-run --stats-json` (both read
+    `lamina.analysis.zero_bytes.step_stats`), and a function that is no training step has none."""
+    src = tmp_path / "step.mlir"
+    src.write_text(SAMPLE)
+    out = tmp_path / "stats.json"
+    pipeline = f"{STEP},{_zero(3)},{PLACE}"
+    assert run_main([str(src), "--entry", "dp_forward_step", "-p", pipeline,
+                     "--stats-json", str(out)]) == 0
+    cli = json.loads(out.read_text())
+    module = lamina.parse(SAMPLE)
+    lamina.apply(module, pipeline)
+    api = lamina.run(module, entry="dp_forward_step").stats
+    keys = ("param_bytes", "grad_bytes", "optimizer_state_bytes")
+    psi = 4 * (32 * 128 + 128 + 128 * 32 + 32)
+    assert {k: api[k] for k in keys} == {k: cli[k] for k in keys} == \
+        {"param_bytes": psi // 8, "grad_bytes": psi // 8, "optimizer_state_bytes": 2 * psi // 8}
+    forward = lamina.run(lamina.parse(SAMPLE), entry="dp_forward").stats
+    assert not set(keys) & set(forward)
 
 
 TIED = """lamina.mesh @m [data = 8]

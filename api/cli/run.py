@@ -84,7 +84,6 @@ import lamina
 import numpy as np
 from lamina.analysis.step_cost import COMPUTE, step_costs
 from lamina.analysis.timeline import schedule
-from lamina.analysis.zero_bytes import step_bytes
 from lamina.backends.arrays import check_inputs
 from lamina.backends.compare import compare
 from lamina.backends.inputs import input_keys, random_inputs, read_inputs
@@ -373,10 +372,8 @@ def run_entry(args: argparse.Namespace, backend: Backend, module: ModuleOp,
         for line in result.explain:   # the backend's own decisions (a kernel it did not compile)
             print(line, file=sys.stderr)
     measured = result.stats.pop("kernel_seconds", None)
+    # a training step's param/grad/state bytes (ZeRO) come with the run's stats, as the API's
     stats: dict[str, Any] = {"entry": entry, "pipeline": args.passes, **result.stats}
-    zero = step_bytes(func)   # a training step: its parameter, gradient and state bytes (ZeRO)
-    if zero is not None:
-        stats.update(zero.as_stats())
     out = Outcome(func, inputs, result, stats, [], False, [], measured)
     outputs = [{"name": n, "shape": list(a.shape), "dtype": d}
                for n, a, d in zip(out.names, result.outputs, out.dtypes, strict=True)]

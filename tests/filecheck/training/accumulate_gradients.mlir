@@ -1,7 +1,8 @@
 // accumulate-gradients turns @f_grad (from derive-backward) into two micro-batch passes: each
 // takes its half of %x's rows, runs the forward and a backward derived at the micro-batch shape
-// (reduce_mean's 1/N is the micro-batch's 1/4), then the losses and gradients are summed and
-// halved (a mean loss). On a placed batch (data=2) micro-batch k is the k-th chunk of each
+// (reduce_mean's 1/N is the micro-batch's 1/4); each loss and gradient is added into its running
+// sum right where it is made (the last one halved there: a mean loss), so a micro-batch's
+// gradient dies at once. On a placed batch (data=2) micro-batch k is the k-th chunk of each
 // device's block (reshape, slice, reshape: no communication), and insert-collectives still
 // reduces the gradient once per step.
 // RUN: lamina-opt %s -p 'derive-backward{data=x},accumulate-gradients{micro-batches=2}' | filecheck %s
@@ -22,16 +23,19 @@ func.func @f(%x: tensor<4x8xf32>, %w: tensor<8x2xf32>) -> tensor<f32> {
 // CHECK:         %d_w_mb0 = lamina.matmul
 // CHECK-NEXT:    %[[X1:.*]] = lamina.slice %x {start = array<i64: 2, 0>, limit = array<i64: 4, 8>} : (tensor<4x8xf32>) -> tensor<2x8xf32>
 // CHECK-NEXT:    %h_mb1 = lamina.matmul %[[X1]], %w
-// CHECK:         %d_w_mb1 = lamina.matmul
+// CHECK-NEXT:    %l_mb1 = lamina.reduce_mean %h_mb1
 // CHECK-NEXT:    %[[L:.*]] = lamina.add %l_mb0, %l_mb1 : tensor<f32>
-// CHECK-NEXT:    %[[G:.*]] = lamina.add %d_w_mb0, %d_w_mb1 : tensor<8x2xf32>
 // CHECK-NEXT:    %[[HALF:.*]] = lamina.constant dense<5.000000e-01> : tensor<f32>
 // CHECK-NEXT:    %l = lamina.mul %[[L]], %[[HALF]] : tensor<f32>
+// CHECK-NEXT:    lamina.constant {lamina.loss_seed}
+// CHECK:         %d_w_mb1 = lamina.matmul
+// CHECK-NEXT:    %[[G:.*]] = lamina.add %d_w_mb0, %d_w_mb1 : tensor<8x2xf32>
 // CHECK-NEXT:    %d_w = lamina.mul %[[G]], %[[HALF]]
 // CHECK-NEXT:    func.return %l, %d_w : tensor<f32>, tensor<8x2xf32>
 
 // SUM-LABEL: func.func @f_grad(
 // SUM:         %l = lamina.add %l_mb0, %l_mb1 : tensor<f32>
+// SUM:         %d_w_mb1 = lamina.matmul
 // SUM-NEXT:    %d_w = lamina.add %d_w_mb0, %d_w_mb1 : tensor<8x2xf32>
 // SUM-NEXT:    func.return %l, %d_w
 
