@@ -365,8 +365,8 @@ def save_narrow(block: Block, starts: Sequence[Operation]) -> Narrowed:
     - a cast computed in the forward and read in a backward is computed again before its first
       reader there when that costs no memory: its source is narrower (bf16 -> f32, i1 -> f32:
       the forward keeps the narrow source, the wide copy dies with its last forward reader) or
-      is a forward value the backward reads itself (held anyway). A cast of an argument stays
-      once (mixed-precision's bf16 copy of a master weight, held as torch.autocast's weight
+      is a forward value the backward reads itself (held anyway). A narrowing cast of an
+      argument stays once (mixed-precision's bf16 copy of a master weight, held as torch.autocast's weight
       cache holds it: casting again in the backward would trade a cast per weight for it);
     - a narrowing cast of a forward value that only a backward reads (its source has no other
       reader there) moves into the forward, just after the source's last reader before the
@@ -395,11 +395,10 @@ def save_narrow(block: Block, starts: Sequence[Operation]) -> Narrowed:
 
 def _held_anyway(c: CastOp, start: int, pos: dict[Operation, int]) -> bool:
     """Whether recomputing `c` from position `start` on holds nothing more than keeping it: its
-    source is a forward value that is narrower, or read from there on by another op."""
+    source is narrower, or a forward value read from there on by another op."""
     src = c.operands[0]
-    return isinstance(src, OpResult) and (
-        _width(src) < _width(c.results[0])
-        or any(u.operation is not c and pos.get(u.operation, start) >= start for u in src.uses))
+    return _width(src) < _width(c.results[0]) or isinstance(src, OpResult) and any(
+        u.operation is not c and pos.get(u.operation, start) >= start for u in src.uses)
 
 
 def _recompute(c: CastOp, start: int, pos: dict[Operation, int], out: Narrowed) -> None:
