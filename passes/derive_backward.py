@@ -37,7 +37,13 @@ keeps its placements, the backward is unplaced, and each gradient is returned pl
 argument, so `propagate-sharding,insert-collectives` place the backward and reduce each
 data-parallel gradient (a pending sum over the data axis) to its parameter's placement
 (all_reduce, or reduce_scatter when the parameter is split; buckets by `bucket-bytes`).
-With `--explain`: what is differentiated, each op's VJP and the cotangents summed over uses.
+What the backward holds of the forward (`save_narrow`, also run by mixed-precision on the casts
+it inserts): a widening cast the forward computes (bf16 -> f32, an i1 mask -> f32) is computed
+again where the backward reads it, so the narrow source is held rather than the wide copy; a
+narrowing cast only the backward reads moves into the forward. A cast gives the same bits
+wherever it runs, so every value is unchanged.
+With `--explain`: what is differentiated, each op's VJP, the cotangents summed over uses, and
+the casts save_narrow recomputed or moved.
 """
 
 from __future__ import annotations

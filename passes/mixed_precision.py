@@ -25,6 +25,18 @@ low op reads them; a training value an optimizer op or the return reads is cast 
 gradients come back f32, and so does the loss). fuse-elementwise fuses the casts into the
 kernels beside them.
 
+What the backward holds (`narrow-saved`, default true): casts placed before their first
+reader would leave the backward reading f32 copies of the forward (an f32 softmax or layernorm
+output whose transpose a weight gradient reads, the f32 copy of a bf16 residual that a norm's
+VJP reads again), so a bf16 step held 0.9x of the f32 step's activations. With the option, a
+data-movement op (`follow`: layout, select, gather) whose readers all cast its float result to
+`compute` computes in `compute` on cast operands instead (rounding commutes with moving values;
+not for one-element values, nor for a backward's move of an argument, whose forward cast it
+would hold), and derive-backward's `save_narrow` recomputes in each backward the widening casts
+it reads and moves into the forward the narrowing casts only it reads. Every value keeps its
+bits (the tests compare them with `narrow-saved=false`); every tensor the backward holds is then
+in `compute` (or an integer mask): the GPT-2 sample holds 0.5x of f32.
+
 Loss scaling (`loss-scale`): `none`; `static` (the loss cotangent is the constant `init`, every
 gradient is multiplied by 1/init in f32; no skipping, as with a fixed scale in torch: an overflow
 reaches the update); `dynamic`, torch.amp.GradScaler's rule in the IR: the step takes
@@ -59,7 +71,8 @@ as its own row says, a derived backward op included: layernorm's VJP is reductio
 elementwise math (`compute`), not layernorm's class.
 
 With `--explain`: how many ops compute in each type, the casts inserted, the bytes of the
-training values (f32 against mixed, the activations a step holds), and the loss-scale rule.
+training values (f32 against mixed, the activations a step holds), the loss-scale rule, and what
+narrow-saved moved (data-movement ops, casts recomputed or moved, the bytes not held).
 """
 
 from __future__ import annotations
