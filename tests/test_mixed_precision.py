@@ -350,6 +350,21 @@ def test_the_backward_holds_only_bf16_copies_of_the_forward_at_the_same_bits() -
     assert _outputs(narrow, inputs) == _outputs(wide, inputs)
 
 
+def test_each_micro_batch_holds_bf16_copies_at_the_same_bits() -> None:
+    """After accumulate-gradients each micro-batch's backward starts at its own seed; what the
+    first one holds is bf16, and the step computes the bits of narrow-saved=false."""
+    acc = "derive-backward{data=x},accumulate-gradients{micro-batches=2},append-optimizer{kind=sgd}"
+    narrow = _step(f"{acc},mixed-precision{{compute=bf16}}", ATTN)
+    wide = _step(f"{acc},mixed-precision{{compute=bf16 narrow-saved=false}}", ATTN)
+    assert sum(SEED_ATTR in op.attributes for op in narrow.body.block.ops) == 2
+    assert {tensor_info(v.type).dtype for v in _held(narrow)} <= {"bf16", "i1"}
+    assert "f32" in {tensor_info(v.type).dtype for v in _held(wide)}
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal(tensor_info(a.type).shape).astype(np.float32)
+              for a in narrow.body.block.args]
+    assert _outputs(narrow, inputs) == _outputs(wide, inputs)
+
+
 def test_narrow_saved_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
     lamina.apply(lamina.parse(ATTN), f"{ATTN_STEP},mixed-precision{{compute=bf16}}", explain=True)
     err = capsys.readouterr().err.splitlines()
