@@ -373,7 +373,7 @@ def test_narrow_saved_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
     assert "0 data-movement" not in line and " 0 cast(s) recomputed" not in line
 
 
-@settings(max_examples=examples(15), deadline=None,
+@settings(max_examples=examples(10), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(drawn=st.sampled_from(sorted(FAMILY_TOL)).flatmap(
