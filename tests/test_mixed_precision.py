@@ -373,11 +373,15 @@ def test_narrow_saved_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
     assert "0 data-movement" not in line and " 0 cast(s) recomputed" not in line
 
 
+# families mixed in one program, so that norms, softmax, selects and layout ops feed matmuls and
+# elementwise math (what narrow-saved rewrites: some 4 in 10 drawn steps change)
+NARROWED_FAMILIES = ("composite", "matmul", "layout", "select", "layout_between", "epilogue")
+
+
 @settings(max_examples=examples(10), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(drawn=st.sampled_from(sorted(FAMILY_TOL)).flatmap(
-    lambda f: programs(max_ops=6, families=(f,))))
+@given(drawn=programs(max_ops=8, families=NARROWED_FAMILIES))
 def test_random_steps_compute_the_same_bits_with_narrow_saved(drawn: GeneratedProgram) -> None:
     got = optimizer_step(drawn.text, "kind=sgd lr=1")
     if got is None:
