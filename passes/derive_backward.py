@@ -37,13 +37,19 @@ keeps its placements, the backward is unplaced, and each gradient is returned pl
 argument, so `propagate-sharding,insert-collectives` place the backward and reduce each
 data-parallel gradient (a pending sum over the data axis) to its parameter's placement
 (all_reduce, or reduce_scatter when the parameter is split; buckets by `bucket-bytes`).
-With `--explain`: what is differentiated, each op's VJP and the cotangents summed over uses.
+What the backward holds of the forward (`save_narrow`, also run by mixed-precision on the casts
+it inserts): a widening cast the forward computes (bf16 -> f32, an i1 mask -> f32) is computed
+again where the backward reads it, so the narrow source is held rather than the wide copy; a
+narrowing cast only the backward reads moves into the forward. A cast gives the same bits
+wherever it runs, so every value is unchanged.
+With `--explain`: what is differentiated, each op's VJP, the cotangents summed over uses, and
+the casts save_narrow recomputed or moved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from lamina.analysis.naming import Namer
@@ -52,8 +58,10 @@ from lamina.ir.buffers.memory import MoveOp
 from lamina.ir.buffers.updates import FROZEN, GRADIENT_ATTR, roles_of, set_roles
 from lamina.ir.builder import Builder, is_float_value
 from lamina.ir.core.diagnostics import error_at, note_at
+from lamina.ir.core.dtypes import ITEMSIZE, nbytes, tensor_dtype
 from lamina.ir.core.shapes import info_of
 from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.lamina import CastOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import (
@@ -68,7 +76,7 @@ from lamina.passes.train_common import (
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Operation, OpResult, SSAValue
+from xdsl.ir import Block, Operation, OpResult, SSAValue
 
 PASS = "derive-backward"
 SEED_ATTR = "lamina.loss_seed"   # on the constant 1 that seeds the backward (module docstring)
@@ -291,6 +299,7 @@ def derive(func: FuncOp, p: DeriveBackward, log: ExplainLog | None) -> FuncOp:
         assert isinstance(new, LaminaOp | MoveOp)
         ops.append(new)
     loss = mapping.get(plan.loss, plan.loss)
+    forward_end = block.last_op
     diff, dep = _activity(ops, block.args, plan.wrt)
     _check_blocked(plan, ops, loss, diff, dep)
     if log is not None:
@@ -323,11 +332,115 @@ def derive(func: FuncOp, p: DeriveBackward, log: ExplainLog | None) -> FuncOp:
         if isinstance(g, OpResult):
             g.op.attributes[GRADIENT_ATTR] = UnitAttr()
         results.append(g)
+    start = block.first_op if forward_end is None else forward_end.next_op
+    if start is not None:
+        narrowed = save_narrow(block, [start])
+        if log is not None and (narrowed.recomputed or narrowed.moved):
+            log.add(func, f"@{name}_grad: the backward recomputes {narrowed.recomputed} "
+                    f"cast(s) and {narrowed.moved} narrowing cast(s) move into the forward: "
+                    f"{narrowed.saved_bytes} bytes of copies not held for the backward")
     finish(grad, block, results)
     mark_gradients(grad, plan.wrt)
     if roles := roles_of(func):   # what each argument holds is unchanged by differentiating
         set_roles(grad, {i: r.name for i, r in roles.items()})
     return grad
+
+
+# ---- what the backward keeps of the forward: the narrow side of each cast ------------------------
+
+@dataclass
+class Narrowed:
+    """What `save_narrow` changed: casts recomputed in a backward (`recomputed`), casts moved into
+    the forward (`moved`), and the bytes of the copies no longer held into a backward."""
+
+    recomputed: int = 0
+    moved: int = 0
+    saved_bytes: int = 0
+    made: list[Operation] = field(default_factory=list)   # the recomputing casts
+
+
+def _width(v: SSAValue) -> int:
+    return ITEMSIZE[tensor_dtype(v.type)]
+
+
+def save_narrow(block: Block, starts: Sequence[Operation]) -> Narrowed:
+    """Make each backward (beginning at an op of `starts`) read the narrow side of the forward's
+    casts, so that no cast's wide copy, and no copy of a value held anyway, stays live across the
+    forward's end:
+
+    - a cast computed in the forward and read in a backward is computed again before its first
+      reader there when that costs no memory: its source is narrower (bf16 -> f32, i1 -> f32:
+      the forward keeps the narrow source, the wide copy dies with its last forward reader) or
+      is a forward value the backward reads itself (held anyway). A narrowing cast of an
+      argument stays once (mixed-precision's bf16 copy of a master weight, held as torch.autocast's weight
+      cache holds it: casting again in the backward would trade a cast per weight for it);
+    - a narrowing cast of a forward value that only a backward reads (its source has no other
+      reader there) moves into the forward, just after the source's last reader before the
+      backward (or its definition), so the narrow copy is held instead of the source.
+
+    Both are rematerialisations of a deterministic op: a cast of the same value gives the same
+    bits wherever it runs, so every value of the function is unchanged (the tests compare bits).
+    A value from before a backward is read in the first backward after it (accumulate-gradients'
+    micro-batches each have theirs)."""
+    ops = list(block.ops)
+    pos = {op: i for i, op in enumerate(ops)}
+    bounds = sorted(pos[s] for s in starts)
+    out = Narrowed()
+    for c in ops:
+        if not isinstance(c, CastOp):
+            continue
+        src, res = c.operands[0], c.results[0]
+        after = next((b for b in bounds if b > pos[c]), None)    # the backward this cast precedes
+        within = next((b for b in reversed(bounds) if b <= pos[c]), None)  # the one it is in
+        if after is not None and _held_anyway(c, after, pos):
+            _recompute(c, after, pos, out)
+        elif within is not None and _width(src) > _width(res) and isinstance(src, OpResult):
+            _move_forward(c, within, pos, out)
+    return out
+
+
+def _held_anyway(c: CastOp, start: int, pos: dict[Operation, int]) -> bool:
+    """Whether recomputing `c` from position `start` on holds nothing more than keeping it: its
+    source is narrower, or a forward value read from there on by another op."""
+    src = c.operands[0]
+    return _width(src) < _width(c.results[0]) or isinstance(src, OpResult) and any(
+        u.operation is not c and pos.get(u.operation, start) >= start for u in src.uses)
+
+
+def _recompute(c: CastOp, start: int, pos: dict[Operation, int], out: Narrowed) -> None:
+    """A widening cast again before its first reader at or after position `start`."""
+    res = c.results[0]
+    later = [u for u in res.uses if pos.get(u.operation, -1) >= start]
+    if not later:
+        return
+    first = min((u.operation for u in later), key=lambda o: pos[o])
+    again = Builder.before_op(first, first.location).cast(c.operands[0], tensor_dtype(res.type))
+    for u in later:
+        u.operation.operands[u.index] = again
+    if isinstance(again, OpResult):
+        out.made.append(again.op)
+    out.recomputed += 1
+    out.saved_bytes += nbytes(res.type)
+
+
+def _move_forward(c: CastOp, start: int, pos: dict[Operation, int], out: Narrowed) -> None:
+    """A narrowing cast at or after position `start` (a backward's first op) whose source comes
+    from before it, and is read there by nothing else, moves into the forward."""
+    src = c.operands[0]
+    assert isinstance(src, OpResult)
+    if pos[src.op] >= start:
+        return
+    readers = [u.operation for u in src.uses if u.operation is not c]
+    if any(pos.get(o, start) >= start for o in readers):
+        return   # the backward reads the wide source too: it stays live anyway
+    anchor = max([src.op, *readers], key=lambda o: pos[o])
+    c.detach()
+    block = anchor.parent
+    assert block is not None
+    block.insert_op_after(c, anchor)
+    pos[c] = pos[anchor]
+    out.moved += 1
+    out.saved_bytes += nbytes(src.type)
 
 
 @dataclass(frozen=True)

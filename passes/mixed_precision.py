@@ -25,6 +25,18 @@ low op reads them; a training value an optimizer op or the return reads is cast 
 gradients come back f32, and so does the loss). fuse-elementwise fuses the casts into the
 kernels beside them.
 
+What the backward holds (`narrow-saved`, default true): casts placed before their first
+reader would leave the backward reading f32 copies of the forward (an f32 softmax or layernorm
+output whose transpose a weight gradient reads, the f32 copy of a bf16 residual that a norm's
+VJP reads again), so a bf16 step held 0.9x of the f32 step's activations. With the option, a
+data-movement op (`follow`: layout, select, gather) whose readers all cast its float result to
+`compute` computes in `compute` on cast operands instead (rounding commutes with moving values;
+not for one-element values, nor for a backward's move of an argument, whose forward cast it
+would hold), and derive-backward's `save_narrow` recomputes in each backward the widening casts
+it reads and moves into the forward the narrowing casts only it reads. Every value keeps its
+bits (the tests compare them with `narrow-saved=false`); every tensor the backward holds is then
+in `compute` (or an integer mask): the GPT-2 sample holds 0.5x of f32.
+
 Loss scaling (`loss-scale`): `none`; `static` (the loss cotangent is the constant `init`, every
 gradient is multiplied by 1/init in f32; no skipping, as with a fixed scale in torch: an overflow
 reaches the update); `dynamic`, torch.amp.GradScaler's rule in the IR: the step takes
@@ -59,7 +71,8 @@ as its own row says, a derived backward op included: layernorm's VJP is reductio
 elementwise math (`compute`), not layernorm's class.
 
 With `--explain`: how many ops compute in each type, the casts inserted, the bytes of the
-training values (f32 against mixed, the activations a step holds), and the loss-scale rule.
+training values (f32 against mixed, the activations a step holds), the loss-scale rule, and what
+narrow-saved moved (data-movement ops, casts recomputed or moved, the bytes not held).
 """
 
 from __future__ import annotations
@@ -84,15 +97,16 @@ from lamina.ir.core.dtypes import element_name, element_type, nbytes
 from lamina.ir.core.shapes import info_of
 from lamina.ir.mesh.collectives import ReshardOp
 from lamina.ir.ops.fused import FusedOp
+from lamina.ir.ops.lamina import CastOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Amp
-from lamina.passes.derive_backward import SEED_ATTR
+from lamina.passes.derive_backward import SEED_ATTR, Narrowed, save_narrow
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.train_common import check_unplanned, named_functions, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 
 PASS = "mixed-precision"
 ORDER = ("after append-optimizer, before shard-optimizer, propagate-sharding, insert-collectives, "
@@ -218,6 +232,92 @@ class _Retype:
             _set_dtype(r, t)
         self.counts[t] = self.counts.get(t, 0) + 1
 
+    def drop(self, c: CastOp) -> None:
+        """Forget and erase a cast no op reads any more."""
+        key = (c.operands[0], _dtype(c.results[0]) or "")
+        if self.casts.get(key) is c.results[0]:
+            del self.casts[key]
+        c.detach()
+        c.erase()
+
+    def narrow_moves(self, ops: Sequence[Operation], starts: Sequence[Operation]) -> int:
+        """Compute in the low type each data-movement op (`follow`: layout, select, gather)
+        whose float result every reader casts to it, casting its operands instead (a widened
+        low value is read as it was). Rounding commutes with moving and picking values, so
+        every value read afterwards has the same bits; what changes is the copy a backward reads
+        (the forward's f32 softmax, layernorm output or transposed weight becomes its bf16
+        cast). Walked from the end, so a chain of moves narrows whole. `starts` are the
+        backwards' first ops: a backward's move of an argument stays as it is (it would read
+        the forward's cast of the argument, holding it for the backward)."""
+        block = ops[0].parent if ops else None
+        if block is None:
+            return 0
+        narrow = _Narrowing(self, block, starts)
+        moved = 0
+        for op in reversed(ops):
+            if op.parent is None or not isinstance(op, LaminaOp) or op.info.amp != Amp.FOLLOW:
+                continue
+            r = op.results[0]
+            casts = [u.operation for u in r.uses]
+            if not is_float_value(r) or _dtype(r) == self.low or not casts or not all(
+                    isinstance(c, CastOp) and _dtype(c.results[0]) == self.low for c in casts
+            ) or narrow.argument_in_backward(op) or _moves_a_scalar(op):
+                continue
+            for i, v in enumerate(op.operands):
+                if is_float_value(v) and _dtype(v) != self.low:
+                    op.operands[i] = narrow.operand(v, op)
+                    if isinstance(v.owner, CastOp) and not v.uses:
+                        self.drop(v.owner)
+            self.original.setdefault(r, _dtype(r) or "f32")
+            _set_dtype(r, self.low)
+            for c in set(casts):
+                assert isinstance(c, CastOp)
+                c.results[0].replace_all_uses_with(r)
+                self.drop(c)
+            moved += 1
+        return moved
+
+
+def _moves_a_scalar(op: Operation) -> bool:
+    """Whether every float operand has one element (a broadcast seed or scale: holding it costs
+    nothing, and its chain stays f32 as the module docstring says of one-element values)."""
+    return all(math.prod(info_of(v).shape) == 1 for v in op.operands if is_float_value(v))
+
+
+class _Narrowing:
+    """The low operands of the data-movement ops `_Retype.narrow_moves` narrows: positions in
+    the block (a new cast takes its reader's) and which backward each op is in."""
+
+    def __init__(self, retype: _Retype, block: Block, starts: Sequence[Operation]) -> None:
+        self.retype, self.block = retype, block
+        self.pos: dict[Operation, float] = {op: i for i, op in enumerate(block.ops)}
+        self.bounds = sorted(self.pos[s] for s in starts)
+
+    def argument_in_backward(self, op: Operation) -> bool:
+        """Whether `op` is in a backward and moves an argument: narrowing it would read the
+        forward's cast of the argument, held for it, where the f32 argument is held anyway."""
+        return any(b <= self.pos[op] for b in self.bounds) and any(
+            isinstance(v, BlockArgument) and is_float_value(v) for v in op.operands)
+
+    def operand(self, v: SSAValue, reader: Operation) -> SSAValue:
+        """`v` in the low type for `reader`: the low value a cast widened (exact both ways), or
+        the cast of `v` made for an earlier reader (moved up to `reader` when it precedes it:
+        `v` is defined before `reader`, which reads it), or a new one."""
+        w = v.owner
+        low = self.retype.low
+        if isinstance(w, CastOp) and _dtype(w.operands[0]) == low:
+            return w.operands[0]
+        got = self.retype.cast(v, low, reader)
+        c = got.owner
+        assert isinstance(c, Operation)
+        if c not in self.pos:
+            self.pos[c] = self.pos[reader] - 0.5
+        elif self.pos[reader] < self.pos[c]:
+            c.detach()
+            self.block.insert_op_before(c, reader)
+            self.pos[c] = self.pos[reader] - 0.5
+        return got
+
 
 @dataclass
 class _Scaling:
@@ -248,7 +348,12 @@ class _Step:
         for op in ops:
             assert isinstance(op, LaminaOp)
             retype.op(op)
-        training = set(ops)
+        narrowed, moves = Narrowed(), 0
+        if self.p.narrow_saved:
+            seeds = [op for op in ops if SEED_ATTR in op.attributes]
+            moves = retype.narrow_moves(ops, seeds)
+            narrowed = save_narrow(self.func.body.block, seeds)
+        training = set(ops) | set(narrowed.made)
         training.update(c.owner for c in retype.casts.values() if isinstance(c.owner, Operation))
         scaling = self.scaling(ops)
         outside = self.back_to_f32(retype, training, set(grads), scaling)
@@ -256,6 +361,7 @@ class _Step:
             self.skip_and_update(outside, scaling)
         if log is not None:
             self.explain(log, retype, before, ops)
+            self.explain_saved(log, moves, narrowed)
 
     def scaling(self, ops: Sequence[Operation]) -> _Scaling | None:
         """The scale in place of the loss seed (None without loss scaling)."""
@@ -351,6 +457,18 @@ class _Step:
         set_roles(func, {len(args) - 2: "loss_scale", len(args) - 1: "good_steps"})
         set_initial_value(func, len(args) - 2, p.init)   # what lamina.train starts the scale at
 
+    def explain_saved(self, log: ExplainLog, moves: int, narrowed: Narrowed) -> None:
+        name = f"@{self.func.sym_name.data}"
+        if not self.p.narrow_saved:
+            log.add(self.func, f"{name}: narrow-saved=false: each cast stays where its first "
+                    "reader is, and the backward reads the forward's wide copies")
+            return
+        log.add(self.func, f"{name}: what the backward reads of the forward, at the same bits: "
+                f"{moves} data-movement op(s) moved to {self.p.compute} ahead of the casts their "
+                f"readers made; {narrowed.recomputed} cast(s) recomputed in the backward, "
+                f"{narrowed.moved} narrowing cast(s) moved into the forward "
+                f"({narrowed.saved_bytes} bytes of copies not held for the backward)")
+
     def explain(self, log: ExplainLog, retype: _Retype, before: int,
                 ops: Sequence[Operation]) -> None:
         after = sum(nbytes(r.type) for op in ops if op.parent is not None for r in op.results)
@@ -397,6 +515,7 @@ class MixedPrecision(LaminaPass):
     growth: float = 2.0
     backoff: float = 0.5
     interval: int = 2000
+    narrow_saved: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

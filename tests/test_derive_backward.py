@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import lamina
+import ml_dtypes
 import numpy as np
 import pytest
 import torch_ref
@@ -37,8 +38,15 @@ from hypothesis import strategies as st
 from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.dtypes import nbytes
+from lamina.ir.ops.lamina import CastOp
+from lamina.passes.derive_backward import SEED_ATTR
 from strategies import examples
 from strategies.programs import programs
+from xdsl.context import Context
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import SSAValue
+from xdsl.transforms.common_subexpression_elimination import CommonSubexpressionElimination
 
 MLP = """\
 func.func @mlp(%x: tensor<8x16xf32>, %y: tensor<8x4xf32>, %w1: tensor<16x32xf32>, %b1: tensor<32xf32>, %w2: tensor<32x4xf32>) -> (tensor<f32>, tensor<8x4xf32>) {
@@ -329,3 +337,53 @@ def test_f64_gradients_match_central_differences(prog, data) -> None:
     scale = max(abs(predicted), abs(float(out[0])), 1.0)
     assert abs(predicted - measured) <= FD_RTOL * scale, (predicted, measured,
                                                           lamina.to_text(module))
+
+
+# the forward widens a bf16 value and an i1 mask to f32; the backward reads both wide copies
+WIDENED = """
+func.func @f(%x: tensor<4x8xbf16>, %m: tensor<4x8xi1>, %w: tensor<8x3xf32>) -> tensor<f32> {
+  %s = lamina.mul %x, %x : tensor<4x8xbf16>
+  %sf = lamina.cast %s : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %mf = lamina.cast %m : (tensor<4x8xi1>) -> tensor<4x8xf32>
+  %y = lamina.mul %sf, %mf : tensor<4x8xf32>
+  %z = lamina.mul %y, %sf : tensor<4x8xf32>
+  %h = lamina.matmul %z, %w : (tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>
+  %t = lamina.tanh %h : tensor<4x3xf32>
+  %l = lamina.reduce_mean %t {axes = array<i64: 0, 1>} : (tensor<4x3xf32>) -> tensor<f32>
+  func.return %l : tensor<f32>
+}
+"""
+
+
+def _held(func: FuncOp) -> list[SSAValue]:
+    """The values defined before the loss seed and read after it (what the backward holds)."""
+    ops = list(func.body.block.ops)
+    pos = {op: i for i, op in enumerate(ops)}
+    seed = next(i for i, op in enumerate(ops) if SEED_ATTR in op.attributes)
+    return [r for op in ops[:seed] for r in op.results if any(pos[u.operation] > seed
+                                                               for u in r.uses)]
+
+
+def test_the_backward_recomputes_widening_casts_at_the_same_bits() -> None:
+    """save_narrow: the backward casts %s and %m again instead of holding their f32 copies, and
+    computes the same bits as the program with those casts merged back (CSE undoes it)."""
+    module = derive(WIDENED, "derive-backward{data=m}")
+    grad = find_entry(module, "f_grad")
+    held = _held(grad)
+    assert not [v for v in held if isinstance(v.owner, CastOp)]
+    merged = lamina.parse(lamina.to_text(module))
+    CommonSubexpressionElimination().apply(Context(), merged)
+    merged_grad = find_entry(merged, "f_grad")
+    def casts(f: FuncOp) -> int:
+        return sum(isinstance(op, CastOp) for op in f.body.block.ops)
+    assert casts(merged_grad) == casts(grad) - 2
+    # held: the bf16 %s instead of its f32 copy %sf, and nothing for the mask's f32 copy %mf
+    assert {v.name_hint for v in _held(merged_grad)} - {v.name_hint for v in held} == {"sf", "mf"}
+    assert "s" in {v.name_hint for v in held}
+    assert sum(nbytes(v.type) for v in held) < sum(nbytes(v.type) for v in _held(merged_grad))
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((4, 8)).astype(ml_dtypes.bfloat16), rng.random((4, 8)) < 0.5,
+              rng.standard_normal((8, 3)).astype(np.float32)]
+    got = [np.asarray(o).tobytes() for o in run_function(grad, inputs).outputs]
+    want = [np.asarray(o).tobytes() for o in run_function(merged_grad, inputs).outputs]
+    assert got == want

@@ -7,7 +7,11 @@
   low type's tolerance, and the rewritten step verifies and reads back as printed;
 - fuse-elementwise absorbs the casts: the mixed step has no more kernels than the f32 one;
 - every backward op computes as its own op-table row says (a layernorm's or a softmax's VJP:
-  reductions in f32, elementwise math in bf16), not in its forward op's class.
+  reductions in f32, elementwise math in bf16), not in its forward op's class;
+- what the backward reads of the forward is the narrow side of each cast (narrow-saved): on an
+  attention-like step every tensor held across the seed is bf16, and on random programs the step
+  computes the same bits as with narrow-saved=false (the rewrites only move and recompute casts
+  and move data-movement ops to the other side of their casts).
 """
 
 from __future__ import annotations
@@ -24,13 +28,16 @@ from lamina.backends.interface import find_entry
 from lamina.backends.numpy.runner import run_function
 from lamina.ir.buffers.updates import GRADIENT_ATTR, roles_of, updates_of
 from lamina.ir.core.diagnostics import LaminaError
+from lamina.ir.core.dtypes import nbytes
 from lamina.ir.ops.fused import FusedOp
 from lamina.ir.ops.opbase import LaminaOp, tensor_info
 from lamina.ir.ops.optable import Amp
+from lamina.passes.derive_backward import SEED_ATTR
 from strategies import examples
 from strategies.programs import GeneratedProgram, programs
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
+from xdsl.ir import SSAValue
 
 TRAIN_SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "mlp_train.mlir"
 MLP = """
@@ -288,3 +295,113 @@ def test_each_backward_op_computes_as_its_own_row() -> None:
     # the forward has one layernorm, one softmax and one reduce_mean: the rest is the backward's
     assert seen[(Amp.F32, "lamina.reduce_mean")] >= 3 and seen[(Amp.F32, "lamina.reduce_sum")] >= 2
     assert seen[(Amp.LOW, "lamina.sub")] >= 2 and seen[(Amp.LOW, "lamina.rsqrt")] >= 1
+
+
+# an attention-like block: a transposed weight, a bf16 residual into a layernorm (an f32 row), a
+# softmax (f32) feeding a matmul, a log_softmax loss: each f32 result a low op reads is one the
+# backward also reads
+ATTN = """
+func.func @mlp(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>) -> tensor<f32> {
+  %wt = lamina.transpose %w {permutation = array<i64: 1, 0>} : (tensor<8x8xf32>) -> tensor<8x8xf32>
+  %h = lamina.matmul %x, %wt : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %r = lamina.add %h, %x : tensor<4x8xf32>
+  %n = lamina.layernorm %r scale %g bias %b {axis = 1 : i64} : (tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+  %p = lamina.matmul %n, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %s = lamina.softmax %p {axis = 1 : i64} : tensor<4x8xf32>
+  %q = lamina.matmul %s, %wt : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %ls = lamina.log_softmax %q {axis = 1 : i64} : tensor<4x8xf32>
+  %l = lamina.reduce_mean %ls {axes = array<i64: 0, 1>} : (tensor<4x8xf32>) -> tensor<f32>
+  func.return %l : tensor<f32>
+}
+"""
+ATTN_STEP = "derive-backward{data=x},append-optimizer{kind=sgd lr=0.5}"
+
+
+def _held(func: FuncOp) -> list[SSAValue]:
+    """The forward's tensors the backward reads: defined before the loss seed, read after it."""
+    ops = list(func.body.block.ops)
+    pos = {op: i for i, op in enumerate(ops)}
+    seed = next(i for i, op in enumerate(ops) if SEED_ATTR in op.attributes)
+    return [r for op in ops[:seed] for r in op.results
+            if tensor_info(r.type).shape and any(pos[u.operation] > seed for u in r.uses)]
+
+
+def _bytes(values: list[SSAValue]) -> int:
+    return sum(nbytes(v.type) for v in values)
+
+
+def _outputs(func: FuncOp, inputs: list[np.ndarray]) -> list[bytes]:
+    return [np.asarray(o).tobytes() for o in run_function(func, inputs).outputs]
+
+
+def test_the_backward_holds_only_bf16_copies_of_the_forward_at_the_same_bits() -> None:
+    narrow = _step(f"{ATTN_STEP},mixed-precision{{compute=bf16}}", ATTN)
+    wide = _step(f"{ATTN_STEP},mixed-precision{{compute=bf16 narrow-saved=false}}", ATTN)
+    plain = _step(ATTN_STEP, ATTN)
+    held = _held(narrow)
+    assert held and {tensor_info(v.type).dtype for v in held} <= {"bf16", "i1"}
+    # without the rewrites the backward reads f32 copies: the f32 softmax and layernorm output,
+    # the transposed weight, the residual widened for the layernorm, the log_softmax
+    assert {tensor_info(v.type).dtype for v in _held(wide)} >= {"f32", "bf16"}
+    assert _bytes(held) <= 0.5 * _bytes(_held(plain)) < _bytes(_held(wide))
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(tensor_info(a.type).shape).astype(np.float32)
+              for a in narrow.body.block.args]
+    assert _outputs(narrow, inputs) == _outputs(wide, inputs)
+
+
+def test_each_micro_batch_holds_bf16_copies_at_the_same_bits() -> None:
+    """After accumulate-gradients each micro-batch's backward starts at its own seed; what the
+    first one holds is bf16, and the step computes the bits of narrow-saved=false."""
+    acc = "derive-backward{data=x},accumulate-gradients{micro-batches=2},append-optimizer{kind=sgd}"
+    narrow = _step(f"{acc},mixed-precision{{compute=bf16}}", ATTN)
+    wide = _step(f"{acc},mixed-precision{{compute=bf16 narrow-saved=false}}", ATTN)
+    assert sum(SEED_ATTR in op.attributes for op in narrow.body.block.ops) == 2
+    assert {tensor_info(v.type).dtype for v in _held(narrow)} <= {"bf16", "i1"}
+    assert "f32" in {tensor_info(v.type).dtype for v in _held(wide)}
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal(tensor_info(a.type).shape).astype(np.float32)
+              for a in narrow.body.block.args]
+    assert _outputs(narrow, inputs) == _outputs(wide, inputs)
+
+
+def test_narrow_saved_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    lamina.apply(lamina.parse(ATTN), f"{ATTN_STEP},mixed-precision{{compute=bf16}}", explain=True)
+    err = capsys.readouterr().err.splitlines()
+    line = next(m for m in err if "what the backward reads of the forward" in m)
+    assert "data-movement op(s) moved to bf16" in line and "cast(s) recomputed in the backward" in line
+    assert "0 data-movement" not in line and " 0 cast(s) recomputed" not in line
+
+
+# families mixed in one program, so that norms, softmax, selects and layout ops feed matmuls and
+# elementwise math (what narrow-saved rewrites: some 4 in 10 drawn steps change)
+NARROWED_FAMILIES = ("composite", "matmul", "layout", "select", "layout_between", "epilogue")
+
+
+@settings(max_examples=examples(10), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(drawn=programs(max_ops=8, families=NARROWED_FAMILIES))
+def test_random_steps_compute_the_same_bits_with_narrow_saved(drawn: GeneratedProgram) -> None:
+    got = optimizer_step(drawn.text, "kind=sgd lr=1")
+    if got is None:
+        return
+    module = got[1].parent_op()
+    assert isinstance(module, ModuleOp)
+    text = lamina.to_text(module)
+    steps = []
+    for option in ("", " narrow-saved=false"):
+        m = lamina.parse(text, "gen.mlir")
+        try:
+            lamina.apply(m, f"mixed-precision{{compute=bf16{option}}}")
+        except LaminaError as e:   # a step not all f32 (refused)
+            assert "already computes in" in str(e)
+            return
+        printed = lamina.to_text(m)
+        assert lamina.to_text(lamina.parse(printed, "gen.mlir")) == printed
+        steps.append(find_entry(m, "main_step"))
+    inputs = [np.asarray(a) for a in drawn.inputs][:len(steps[0].body.block.args)]
+    if len(inputs) != len(steps[0].body.block.args):
+        return
+    assert _outputs(steps[0], inputs) == _outputs(steps[1], inputs)
+    assert _bytes(_held(steps[0])) <= _bytes(_held(steps[1]))
