@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lamina.analysis.sizes import fmt_bytes
-from lamina.ir.mesh.collective_kinds import COLLECTIVE_KINDS, HIERARCHICAL, RING, TREE, Phase
+from lamina.ir.mesh.collective_kinds import COLLECTIVE_KINDS, HIERARCHICAL, TREE, Phase
 from lamina.ir.mesh.placement import Mesh
 from lamina.ir.mesh.target import LinkLevel, Target
 
@@ -117,15 +117,16 @@ def estimate(kind: str, payload: float, levels: Sequence[tuple[int, LinkLevel]],
              target: Target) -> Estimate:
     """The cheapest algorithm for one collective over groups spanning `levels`."""
     n = math.prod(k for k, _ in levels) if levels else 1
+    c = COLLECTIVE_KINDS[kind]
+    base = c.default_algorithm   # ring, or a point-to-point kind's one send (same formulas)
     if n <= 1:
-        return Estimate(kind, RING, n, payload, 0.0, 0.0, 0.0)
+        return Estimate(kind, base, n, payload, 0.0, 0.0, 0.0)
     slowest = max((lv for _, lv in levels), key=lambda lv: (lv.alpha, -lv.beta))
     options: dict[str, tuple[float, float, float]] = {
-        RING: (_ring_time(kind, n, payload, slowest), ring_sent(kind, n, payload),
+        base: (_ring_time(kind, n, payload, slowest), ring_sent(kind, n, payload),
                _ring_lat(kind, n, slowest)),
     }
     inter_only = all(lv is not target.links[0] for _, lv in levels)
-    c = COLLECTIVE_KINDS[kind]
     if c.tree and inter_only:
         lat = 2 * math.ceil(math.log2(n)) * slowest.alpha
         options[TREE] = (lat + 2 * payload / slowest.beta, 2.0 * payload, lat)
@@ -135,7 +136,7 @@ def estimate(kind: str, payload: float, levels: Sequence[tuple[int, LinkLevel]],
         outer = max((lv for _, lv in outer_levels), key=lambda lv: (lv.alpha, -lv.beta))
         t, lat = _hierarchical_time(c.hierarchical, payload, (n1, inner), (n2, outer))
         options[HIERARCHICAL] = (t, sent_bytes(kind, HIERARCHICAL, n, payload, n1), lat)
-    best = min(options, key=lambda a: (options[a][0], a != RING))
+    best = min(options, key=lambda a: (options[a][0], a != base))
     alts = tuple((a, o[0]) for a, o in options.items() if a != best)
     t, sent, lat = options[best]
     inner_n = levels[0][0] if best == HIERARCHICAL else None

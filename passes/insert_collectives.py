@@ -17,11 +17,12 @@ reshard whose operand is an all_reduce used only there is lowered from the all_r
 A reshard between two pipeline stages (`stage = pp[i]` -> `pp[j]`) becomes that sequence plus one
 `lamina.collective_permute` over the stage axis where the local block is smallest
 (`reshard_plan.plan_stage_move`); the collectives before it run on stage i, those after on j.
-Each collective gets `algorithm` = ring | tree | hierarchical, the cheapest by the model for the
-link levels its axes span. Finally, all_reduces whose time is mostly latency (`latency_dominated`)
-over the same axes and kind are merged into one bucketed all_reduce (one latency) placed right
-before the first op that uses any of them, at most `bucket-bytes` per device per bucket (default
-25 MiB, PyTorch DDP's bucket_cap_mb; 0 = no cap); one walk, so the pass stays linear.
+Each collective gets `algorithm` = ring | tree | hierarchical (a point-to-point one: direct), the
+cheapest by the model for the link levels its axes span. Finally, all_reduces whose time is
+mostly latency (`latency_dominated`) over the same axes and kind are merged into one bucketed
+all_reduce (one latency) placed right before the first op that uses any of them, at most
+`bucket-bytes` per device per bucket (default 25 MiB, PyTorch DDP's bucket_cap_mb; 0 = no cap);
+one walk, so the pass stays linear.
 With `--explain` each collective is printed with its payload, bytes sent per device, estimated
 time, the algorithms it beat and why the sequence was chosen.
 

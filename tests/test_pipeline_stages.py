@@ -307,18 +307,19 @@ def test_permute_moves_blocks_between_stages_and_costs_one_message() -> None:
     np.testing.assert_array_equal(got.outputs[0], np.tanh(x))
     (c,) = got.stats["collectives"]
     assert c["kind"] == "collective_permute" and c["bytes_per_device"] == c["payload_bytes"] == 64
+    assert c["algorithm"] == "direct"   # one send to its peer, not a ring
     target = load_target("h100-node")
     e = estimate("collective_permute", 64.0, levels_of(target, Mesh("m", ("data", "pp"), (2, 3)),
                                                         ("pp",)), target)
-    assert e.sent == 64.0 and e.latency == target.links[0].alpha
+    assert e.sent == 64.0 and e.latency == target.links[0].alpha and e.algorithm == "direct"
 
 
 def test_insert_collectives_lowers_a_reshard_between_stages_to_a_permute() -> None:
     module = parse_text(_permute_program("1", "0", "lamina.reshard %a"), "p.mlir")
     lamina.apply(module, "insert-collectives")
     func = find_entry(module, "f")
-    kinds = [op.short for op in func.walk() if isinstance(op, PlacementOp)]
-    assert kinds == ["collective_permute"]
+    kinds = [(op.short, op.algorithm_name()) for op in func.walk() if isinstance(op, PlacementOp)]
+    assert kinds == [("collective_permute", "direct")]
     x = np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32)
     np.testing.assert_array_equal(run_spmd(func, [x]).outputs[0], np.tanh(x))
 

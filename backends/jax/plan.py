@@ -41,7 +41,6 @@ from lamina.ir.mesh.collective_kinds import (
     COLLECTIVE_PERMUTE,
     REDUCE_KINDS,
     REDUCE_SCATTER,
-    RING,
     SUM,
 )
 from lamina.ir.mesh.collectives import (
@@ -75,7 +74,7 @@ def planned(func: FuncOp, mesh: Mesh) -> list[dict[str, Any]]:
         local = float(sum(local_bytes(v, op) for v in op.inputs))
         payload = local * n if op.COLLECTIVE.payload_is_result else local
         alg = op.algorithm_name()
-        out.append({"kind": op.short, "axes": list(axes), "algorithm": alg or RING,
+        out.append({"kind": op.short, "axes": list(axes), "algorithm": alg or op.COLLECTIVE.default_algorithm,
                     "devices": n, "replica_groups": [list(g) for g in groups(mesh, axes)],
                     "payload_bytes": int(payload),
                     "bytes_per_device": int(sent_bytes(op.short, alg, n, payload,

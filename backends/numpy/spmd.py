@@ -76,7 +76,6 @@ from lamina.ir.mesh.collective_kinds import (
     DIM,
     REDUCE_SCATTER,
     RESHARD,
-    RING,
     SPLIT_DIM,
     Lowerings,
 )
@@ -243,7 +242,7 @@ class SpmdRun:
         alg = op.algorithm_name()
         sent = sent_bytes(op.short, alg, n, payload, op.inner_group())
         self.collectives.append({"kind": op.short, "axes": list(op.axis_names()),
-                                 "algorithm": alg or RING, "devices": n,
+                                 "algorithm": alg or op.COLLECTIVE.default_algorithm, "devices": n,
                                  "payload_bytes": int(payload), "bytes_per_device": int(sent)})
 
     def run_collective(self, op: PlacementOp, args: list[Shards]) -> list[Shards]:

@@ -40,7 +40,8 @@ COMMON_ATTRS = (AXES, ALGORITHM, INNER, KIND)   # attributes every placement op 
 RING = "ring"
 TREE = "tree"
 HIERARCHICAL = "hierarchical"
-ALGORITHMS = (RING, TREE, HIERARCHICAL)
+DIRECT = "direct"             # a point-to-point kind's one send to its peer
+ALGORITHMS = (RING, TREE, HIERARCHICAL, DIRECT)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,17 @@ class Collective:
     @property
     def op_name(self) -> str:
         return f"lamina.{self.kind}"
+
+    @property
+    def default_algorithm(self) -> str:
+        """What it runs as when no `algorithm` says otherwise: `direct` for a point-to-point
+        kind (its only algorithm), else `ring`."""
+        return DIRECT if self.point_to_point else RING
+
+    def has_algorithm(self, name: str) -> bool:
+        """Whether `name` is an algorithm of this kind (a point-to-point kind has only
+        `direct`, which no other kind has)."""
+        return name == DIRECT if self.point_to_point else name in ALGORITHMS and name != DIRECT
 
     @property
     def attrs(self) -> tuple[str, ...]:

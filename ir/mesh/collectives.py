@@ -34,8 +34,9 @@ from its operand's:
 
 Every other placement op keeps its operand's stage (`check_stages`).
 
-`algorithm` (optional, "ring" | "tree" | "hierarchical") records the implementation the cost model
-chose (`insert-collectives`); it does not change the meaning.
+`algorithm` (optional, "ring" | "tree" | "hierarchical", or "direct", the one send of a
+point-to-point kind: collective_permute) records the implementation the cost model chose
+(`insert-collectives`); it does not change the meaning.
 
 What differs between the kinds besides their placement rule (`produce`), their attributes, arity,
 cost facts, is each op's `COLLECTIVE` record in `lamina.ir.mesh.collective_kinds`; `OP_CLASS` maps a
@@ -295,6 +296,11 @@ def check_algorithm(op: PlacementOp) -> None:
     alg = op.properties.get(ALGORITHM)
     if alg is not None and not (isinstance(alg, StringAttr) and alg.data in ALGORITHMS):
         raise wrong_kind(op.name, ALGORITHM, ALGORITHM_WANT, alg)
+    if isinstance(alg, StringAttr) and not op.COLLECTIVE.has_algorithm(alg.data):
+        why = "a point-to-point kind runs as \"direct\", its one send" if \
+            op.COLLECTIVE.point_to_point else \
+            "\"direct\" is a point-to-point kind's (collective_permute)"
+        raise VerifyException(f"{op.name}: algorithm \"{alg.data}\" is not this kind's: {why}")
 
 
 def check_inner_group(op: PlacementOp) -> None:

@@ -75,8 +75,18 @@ func.func @f(%x: tensor<8x16xf32, #lamina.place<@m, [[], []], partial = sum[mode
 // an integer where the algorithm belongs
 lamina.mesh @m [data = 2, model = 4]
 func.func @f(%x: tensor<8x16xf32, #lamina.place<@m, [[], []], partial = sum[model]>>) -> tensor<8x16xf32, #lamina.place<@m, [[], []]>> {
-  // expected-error @+1:3 {{lamina.all_reduce: attribute 'algorithm' must be one of "ring", "tree", "hierarchical", got 2 : i64}}
+  // expected-error @+1:3 {{lamina.all_reduce: attribute 'algorithm' must be one of "ring", "tree", "hierarchical", "direct", got 2 : i64}}
   %0 = lamina.all_reduce %x {axes = ["model"], algorithm = 2 : i64} : tensor<8x16xf32, #lamina.place<@m, [[], []], partial = sum[model]>> -> tensor<8x16xf32, #lamina.place<@m, [[], []]>>
+  func.return %0 : tensor<8x16xf32, #lamina.place<@m, [[], []]>>
+}
+
+// -----
+
+// the point-to-point algorithm on a ring collective
+lamina.mesh @m [data = 2, model = 4]
+func.func @f(%x: tensor<8x16xf32, #lamina.place<@m, [[], []], partial = sum[model]>>) -> tensor<8x16xf32, #lamina.place<@m, [[], []]>> {
+  // expected-error @+1:3 {{lamina.all_reduce: algorithm "direct" is not this kind's: "direct" is a point-to-point kind's (collective_permute)}}
+  %0 = lamina.all_reduce %x {axes = ["model"], algorithm = "direct"} : tensor<8x16xf32, #lamina.place<@m, [[], []], partial = sum[model]>> -> tensor<8x16xf32, #lamina.place<@m, [[], []]>>
   func.return %0 : tensor<8x16xf32, #lamina.place<@m, [[], []]>>
 }
 

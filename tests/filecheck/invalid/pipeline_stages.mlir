@@ -26,3 +26,12 @@ func.func @keeps(%x: tensor<4xf32, #lamina.place<@pp, [[]], stage = stage[0]>>) 
   %y = lamina.all_slice %x {dim = 0 : i64, axes = ["stage"]} : tensor<4xf32, #lamina.place<@pp, [[]], stage = stage[0]>> -> tensor<4xf32, #lamina.place<@pp, [[stage]]>>
   func.return %y : tensor<4xf32, #lamina.place<@pp, [[stage]]>>
 }
+
+// -----
+
+lamina.mesh @pp [stage = 2]
+func.func @ring(%x: tensor<4xf32, #lamina.place<@pp, [[]], stage = stage[0]>>) -> tensor<4xf32, #lamina.place<@pp, [[]], stage = stage[1]>> {
+  // expected-error @+1:3 {{lamina.collective_permute: algorithm "ring" is not this kind's: a point-to-point kind runs as "direct", its one send}}
+  %y = lamina.collective_permute %x {axes = ["stage"], algorithm = "ring"} : tensor<4xf32, #lamina.place<@pp, [[]], stage = stage[0]>> -> tensor<4xf32, #lamina.place<@pp, [[]], stage = stage[1]>>
+  func.return %y : tensor<4xf32, #lamina.place<@pp, [[]], stage = stage[1]>>
+}
