@@ -69,7 +69,7 @@ EXTRA: dict[str, str] = {
                                _t("[[data], []]")),
     "lamina.reshard": _unary("reshard", "", _t("[[data], [model]]"), _t("[[data], []]")),
     "lamina.collective_permute": _unary("collective_permute", '{axes = ["model"], '
-                                        'algorithm = "ring"}', _t("[[data], []]", "stage = model[0]"),
+                                        'algorithm = "direct"}', _t("[[data], []]", "stage = model[0]"),
                                         _t("[[data], []]", "stage = model[3]")),
     "lamina.move": (f"func.func @f(%x: tensor<4xf32>) -> {_HOST} {{\n"
                     f"  %0 = lamina.move %x to host {{prefetch = 2 : i64}} : tensor<4xf32> -> "
