@@ -182,10 +182,19 @@ class ParamTraffic:
         all-reduce counts twice (reduce-scatter and all-gather)."""
         if self.all_reduce:
             return 2 * self.full
-        reduce = 2 * self.all_reduced if self.all_reduced else self.full
-        return self.reduces * reduce + self.gathers * self.full
+        reduced = self.reduces * 2 * self.all_reduced if self.all_reduced else \
+            self.grad_units or self.reduces * self.full
+        return reduced + (self.gathers - self.narrow_gathers) * self.full + \
+            self.narrow_gathers * self.narrow_full
     # split, but its gradient all-reduced before the slice: that all-reduce's per-device bytes
     all_reduced: int = 0
+    # stage 3 under mixed precision: of its gathers, those of its narrow cast (cast on the
+    # shard, then gathered), and the bytes of that cast (unsplit by the data axis)
+    narrow_gathers: int = 0
+    narrow_full: int = 0
+    # the bytes of its reduced gradients (unsplit by the data axis), each at its own element
+    # type (a bf16 backward's gradient is reduced in bf16); 0: `reduces` x `full`
+    grad_units: int = 0
 
 
 @dataclass
@@ -221,6 +230,18 @@ class Traffic:
                        f"(grad-clip's global norm: their squares) is all_reduced once "
                        f"({self.norm_bytes} B: {2 * self.norm_bytes * (self.n - 1) // self.n} B "
                        "sent)")
+        low = [p for p in self.params if p.grad_units and p.grad_units < p.reduces * p.full]
+        if low:
+            out.append(f"{len(low)} parameter(s)' gradients are reduced as the backward makes "
+                       f"them, in a narrower type than the parameter "
+                       f"({sum(p.grad_units for p in low)} B against "
+                       f"{sum(p.reduces * p.full for p in low)} B)")
+        narrow = [p for p in self.params if p.narrow_gathers]
+        if narrow:
+            out.append(f"{sum(p.narrow_gathers for p in narrow)} gather(s) of "
+                       f"{len(narrow)} parameter(s) carry the narrow cast the step computes "
+                       f"with, cast on the shard ({sum(p.narrow_full for p in narrow)} B "
+                       f"against {sum(p.full for p in narrow)} B of the master weights)")
         whole = [f"%{p.name}" for p in self.params if p.all_reduced and not p.all_reduce]
         if whole:
             out.append(f"{', '.join(whole)}: gradient all_reduced (twice its bytes as made, "

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from lamina.ir.core.dtypes import FLOAT_TYPES, element_name, tensor_type
+from lamina.ir.core.dtypes import FLOAT_TYPES, element_name, element_type, tensor_type
 from lamina.ir.core.shapes import ShapeError, TensorInfo, info_of
 from lamina.ir.ops.lamina import (
     AddOp,
@@ -102,6 +102,14 @@ def retype(v: SSAValue, t: Attribute) -> None:
     assert isinstance(old, TensorType) and isinstance(t, TensorType)
     assert old.element_type == t.element_type and old.get_shape() == t.get_shape(), (old, t)
     v._type = t  # noqa: SLF001 - retyping in place
+
+
+def set_dtype(v: SSAValue, dtype: str) -> None:
+    """Give `v` element type `dtype` in place, keeping its shape and placement (for a rewrite
+    that moves a cast across the op making `v`, which then computes in `dtype`)."""
+    old = v.type
+    assert isinstance(old, TensorType)
+    v._type = TensorType(element_type(dtype), old.get_shape(), old.encoding)  # noqa: SLF001
 
 
 def is_float_value(v: SSAValue) -> bool:

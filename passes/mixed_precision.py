@@ -91,9 +91,9 @@ from lamina.ir.buffers.updates import (
     set_updates,
     updates_of,
 )
-from lamina.ir.builder import Builder, is_float_value
+from lamina.ir.builder import Builder, is_float_value, set_dtype
 from lamina.ir.core.diagnostics import LaminaError, error_at
-from lamina.ir.core.dtypes import element_name, element_type, nbytes
+from lamina.ir.core.dtypes import element_name, nbytes
 from lamina.ir.core.shapes import info_of
 from lamina.ir.mesh.collectives import ReshardOp
 from lamina.ir.ops.fused import FusedOp
@@ -118,14 +118,6 @@ MAX_INTERVAL = 1 << 24   # the f32 counter counts exactly up to here
 def _dtype(v: SSAValue) -> str | None:
     t = v.type
     return element_name(t.element_type) if isinstance(t, TensorType) else None
-
-
-def _set_dtype(v: SSAValue, dtype: str) -> None:
-    """Give `v` element type `dtype`, keeping its shape and placement (retyping in place, as
-    `lamina.ir.builder.retype` does for placements)."""
-    old = v.type
-    assert isinstance(old, TensorType)
-    v._type = TensorType(element_type(dtype), old.get_shape(), old.encoding)  # noqa: SLF001
 
 
 def _first_gradients(ops: Sequence[Operation]) -> list[SSAValue]:
@@ -229,7 +221,7 @@ class _Retype:
         r = op.results[0]
         if is_float_value(r) and _dtype(r) != t:
             self.original[r] = _dtype(r) or "f32"
-            _set_dtype(r, t)
+            set_dtype(r, t)
         self.counts[t] = self.counts.get(t, 0) + 1
 
     def drop(self, c: CastOp) -> None:
@@ -269,7 +261,7 @@ class _Retype:
                     if isinstance(v.owner, CastOp) and not v.uses:
                         self.drop(v.owner)
             self.original.setdefault(r, _dtype(r) or "f32")
-            _set_dtype(r, self.low)
+            set_dtype(r, self.low)
             for c in set(casts):
                 assert isinstance(c, CastOp)
                 c.results[0].replace_all_uses_with(r)

@@ -24,7 +24,10 @@ gradient. `axis` is added to the splits of the first dimension of W whose local 
 - stage 3: also W itself: its argument and result are split, and every use outside the update
   (forward and backward) reads a fresh all_gather (a reshard split -> W's placement) placed
   right before it, so annotate-lifetimes frees each gathered copy after its one use; gradients
-  as in stage 2.
+  as in stage 2. After mixed-precision a use that only casts W to the compute type (the cast,
+  or a transpose / reshape every reader of which casts) casts the shard and gathers the narrow
+  copy instead, as ZeRO-3 under AMP gathers its fp16 parameters: half the bytes for bf16, the
+  same bits (a cast commutes with moving elements).
 
 After accumulate-gradients (K micro-batches, their gradients summed into one f32 accumulator per
 parameter, placed like W after the last one): stage 1 starts the update at that accumulator, so
@@ -44,7 +47,8 @@ optimizer state, read off the step as placed (`lamina.analysis.zero_bytes`, whic
 `--stats-json` reports too), and the bytes the collectives send per step beside ZeRO's formula
 (2 Psi (N-1)/N for stages 1 and 2, an all-reduce's; 3 Psi (N-1)/N for stage 3), with a line
 saying why they differ when they do (a parameter the backward does not read gathered once, not
-twice; a gradient reduced once per micro-batch; grad-clip's global norm, whose shards' summed
+twice; a gradient reduced once per micro-batch; a gradient the low-precision backward makes
+and reduces in bf16, a gather of a bf16 cast; grad-clip's global norm, whose shards' summed
 squares are one scalar all_reduce a step, counted in the traffic). Each parameter's line says how
 its gradient is reduced over `axis`: a reduce_scatter, or, on a mesh with more axes, an
 all_reduce and a slice where the backward makes the gradient split over another axis on the
@@ -62,17 +66,17 @@ from lamina.analysis.sizes import spec_local_bytes
 from lamina.analysis.zero_bytes import ParamTraffic, Traffic, marked_sources, step_bytes
 from lamina.ir.buffers.memory import FreeOp, MoveOp, with_tier
 from lamina.ir.buffers.updates import GRADIENT_ATTR, OPTIMIZER_STATE, roles_of, updates_of
-from lamina.ir.builder import Builder, retype
+from lamina.ir.builder import Builder, is_float_value, retype, set_dtype
 from lamina.ir.core.diagnostics import LaminaError, error_at
-from lamina.ir.core.dtypes import nbytes
+from lamina.ir.core.dtypes import ITEMSIZE, element_type, nbytes, tensor_dtype
 from lamina.ir.mesh.collectives import PlacementOp, ReshardOp, with_spec
 from lamina.ir.mesh.collectives import build as build_placement
 from lamina.ir.mesh.placement import Mesh, find_mesh, place_of, spec_of, tier_of
 from lamina.ir.mesh.sharding import Spec
 from lamina.ir.ops.fused import FusedOp
-from lamina.ir.ops.lamina import ReshapeOp
+from lamina.ir.ops.lamina import CastOp, ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
-from lamina.ir.ops.optable import Fusion
+from lamina.ir.ops.optable import Amp, Fusion
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.propagate_sharding import PropagateSharding
 from lamina.passes.train_common import info_type, mesh_type_like, returned_as
@@ -174,6 +178,8 @@ class _Step:
         self.notes: list[tuple[BlockArgument, str, str]] = []   # (W, before, after the reduction)
         self.other_axes = False   # a mesh axis besides `axis` (all_reduced may find gradients)
         self.norm_bytes = 0       # grad-clip's norm: the scalar the shards' squares sum into
+        # stage 3: how many of a W's gathers carry its cast to a narrower type, and that type
+        self.narrow_gathers: dict[BlockArgument, tuple[int, str]] = {}
         self.block = func.body.block
         ret = self.block.last_op
         assert isinstance(ret, ReturnOp)
@@ -267,7 +273,12 @@ class _Step:
                            f"{split}; gradient ({len(u.entering)} value(s)) placed split {where}",
                            f"parameter split too, all_gathered before each of its {gathers} use(s)"
                            if self.p.stage == 3 else f"new value all_gathered back to {spec}"))
-        return ParamTraffic(w.name_hint or "", full, len(u.entering), gathers)
+        narrow, low = self.narrow_gathers.get(w, (0, tensor_dtype(wt)))
+        width = ITEMSIZE[tensor_dtype(wt)]
+        grads = sum(full * ITEMSIZE[tensor_dtype(g.type)] // width for g in u.entering)
+        return ParamTraffic(w.name_hint or "", full, len(u.entering), gathers,
+                            narrow_gathers=narrow, narrow_full=full * ITEMSIZE[low] // width,
+                            grad_units=grads)
 
     def place_gradients(self, u: Update, st: TensorType) -> None:
         """Each gradient entering the update gets the split placement, and every reader takes
@@ -332,9 +343,36 @@ class _Step:
             return 1
         retype(w, st)
         for use in outside:
-            use.operation.operands[use.index] = self.reshard(w, wt, use.operation)
+            low = _narrowed_to(use.operation)
+            if low is None:
+                use.operation.operands[use.index] = self.reshard(w, wt, use.operation)
+            else:
+                self.gather_narrow(w, use.operation, wt, low)
+                self.narrow_gathers[w] = (self.narrow_gathers.get(w, (0, low))[0] + 1, low)
         self.ret.operands[result] = new
         return len(outside)
+
+    def gather_narrow(self, w: BlockArgument, op: Operation, wt: TensorType, low: str) -> None:
+        """Stage 3 under mixed precision: `op` reads W only to cast it to `low` (the cast, or a
+        layout op every reader of which casts), so the shard is cast and the narrow copy
+        gathered (half the bytes for bf16 from f32), `op` then moving the narrow copy. Exact:
+        a cast of each element commutes with gathering and moving elements."""
+        loc = op.location
+        shard = Builder.before_op(op, loc).cast(w, low)
+        retype(shard, with_spec(info_type(shard), *_mesh_spec(w)))   # the shard's placement
+        full = TensorType(element_type(low), wt.get_shape(), wt.encoding)
+        gathered = self.reshard(shard, full, op)
+        if isinstance(op, CastOp):
+            op.results[0].replace_all_uses_with(gathered)
+            op.detach()
+            op.erase()
+            return
+        op.operands[0] = gathered
+        set_dtype(op.results[0], low)
+        for c in {u.operation for u in op.results[0].uses}:
+            c.results[0].replace_all_uses_with(op.results[0])
+            c.detach()
+            c.erase()
 
     def say(self, message: str) -> None:
         if self.log is not None:
@@ -411,6 +449,33 @@ class _Step:
                  f"(Psi {t.psi()} B)")
         if t.sent() != t.formula():
             self.say(f"{name}: {t.sent()} B, not {t.formula()} B, because " + "; ".join(t.why()))
+
+
+def _narrowed_to(op: Operation) -> str | None:
+    """The narrower float type `op` makes of its one float operand, a parameter, when that is
+    all it does with it: a cast to it, or a one-operand data-movement op (a transpose, a
+    reshape) every reader of which casts its result to it (mixed-precision's casts of the f32
+    master weights); else None."""
+    src = op.operands[0] if len(op.operands) == 1 else None
+    if src is None or not is_float_value(src):
+        return None
+    if isinstance(op, CastOp):
+        low = tensor_dtype(op.results[0].type)
+        return low if is_float_value(op.results[0]) and ITEMSIZE[low] < ITEMSIZE[
+            tensor_dtype(src.type)] else None
+    if not isinstance(op, LaminaOp) or op.info.amp != Amp.FOLLOW or len(op.results) != 1:
+        return None
+    readers = [u.operation for u in op.results[0].uses]
+    lows = {_narrowed_to(c) if isinstance(c, CastOp) else None for c in readers}
+    return lows.pop() if readers and len(lows) == 1 and None not in lows else None
+
+
+def _mesh_spec(w: BlockArgument) -> tuple[str, Spec]:
+    """W's mesh name and (split) spec, for a value made from its shard."""
+    p = place_of(w.type)
+    spec = spec_of(w.type)
+    assert p is not None and p.mesh_name is not None and spec is not None
+    return p.mesh_name, spec
 
 
 def _norm_scalar_bytes(g: SSAValue, update: set[Operation], ret: Operation) -> int:
