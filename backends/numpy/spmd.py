@@ -64,7 +64,7 @@ from lamina.backends.numpy.runner import (
 )
 from lamina.ir.buffers.memory import FreeOp
 from lamina.ir.core.diagnostics import LaminaError, error_at
-from lamina.ir.core.dtypes import STORAGE
+from lamina.ir.core.dtypes import ITEMSIZE, STORAGE
 from lamina.ir.core.shapes import TensorInfo
 from lamina.ir.mesh.collective_kinds import (
     ALL_GATHER,
@@ -257,8 +257,9 @@ class SpmdRun:
         payload = 0.0
         for x, r, shards in zip(op.inputs, op.outputs, args, strict=True):
             xt = tensor_info(x.type)
+            # at the device's element size (bf16 is 2 bytes, though stored in float32 here)
             local_in = float(math.prod(block(mesh, spec_or_replicated(x.type), xt.shape, 0)[1])) * \
-                np.dtype(shards[0].dtype).itemsize   # (an absent shard has the value's dtype)
+                ITEMSIZE[xt.dtype]
             results.append(lowering(mesh, op, shards, x, r))
             if c.communicates:
                 payload += local_in * n if c.payload_is_result else local_in
