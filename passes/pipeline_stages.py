@@ -66,6 +66,7 @@ With `--explain`: each cut and its crossing bytes, each stage's modeled compute,
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, NamedTuple
@@ -474,8 +475,11 @@ class _Staging:
             if role is not None:
                 key[op] = (float(times[(chunk[op], role[0], role[1])]), chunk[op] % self.P)
             elif op in r.tail or isinstance(op, ReturnOp):
-                key[op] = max([key[producer[v]] for v in op.operands
-                               if v in producer and producer[v] in key], default=(0.0, 0))
+                # after the micro-step it follows, not inside it: an accumulation add there
+                # would delay the values the micro-step sends to the next stage
+                t, s = max([key[producer[v]] for v in op.operands
+                            if v in producer and producer[v] in key], default=(0.0, 0))
+                key[op] = (math.floor(t) + 0.5, s)
         for op in reversed(ops):
             if op in r.free:
                 readers = [u.operation for v in op.results for u in v.uses if u.operation in key]

@@ -332,3 +332,24 @@ def test_a_partly_placed_step_is_refused_with_the_order() -> None:
                        r"propagate-sharding, insert-collectives\), then run pipeline-stages"):
         lamina.apply(module, "place-batch{data=x,y axis=data size=2},derive-backward{data=x,y},"
                              "pipeline-stages{stages=2 micro-batches=2}")
+
+
+@pytest.mark.parametrize("sched", ["gpipe", "1f1b"])
+def test_accumulation_adds_wait_until_their_micro_step_ends(sched: str) -> None:
+    """accumulate-gradients adds each micro-batch's gradient into its running sum right where it
+    is made; staged, those adds (ops of no micro-step) run after the micro-step they follow, not
+    among its ops, where they would delay what the micro-step sends to the next stage (the
+    16-layer bench_pipeline MLP's modeled bubble rose from 0.35 to 0.43 at M = 4 that way)."""
+    mlp = Mlp(16, (8, 8, 8, 8, 8), ("tanh", "tanh", "tanh", "tanh"), "sum", "f32")
+    _, func = _staged(mlp.text(), f"stages=2 micro-batches=4 schedule={sched}")
+    for s in range(2):
+        ops = [op for op in func.body.block.ops
+               if op.results and (st_ := stage_of(op.results[0].type)) is not None and st_[1] == s]
+        steps = [op.attributes.get(MICRO_STEP_ATTR) for op in ops]
+        for i, step in enumerate(steps):
+            reads_a_step = any(isinstance(v.owner, Operation) and MICRO_STEP_ATTR in
+                               v.owner.attributes for v in ops[i].operands)
+            if step is None and not isinstance(ops[i], PlacementOp) and reads_a_step:
+                before = next((x for x in reversed(steps[:i]) if x is not None), None)
+                after = next((x for x in steps[i + 1:] if x is not None), None)
+                assert before is None or after is None or before != after, (s, i, ops[i].name)
