@@ -77,13 +77,14 @@ from lamina.ir.ops.fused import FusedOp
 from lamina.ir.ops.lamina import CastOp, ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Amp, Fusion
+from lamina.passes.derive_backward import SEED_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.propagate_sharding import PropagateSharding
 from lamina.passes.train_common import info_type, mesh_type_like, returned_as
 from xdsl.context import Context
 from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue, Use
 
 PASS = "shard-optimizer"
 ORDER = ("after append-optimizer and mixed-precision, before propagate-sharding, "
@@ -342,6 +343,7 @@ class _Step:
             self.ret.operands[result] = self.reshard(new, wt, self.ret)
             return 1
         retype(w, st)
+        outside = self.remake_for_backward(w, ops, outside)
         for use in outside:
             low = _narrowed_to(use.operation)
             if low is None:
@@ -351,6 +353,37 @@ class _Step:
                 self.narrow_gathers[w] = (self.narrow_gathers.get(w, (0, low))[0] + 1, low)
         self.ret.operands[result] = new
         return len(outside)
+
+    def remake_for_backward(self, w: BlockArgument, update: set[Operation], outside: list[Use]
+                            ) -> list[Use]:
+        """Stage 3 frees a gathered W after each use, so a value made from W alone in the
+        forward (its transpose, a reshape, its cast: an op of one operand, `REMADE`) that the
+        backward reads again is made again from a fresh gather where the backward first reads
+        it, rather than held, full-sized, from the forward through the backward (ZeRO-3's
+        second gather: 3 Psi (N-1)/N a step). accumulate-gradients' micro-batches remake their
+        own (more than one seed: left as they are). Returns W's uses outside its update."""
+        seeds = [op for op in self.block.ops if op.attributes.get(SEED_ATTR) is not None]
+        if len(seeds) != 1:
+            return outside
+        pos = {op: i for i, op in enumerate(self.block.ops)}
+        seed = pos[seeds[0]]
+        for use in outside:
+            op = use.operation
+            if pos.get(op, seed) >= seed or len(op.operands) != 1 or len(op.results) != 1 or \
+                    not (isinstance(op, CastOp) or isinstance(op, LaminaOp) and
+                         op.info.fusion in REMADE):
+                continue
+            back = [u for u in op.results[0].uses
+                    if pos.get(u.operation, -1) > seed and u.operation not in update]
+            if not back or len(back) == len(list(op.results[0].uses)):
+                continue
+            first = min((u.operation for u in back), key=pos.__getitem__)
+            again = op.clone()
+            self.block.insert_op_before(again, first)
+            for u in back:
+                u.operation.operands[u.index] = again.results[0]
+        return [use for use in w.uses if use.operation not in update and
+                use.operation is not self.ret]
 
     def gather_narrow(self, w: BlockArgument, op: Operation, wt: TensorType, low: str) -> None:
         """Stage 3 under mixed precision: `op` reads W only to cast it to `low` (the cast, or a
@@ -449,6 +482,9 @@ class _Step:
                  f"(Psi {t.psi()} B)")
         if t.sent() != t.formula():
             self.say(f"{name}: {t.sent()} B, not {t.formula()} B, because " + "; ".join(t.why()))
+
+
+REMADE = (Fusion.LAYOUT, Fusion.BROADCAST)   # a W-only value stage 3 makes again (above)
 
 
 def _narrowed_to(op: Operation) -> str | None:

@@ -536,3 +536,44 @@ def test_stage_3_under_mixed_precision_gathers_each_shards_bf16_cast() -> None:
     assert model["step"] == _ring_bytes(out[3][0]) < _explained(text, 3)[0]["step"]
     assert any("carry the narrow cast" in line for line in why)
     assert any("reduced as the backward makes them, in a narrower type" in line for line in why)
+
+
+def _transposed_mlp(n: int) -> str:
+    """y = tanh(tanh(x W0^T) W1^T) as torch.export writes linear layers (a transpose of each
+    weight, then a matmul), reduced to a mean; data parallel over `n`."""
+    def t(shape: str, spec: str = "") -> str:
+        return f"tensor<{shape}xf32{', #lamina.place<@m, ' + spec + '>' if spec else ''}>"
+
+    rep, x = "[[], []]", t("8x8", "[[data], []]")
+    return "\n".join([
+        f"lamina.mesh @m [data = {n}]",
+        f"func.func @f(%x: {x}, %w0: {t('16x8', rep)}, %w1: {t('8x16', rep)}) -> tensor<f32> {{",
+        f"  %t0 = lamina.transpose %w0 {{permutation = array<i64: 1, 0>}} : ({t('16x8', rep)}) -> "
+        f"{t('8x16')}",
+        f"  %m0 = lamina.matmul %x, %t0 : ({x}, {t('8x16')}) -> {t('8x16')}",
+        f"  %h0 = lamina.tanh %m0 : {t('8x16')}",
+        f"  %t1 = lamina.transpose %w1 {{permutation = array<i64: 1, 0>}} : ({t('8x16', rep)}) -> "
+        f"{t('16x8')}",
+        f"  %m1 = lamina.matmul %h0, %t1 : ({t('8x16')}, {t('16x8')}) -> {t('8x8')}",
+        f"  %h1 = lamina.tanh %m1 : {t('8x8')}",
+        f"  %l = lamina.reduce_mean %h1 {{axes = array<i64: 0, 1>}} : ({t('8x8')}) -> tensor<f32>",
+        "  func.return %l : tensor<f32>", "}", ""])
+
+
+def test_stage_3_gathers_again_for_a_transpose_the_backward_reads() -> None:
+    """The backward reads W1's transpose (d h0 = d m1 W1); stage 3 makes it again there from a
+    second gather instead of holding the forward's full-sized one through the backward: W1 is
+    gathered twice, W0 (whose transpose only the forward reads) once, as ZeRO-3 does, and the
+    step equals the plain one; the explained traffic is the IR's."""
+    text = _transposed_mlp(4)
+    module, func = _run(text, 3, "f_step")
+    gathered = [shape for op in func.walk() if isinstance(op, AllGatherOp) and
+                (shape := tensor_info(op.outputs[0].type).shape) in ((8, 16), (16, 8))]
+    assert sorted(gathered) == [(8, 16), (8, 16), (16, 8)], gathered
+    ops = list(func.body.block.ops)
+    seed = next(i for i, op in enumerate(ops) if "lamina.loss_seed" in op.attributes)
+    for op in ops[:seed]:   # no forward transpose of a weight is read after the seed
+        if op.name == "lamina.transpose":
+            assert all(ops.index(u.operation) < seed for u in op.results[0].uses)
+    model, _ = _explained(text, 3)
+    assert model["step"] == _ring_bytes(func)
