@@ -24,10 +24,13 @@ gradient. `axis` is added to the splits of the first dimension of W whose local 
 - stage 3: also W itself: its argument and result are split, and every use outside the update
   (forward and backward) reads a fresh all_gather (a reshard split -> W's placement) placed
   right before it, so annotate-lifetimes frees each gathered copy after its one use; gradients
-  as in stage 2. After mixed-precision a use that only casts W to the compute type (the cast,
-  or a transpose / reshape every reader of which casts) casts the shard and gathers the narrow
-  copy instead, as ZeRO-3 under AMP gathers its fp16 parameters: half the bytes for bf16, the
-  same bits (a cast commutes with moving elements).
+  as in stage 2. A value the forward makes from W alone (its transpose, a reshape, its cast)
+  that the backward reads again is made again there from a second gather, so no full-sized copy
+  of W lives from the forward through the backward (ZeRO-3's 3 Psi; accumulate-gradients'
+  micro-batches remake theirs already). After mixed-precision a use that only casts W to the
+  compute type (the cast, or a transpose / reshape every reader of which casts) casts the shard
+  and gathers the narrow copy instead, as ZeRO-3 under AMP gathers its fp16 parameters: half
+  the bytes for bf16, the same bits (a cast commutes with moving elements).
 
 After accumulate-gradients (K micro-batches, their gradients summed into one f32 accumulator per
 parameter, placed like W after the last one): stage 1 starts the update at that accumulator, so
