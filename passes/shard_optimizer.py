@@ -80,6 +80,7 @@ from lamina.ir.ops.fused import FusedOp
 from lamina.ir.ops.lamina import CastOp, ReshapeOp
 from lamina.ir.ops.opbase import LaminaOp
 from lamina.ir.ops.optable import Amp, Fusion
+from lamina.passes.accumulate_gradients import MOVES
 from lamina.passes.derive_backward import SEED_ATTR
 from lamina.passes.explain import ExplainLog, LaminaPass
 from lamina.passes.propagate_sharding import PropagateSharding
@@ -184,6 +185,9 @@ class _Step:
         self.norm_bytes = 0       # grad-clip's norm: the scalar the shards' squares sum into
         # stage 3: how many of a W's gathers carry its cast to a narrower type, and that type
         self.narrow_gathers: dict[BlockArgument, tuple[int, str]] = {}
+        # stage 3: the step's ops in order and the one loss seed's position (None: not one seed)
+        self.order: dict[Operation, int] | None = None
+        self.seed: int | None = None
         self.block = func.body.block
         ret = self.block.last_op
         assert isinstance(ret, ReturnOp)
@@ -360,21 +364,23 @@ class _Step:
     def remake_for_backward(self, w: BlockArgument, update: set[Operation], outside: list[Use]
                             ) -> list[Use]:
         """Stage 3 frees a gathered W after each use, so a value made from W alone in the
-        forward (its transpose, a reshape, its cast: an op of one operand, `REMADE`) that the
+        forward (its transpose, a reshape, its cast: an op of one operand, `MOVES`) that the
         backward reads again is made again from a fresh gather where the backward first reads
         it, rather than held, full-sized, from the forward through the backward (ZeRO-3's
         second gather: 3 Psi (N-1)/N a step). accumulate-gradients' micro-batches remake their
         own (more than one seed: left as they are). Returns W's uses outside its update."""
-        seeds = [op for op in self.block.ops if op.attributes.get(SEED_ATTR) is not None]
-        if len(seeds) != 1:
+        if self.order is None:   # once per step: the ops this pass adds are never looked up
+            self.order = {op: i for i, op in enumerate(self.block.ops)}
+            seeds = [op for op in self.order if op.attributes.get(SEED_ATTR) is not None]
+            self.seed = self.order[seeds[0]] if len(seeds) == 1 else None
+        pos, seed = self.order, self.seed
+        if seed is None:
             return outside
-        pos = {op: i for i, op in enumerate(self.block.ops)}
-        seed = pos[seeds[0]]
         for use in outside:
             op = use.operation
             if pos.get(op, seed) >= seed or len(op.operands) != 1 or len(op.results) != 1 or \
                     not (isinstance(op, CastOp) or isinstance(op, LaminaOp) and
-                         op.info.fusion in REMADE):
+                         op.info.fusion in MOVES):
                 continue
             back = [u for u in op.results[0].uses
                     if pos.get(u.operation, -1) > seed and u.operation not in update]
@@ -485,9 +491,6 @@ class _Step:
                  f"(Psi {t.psi()} B)")
         if t.sent() != t.formula():
             self.say(f"{name}: {t.sent()} B, not {t.formula()} B, because " + "; ".join(t.why()))
-
-
-REMADE = (Fusion.LAYOUT, Fusion.BROADCAST)   # a W-only value stage 3 makes again (above)
 
 
 def _narrowed_to(op: Operation) -> str | None:
